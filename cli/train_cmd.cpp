@@ -1,0 +1,6 @@
+// placeholder: the 'train' subcommand is registered by its owner.
+#include "cli/commands.hpp"
+
+namespace wallfacer::cli {
+void register_train_command(CLI::App& app) { (void)app; }
+}  // namespace wallfacer::cli

@@ -1,0 +1,132 @@
+// The cluster model: GPUs, CPUs, PCIe switches, NVSwitches, NICs and network switches joined by
+// links with a bandwidth per direction and a latency. Loaded from YAML (topologies/*.yaml, see
+// docs/formats/topology.md) into a Boost.Graph that stays inside topology.cpp, so Boost's
+// templates never reach other components' headers. Routing answers the path between two GPUs,
+// its bottleneck bandwidth and latency, and which physical links two paths share.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace wallfacer {
+
+enum class DeviceKind { Gpu, Cpu, PcieSwitch, NvSwitch, Nic, NetSwitch };
+enum class LinkKind { NvLink, Pcie, CpuBus, Network };
+
+const char* to_string(DeviceKind kind);
+const char* to_string(LinkKind kind);
+
+struct GpuModel {
+  std::string name;             // e.g. "H100-SXM5-80GB"
+  double peak_bf16_tflops = 0;  // dense; 0 when the GPU has no bf16 (V100)
+  double peak_fp16_tflops = 0;  // dense
+  double memory_GiB = 0;
+  double hbm_GBps = 0;
+  std::string source;  // where the numbers come from
+};
+
+struct Device {
+  std::string name;  // unique, e.g. "n3/gpu5", "n3/nic5", "leaf2", "spine0"
+  DeviceKind kind = DeviceKind::Gpu;
+  int node = -1;         // node index, -1 for fabric devices outside any node
+  int local_index = -1;  // index among devices of the same kind inside the node
+};
+
+// A physical link. Full-duplex links carry bandwidth_GBps in each direction at once; a
+// half-duplex link shares it between directions.
+struct Link {
+  int a = -1, b = -1;  // device ids
+  LinkKind kind = LinkKind::NvLink;
+  double bandwidth_GBps = 0;  // per direction, GB/s = 1e9 bytes/s
+  double latency_us = 0;
+  bool full_duplex = true;
+};
+
+// One traversal of a link. Two hops contend when they use the same resource: the same link in
+// the same direction when full duplex, the same link in any direction when half duplex.
+struct Hop {
+  int link = -1;
+  bool forward = true;  // true when traversed from Link::a to Link::b
+  bool operator==(const Hop&) const = default;
+};
+// Integer id of the contended resource of a hop (see Topology::resource_of).
+using ResourceId = int64_t;
+
+struct Route {
+  int src_gpu = -1, dst_gpu = -1;
+  std::vector<int> devices;  // device ids from source GPU to destination GPU
+  std::vector<Hop> hops;     // devices.size() - 1 hops
+  double bottleneck_GBps = 0;  // min link bandwidth along the route; +inf for src == dst
+  double latency_us = 0;       // sum of link latencies
+};
+
+// The network between nodes, as described in the file (for display and the simulator).
+struct FabricInfo {
+  std::string type;  // "single_switch", "fat_tree", "rail_optimized", "none", "explicit"
+  double oversubscription = 1.0;
+};
+
+class Topology {
+ public:
+  Topology();
+  ~Topology();
+  Topology(Topology&&) noexcept;
+  Topology& operator=(Topology&&) noexcept;
+  Topology(const Topology&) = delete;
+  Topology& operator=(const Topology&) = delete;
+
+  // Parses YAML text. `source` names the file in error messages. `nodes_override` scales the
+  // node count of a compact-form file (an InputError for explicit files). Throws InputError
+  // with "FILE:LINE: error: ..." for every invalid input.
+  static Topology parse(const std::string& yaml_text, const std::string& source,
+                        std::optional<int> nodes_override = std::nullopt);
+  // Loads a file path, or an embedded preset name such as "dgx-h100" (see preset_names()).
+  static Topology load(const std::string& path_or_preset, std::optional<int> nodes_override = std::nullopt);
+  static std::vector<std::string> preset_names();
+
+  const std::string& name() const;
+  const std::string& description() const;
+  const GpuModel& gpu() const;
+  const FabricInfo& fabric() const;
+  int num_nodes() const;
+  int gpus_per_node() const;  // max over nodes
+  int num_gpus() const;
+
+  const std::vector<Device>& devices() const;
+  const std::vector<Link>& links() const;
+  // Device id of global GPU index g (GPUs are numbered node-major: node 0's GPUs first).
+  int gpu_device(int gpu) const;
+  int node_of_gpu(int gpu) const;
+  int local_gpu(int gpu) const;
+  // The NIC this GPU sends inter-node traffic through (nearest by PCIe); -1 when none.
+  int nic_of_gpu(int gpu) const;
+
+  // Shortest route by latency then hop count; between equal-cost fabric paths a deterministic
+  // hash of (src, dst) picks one (ECMP emulation). Cached; thread-compatible, not thread-safe.
+  const Route& route(int src_gpu, int dst_gpu) const;
+  // Contended resource of a hop: link*2 + direction for full duplex, link*2 for half duplex.
+  ResourceId resource_of(const Hop& hop) const;
+  double resource_bandwidth_GBps(ResourceId id) const;
+  // Resources two routes both use.
+  std::vector<ResourceId> shared_resources(const Route& a, const Route& b) const;
+
+  // Aggregate bandwidth across the worst cut that splits the nodes in two equal halves,
+  // GB/s per direction (for one node: across the worst halving of its GPUs).
+  double bisection_bandwidth_GBps() const;
+
+  // 64-bit FNV-1a (16 hex digits) of the canonical description (independent of comments, key order and whitespace;
+  // changes with the node count). Plans record it.
+  const std::string& content_hash() const;
+  // The source file text (for diagnostics) and the source name.
+  const std::string& source() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wallfacer

@@ -1,0 +1,58 @@
+// The workload: a model shape (layers, hidden, heads, ...) and the training shape (sequence
+// length, micro-batch, dtype, mask). Model presets live in models/*.yaml and are embedded in the
+// binary; every field can be overridden by a CLI flag.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace wallfacer {
+
+enum class DType { BF16, FP16, FP32 };
+const char* to_string(DType dtype);
+DType parse_dtype(const std::string& name);  // throws InputError
+int bytes_of(DType dtype);
+
+struct Workload {
+  std::string model = "custom";  // preset name or "custom"
+  int layers = 0;
+  int64_t hidden = 0;  // H = heads * head_dim for the presets
+  int heads = 0;       // query heads h
+  int kv_heads = 0;    // key/value heads h_kv (GQA when < heads)
+  int head_dim = 0;    // d
+  int64_t ffn = 0;     // FFN inner size
+  int64_t vocab = 0;
+  bool gated_ffn = true;  // SwiGLU (3 matrices) vs GELU MLP (2 matrices)
+  int64_t seq = 0;        // N, tokens per sequence
+  int batch = 1;          // B, sequences per step (split over data-parallel replicas)
+  DType dtype = DType::BF16;
+  bool causal = true;
+  int zero_stage = 1;  // 0..3: how model/optimizer state is sharded (memory model only)
+
+  int64_t q_width() const { return int64_t(heads) * head_dim; }      // H
+  int64_t kv_width() const { return int64_t(kv_heads) * head_dim; }  // H_kv
+  // Parameters of the whole model (attention, FFN, norms, embeddings and untied output head).
+  int64_t parameter_count() const;
+  int64_t attention_parameters_per_layer() const;  // W_q, W_k, W_v, W_o
+};
+
+// Optional overrides, one per CLI flag. Unset fields keep the preset's value.
+struct WorkloadOverrides {
+  std::optional<int> layers, heads, kv_heads, head_dim, batch, zero_stage;
+  std::optional<int64_t> hidden, ffn, vocab, seq;
+  std::optional<std::string> dtype;
+  std::optional<bool> causal;
+};
+
+// Parses a model preset file. Throws InputError("FILE:LINE: error: ...") on bad input.
+Workload parse_workload(const std::string& yaml_text, const std::string& source);
+// Loads a path or an embedded preset name ("llama-3-8b"); applies overrides and validates.
+Workload load_workload(const std::string& path_or_preset, const WorkloadOverrides& overrides = {});
+std::vector<std::string> model_preset_names();
+// Checks the ranges and relations of the fields (heads % kv_heads, hidden, seq > 0 ...).
+// `source` names the origin in messages. Throws InputError.
+void validate(const Workload& workload, const std::string& source);
+
+}  // namespace wallfacer
