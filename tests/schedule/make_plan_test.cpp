@@ -1,0 +1,65 @@
+// make_plan on a real topology preset: rank slots, placements and the plan-to-schedule path.
+#include <gtest/gtest.h>
+
+#include "planner/errors.hpp"
+#include "planner/strategy.hpp"
+#include "planner/topology.hpp"
+#include "tests/schedule/test_plans.hpp"
+
+namespace wallfacer {
+namespace {
+
+StrategyParams usp(int u, int r, Placement placement) {
+  StrategyParams p;
+  p.sequence_parallel = u * r;
+  p.ulysses = u;
+  p.ring = r;
+  p.placement = placement;
+  return p;
+}
+
+TEST(MakePlan, FillsSlotsFromTheTopology) {
+  const Topology topo = Topology::load("dgx-h100", 2);
+  const Workload w = testing::small_workload(64, 8, 8, true);
+  const Plan plan = make_plan(StrategyKind::Ring, testing::seq_params(16), w, topo, 16);
+  ASSERT_EQ(plan.num_ranks(), 16);
+  EXPECT_EQ(plan.topology_name, topo.name());
+  EXPECT_EQ(plan.topology_hash, topo.content_hash());
+  for (const RankSlot& slot : plan.ranks) {
+    EXPECT_EQ(slot.gpu, slot.rank);
+    EXPECT_EQ(slot.node, topo.node_of_gpu(slot.gpu));
+    EXPECT_EQ(slot.local_gpu, topo.local_gpu(slot.gpu));
+    const int nic = topo.nic_of_gpu(slot.gpu);
+    EXPECT_EQ(slot.nic, nic >= 0 ? topo.devices()[size_t(nic)].name : "");
+  }
+  EXPECT_EQ(plan.groups, make_groups(StrategyKind::Ring, testing::seq_params(16), 16));
+  EXPECT_NO_THROW(build_schedule(plan));
+}
+
+TEST(MakePlan, ContextFirstPutsRingGroupsOnConsecutiveGpus) {
+  const Topology topo = Topology::load("dgx-h100", 2);
+  const Workload w = testing::small_workload(64, 8, 8, true);
+  const Plan head = make_plan(StrategyKind::Usp, usp(2, 8, Placement::HeadFirst), w, topo, 16);
+  const Plan ctx = make_plan(StrategyKind::Usp, usp(2, 8, Placement::ContextFirst), w, topo, 16);
+  // Same logical groups; ring1 = {1, 3, ..., 15}.
+  EXPECT_EQ(head.groups, ctx.groups);
+  const int ring1 = ctx.find_group("ring1");
+  ASSERT_GE(ring1, 0);
+  std::vector<int> head_gpus, ctx_gpus;
+  for (int r : ctx.groups[size_t(ring1)].ranks) {
+    head_gpus.push_back(head.ranks[size_t(r)].gpu);
+    ctx_gpus.push_back(ctx.ranks[size_t(r)].gpu);
+  }
+  EXPECT_EQ(head_gpus, (std::vector<int>{1, 3, 5, 7, 9, 11, 13, 15}));
+  EXPECT_EQ(ctx_gpus, (std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15}));  // one node
+}
+
+TEST(MakePlan, RejectsInfeasibleAndOversizedRequests) {
+  const Topology topo = Topology::load("dgx-h100", 1);
+  const Workload w = testing::small_workload(64, 8, 8, true);
+  EXPECT_THROW(make_plan(StrategyKind::Ring, testing::seq_params(16), w, topo, 16), InputError);
+  EXPECT_THROW(make_plan(StrategyKind::Ulysses, testing::seq_params(3), w, topo, 3), InputError);
+}
+
+}  // namespace
+}  // namespace wallfacer

@@ -1,0 +1,13 @@
+# Schedule primitives, the strategy toolkit and the ring / zigzag / Ulysses / USP / double-ring
+# schedules: brute-force coverage, send/receive matching, exact FLOPs, closed-form volumes,
+# deadlock-free symbolic execution and determinism.
+wallfacer_add_test(NAME test_schedule
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/primitives_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/strategies_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/volumes_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/feasibility_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/make_plan_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/interpreter.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/test_plans.cpp
+  LIBS wallfacer::planner)
+target_include_directories(test_schedule PRIVATE ${PROJECT_SOURCE_DIR})
