@@ -1,8 +1,73 @@
+// Shared flags and output helpers of the subcommands (see common.hpp).
+#include "cli/common.hpp"
+
+#include <fmt/format.h>
+
 #include "cli/commands.hpp"
 
 namespace wallfacer::cli {
+
 int& exit_code() {
   static int code = 0;
   return code;
 }
+
+void add_workload_flags(CLI::App* app, WorkloadFlags& flags) {
+  const std::string group = "Workload (unset flags keep the model's value)";
+  app->add_option("--model", flags.model,
+                  fmt::format("Model preset ({}) or model file (docs/formats/workload.md)",
+                              fmt::join(model_preset_names(), ", ")))
+      ->capture_default_str()
+      ->group(group);
+  WorkloadOverrides& o = flags.overrides;
+  app->add_option("--layers", o.layers, "Transformer layers")->group(group);
+  app->add_option("--hidden", o.hidden, "Hidden size H; re-derives head_dim unless --head-dim is given")->group(group);
+  app->add_option("--heads", o.heads, "Query heads; re-derives head_dim unless --head-dim is given")->group(group);
+  app->add_option("--kv-heads", o.kv_heads, "Key/value heads (GQA when fewer than --heads)")->group(group);
+  app->add_option("--head-dim", o.head_dim, "Head dimension d; re-derives hidden unless --hidden is given")
+      ->group(group);
+  app->add_option("--ffn", o.ffn, "FFN inner size")->group(group);
+  app->add_option("--vocab", o.vocab, "Vocabulary size")->group(group);
+  app->add_option("--seq", o.seq, "Sequence length N in tokens")->group(group);
+  app->add_option("--batch", o.batch, "Sequences per step B (split over data-parallel replicas)")->group(group);
+  app->add_option("--dtype", o.dtype, "Activation type: bf16, fp16 or fp32")->group(group);
+  CLI::Option* causal = app->add_flag_callback(
+      "--causal", [&o] { o.causal = true; }, "Causal (decoder) attention mask");
+  CLI::Option* full = app->add_flag_callback(
+      "--no-causal", [&o] { o.causal = false; }, "Full (bidirectional) attention");
+  causal->excludes(full)->group(group);
+  full->group(group);
+  app->add_option("--zero-stage", o.zero_stage, "ZeRO stage 0..3 for the memory model")->group(group);
+}
+
+Workload resolve(const WorkloadFlags& flags) {
+  return load_workload(flags.model, flags.overrides);
+}
+
+void add_topology_flags(CLI::App* app, TopologyFlags& flags) {
+  const std::string group = "Topology";
+  app->add_option("--topology", flags.topology, "Topology preset or file (docs/formats/topology.md)")
+      ->capture_default_str()
+      ->group(group);
+  app->add_option("--nodes", flags.nodes, "Node count of a compact topology (default: the file's)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->group(group);
+}
+
+Topology load(const TopologyFlags& flags) {
+  return Topology::load(flags.topology, flags.nodes);
+}
+
+nlohmann::json to_json(const Workload& w) {
+  return nlohmann::json{{"model", w.model},   {"layers", w.layers},         {"hidden", w.hidden},
+                        {"heads", w.heads},   {"kv_heads", w.kv_heads},     {"head_dim", w.head_dim},
+                        {"ffn", w.ffn},       {"vocab", w.vocab},           {"gated_ffn", w.gated_ffn},
+                        {"seq", w.seq},       {"batch", w.batch},           {"dtype", to_string(w.dtype)},
+                        {"causal", w.causal}, {"zero_stage", w.zero_stage}, {"parameters", w.parameter_count()}};
+}
+
+void print_json(const nlohmann::json& value, std::ostream& out) {
+  out << value.dump(2) << "\n";
+}
+
 }  // namespace wallfacer::cli

@@ -114,5 +114,7 @@ Plan read_plan_file(const std::string& path);
 void check_plan_against_topology(const Plan& plan, const Topology& topology, const std::string& plan_source);
 
 bool operator==(const Workload& a, const Workload& b);
+// Every field, the optional prediction included.
+bool operator==(const Plan& a, const Plan& b);
 
 }  // namespace wallfacer

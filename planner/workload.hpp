@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+namespace YAML {
+class Node;
+}
+
 namespace wallfacer {
 
 enum class DType { BF16, FP16, FP32 };
@@ -54,5 +58,12 @@ std::vector<std::string> model_preset_names();
 // Checks the ranges and relations of the fields (heads % kv_heads, hidden, seq > 0 ...).
 // `source` names the origin in messages. Throws InputError.
 void validate(const Workload& workload, const std::string& source);
+
+namespace detail {
+// Reads a workload mapping inside another file (the `workload:` section of a plan) and validates
+// it, blaming the offending line. `all_fields` requires every field of Workload (a plan records
+// them all) and rejects the preset-only keys `description` and `source`.
+Workload workload_from_yaml(const YAML::Node& node, const std::string& source, bool all_fields);
+}  // namespace detail
 
 }  // namespace wallfacer

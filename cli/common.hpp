@@ -1,0 +1,41 @@
+// Helpers the subcommands share: the workload and topology flags (same names, defaults and help
+// everywhere), JSON output for --json, and the process exit status (exit_code in commands.hpp).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include "planner/topology.hpp"
+#include "planner/workload.hpp"
+
+namespace wallfacer::cli {
+
+// The flag structs are written by CLI11 while parsing: keep them alive as long as the CLI::App.
+
+// --model plus one override flag per Workload field (--layers, --seq, --causal/--no-causal, ...).
+struct WorkloadFlags {
+  std::string model = "llama-3-8b";  // preset name or model file
+  WorkloadOverrides overrides;
+};
+void add_workload_flags(CLI::App* app, WorkloadFlags& flags);
+// Loads the model and applies the overrides; InputError names the file line or the flag.
+Workload resolve(const WorkloadFlags& flags);
+
+// --topology (preset name or file) and --nodes (node count of a compact topology file).
+struct TopologyFlags {
+  std::string topology = "dgx-h100";
+  std::optional<int> nodes;
+};
+void add_topology_flags(CLI::App* app, TopologyFlags& flags);
+Topology load(const TopologyFlags& flags);
+
+// The workload as a JSON object with the keys of the model files (docs/formats/workload.md).
+nlohmann::json to_json(const Workload& workload);
+// Writes indented JSON and a newline; stdout carries nothing else when --json is given.
+void print_json(const nlohmann::json& value, std::ostream& out = std::cout);
+
+}  // namespace wallfacer::cli
