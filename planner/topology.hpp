@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wallfacer {
@@ -58,8 +59,8 @@ using ResourceId = int64_t;
 
 struct Route {
   int src_gpu = -1, dst_gpu = -1;
-  std::vector<int> devices;  // device ids from source GPU to destination GPU
-  std::vector<Hop> hops;     // devices.size() - 1 hops
+  std::vector<int> devices;    // device ids from source GPU to destination GPU
+  std::vector<Hop> hops;       // devices.size() - 1 hops
   double bottleneck_GBps = 0;  // min link bandwidth along the route; +inf for src == dst
   double latency_us = 0;       // sum of link latencies
 };
@@ -104,6 +105,8 @@ class Topology {
   int local_gpu(int gpu) const;
   // The NIC this GPU sends inter-node traffic through (nearest by PCIe); -1 when none.
   int nic_of_gpu(int gpu) const;
+  // Device id by name ("n3/gpu5", "leaf0.rail3"); -1 when there is none.
+  int device_id(const std::string& name) const;
 
   // Shortest route by latency then hop count; between equal-cost fabric paths a deterministic
   // hash of (src, dst) picks one (ECMP emulation). Cached; thread-compatible, not thread-safe.
@@ -115,7 +118,8 @@ class Topology {
   std::vector<ResourceId> shared_resources(const Route& a, const Route& b) const;
 
   // Aggregate bandwidth across the worst cut that splits the nodes in two equal halves,
-  // GB/s per direction (for one node: across the worst halving of its GPUs).
+  // GB/s per direction (for one node: across the worst halving of its GPUs, over the node's
+  // own links). Exact over all halvings when there are at most 128, else the contiguous one.
   double bisection_bandwidth_GBps() const;
 
   // 64-bit FNV-1a (16 hex digits) of the canonical description (independent of comments, key order and whitespace;
@@ -128,5 +132,32 @@ class Topology {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// ---- figures for `wallfacer topo show` and the GUI ----------------------------------------------
+
+// Links grouped by kind and bandwidth.
+struct LinkClass {
+  LinkKind kind = LinkKind::NvLink;
+  double bandwidth_GBps = 0;
+  double latency_us = 0;  // of the first link of the class
+  int count = 0;
+};
+// A GPU pair's route figures.
+struct PairFigure {
+  int src_gpu = -1, dst_gpu = -1;
+  double bandwidth_GBps = 0;  // route bottleneck
+  double latency_us = 0;
+};
+struct TopologySummary {
+  std::vector<std::pair<DeviceKind, int>> device_counts;  // kinds present, in enum order
+  std::vector<LinkClass> link_classes;                    // by kind, then bandwidth
+  // Best (highest bandwidth, then lowest latency) and worst GPU pairs inside one node and across
+  // nodes; absent when there is no such pair. Pairs inside node 0 (inside every node for an
+  // explicit-form file, whose nodes may differ); across nodes, all node pairs up to 16 nodes,
+  // else the pairs between nodes 0, 1, K/2 and K-1.
+  std::optional<PairFigure> intra_best, intra_worst, inter_best, inter_worst;
+  double bisection_GBps = 0;
+};
+TopologySummary summarize(const Topology& topology);
 
 }  // namespace wallfacer

@@ -1,0 +1,10 @@
+# Topology model: presets, routing against hand-computed figures and brute force, malformed
+# inputs with their exact messages, scale, and the `wallfacer topo` command.
+wallfacer_add_test(NAME test_topology
+  SOURCES
+    ${CMAKE_CURRENT_SOURCE_DIR}/topology/test_presets.cpp
+    ${CMAKE_CURRENT_SOURCE_DIR}/topology/test_routing.cpp
+    ${CMAKE_CURRENT_SOURCE_DIR}/topology/test_errors.cpp
+    ${CMAKE_CURRENT_SOURCE_DIR}/topology/test_scale.cpp
+    ${CMAKE_CURRENT_SOURCE_DIR}/topology/test_cli.cpp
+  LIBS wallfacer::planner yaml-cpp nlohmann_json::nlohmann_json)
