@@ -1,0 +1,4 @@
+# The schedule checker: hand-built broken schedules, each caught with the right message.
+wallfacer_add_test(NAME test_checker
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/checker_test.cpp
+  LIBS wallfacer::planner)

@@ -1,0 +1,97 @@
+// Test plans and traffic sums (see team_plans.hpp).
+#include "tests/strategies_team/team_plans.hpp"
+
+#include "planner/checker.hpp"
+
+namespace wallfacer::team_testing {
+
+Workload workload(int64_t seq, int heads, int kv_heads, bool causal, int batch, int head_dim) {
+  Workload w;
+  w.model = "test";
+  w.layers = 1;
+  w.heads = heads;
+  w.kv_heads = kv_heads;
+  w.head_dim = head_dim;
+  w.hidden = int64_t(heads) * head_dim;
+  w.ffn = 4 * w.hidden;
+  w.vocab = 64;
+  w.seq = seq;
+  w.batch = batch;
+  w.dtype = DType::BF16;
+  w.causal = causal;
+  return w;
+}
+
+StrategyParams params_of(int S, int D, int C, Placement placement) {
+  StrategyParams p;
+  p.sequence_parallel = S;
+  p.data_parallel = D;
+  p.team = C;
+  p.placement = placement;
+  return p;
+}
+
+Plan plan_of(StrategyKind kind, const StrategyParams& params, const Workload& workload) {
+  Plan plan;
+  plan.topology_name = "none";
+  plan.topology_nodes = 1;
+  plan.workload = workload;
+  plan.strategy = kind;
+  plan.params = params;
+  const int P = params.sequence_parallel * params.data_parallel;
+  for (int r = 0; r < P; ++r)
+    plan.ranks.push_back(RankSlot{r, r, 0, r, ""});
+  plan.groups = make_groups(kind, params, P);
+  return plan;
+}
+
+Traffic traffic(const RankProgram& program) {
+  Traffic t;
+  for (const Op& op : program.ops) {
+    const int ph = op.phase == Phase::Forward ? 0 : 1;
+    switch (op.kind) {
+      case OpKind::Send:
+        t.p2p[ph] += op.bytes, ++t.sends[ph];
+        break;
+      case OpKind::AllGather:
+        t.all_gather[ph] += op.bytes;
+        break;
+      case OpKind::ReduceScatter:
+        t.reduce_scatter[ph] += op.bytes;
+        break;
+      case OpKind::AllToAll:
+        t.all_to_all[ph] += op.bytes;
+        break;
+      case OpKind::AllReduce:
+        t.all_reduce[ph] += op.bytes;
+        break;
+      case OpKind::AttnFwd:
+      case OpKind::AttnBwd:
+        t.flops[ph] += op.flops;
+        break;
+      default:
+        break;
+    }
+  }
+  return t;
+}
+
+double closed_form_flops(const Workload& w, Phase phase) {
+  int64_t pairs = 0;
+  for (int64_t q = 0; q < w.seq; ++q)
+    pairs += w.causal ? q + 1 : w.seq;
+  const double forward = 4.0 * w.batch * double(pairs) * w.heads * w.head_dim;
+  return phase == Phase::Forward ? forward : 2.5 * forward;
+}
+
+std::string check_errors(const Plan& plan, Schedule* out) {
+  Schedule schedule = ScheduleBuilder(plan).build();
+  CheckReport report = check_schedule(plan, schedule);
+  std::string all;
+  for (const auto& e : report.errors)
+    all += e + "\n";
+  if (out) *out = std::move(schedule);
+  return all;
+}
+
+}  // namespace wallfacer::team_testing
