@@ -1,6 +1,289 @@
-// placeholder: the 'plan' subcommand is registered by its owner.
+// `wallfacer plan`: searches strategies, parameters, placements and GPU orders for a workload on
+// a topology (planner/search.hpp), prints the ranking (or JSON), and optionally writes the best
+// plan, checks its full schedule and re-ranks the best few by simulation.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
 #include "cli/commands.hpp"
+#include "cli/common.hpp"
+#include "planner/checker.hpp"
+#include "planner/cost_model.hpp"
+#include "planner/errors.hpp"
+#include "planner/search.hpp"
+#include "planner/strategy.hpp"
+#include "simulator/simulator.hpp"
 
 namespace wallfacer::cli {
-void register_plan_command(CLI::App& app) { (void)app; }
+namespace {
+
+struct PlanFlags {
+  WorkloadFlags workload;
+  TopologyFlags topology;
+  int gpus = 0;
+  std::string strategy = "auto";
+  int top = 10;
+  std::string out;
+  bool json = false;
+  bool check = false;
+  int simulate_top = 0;
+  std::string calibration;
+  std::string search = "auto";
+  double memory_fraction = 0.9;
+};
+
+struct Ranked {
+  SearchResult result;
+  std::vector<std::optional<double>> simulated_ms;  // by candidate
+};
+
+std::string bytes_text(int64_t bytes) {
+  const double b = double(bytes);
+  if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+  if (b >= 1024.0 * 1024) return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
+  if (b >= 1024.0) return fmt::format("{:.1f} KiB", b / 1024.0);
+  return fmt::format("{} B", bytes);
+}
+
+SearchOptions search_options(const PlanFlags& flags) {
+  SearchOptions o;
+  if (flags.strategy != "auto") o.strategy = parse_strategy(flags.strategy);
+  o.ranks = flags.gpus;
+  o.mode = flags.search == "exhaustive"  ? SearchMode::Exhaustive
+           : flags.search == "heuristic" ? SearchMode::Heuristic
+                                         : SearchMode::Auto;
+  o.memory_budget_fraction = flags.memory_fraction;
+  return o;
+}
+
+// Simulates the best K fully priced candidates and moves them, by simulated step time, to the front.
+void simulate_best(Ranked& ranked, const Topology& topology, const Calibration& calibration, int k) {
+  auto& candidates = ranked.result.candidates;
+  ranked.simulated_ms.assign(candidates.size(), std::nullopt);
+  size_t count = 0;
+  while (count < candidates.size() && int(count) < k && candidates[count].feasible && !candidates[count].pruned)
+    ++count;
+  SimOptions options;
+  options.calibration = calibration;
+  for (size_t i = 0; i < count; ++i) {
+    const SimResult r = simulate(candidates[i].plan, topology, options);
+    ranked.simulated_ms[i] = r.step_ms;
+  }
+  std::vector<size_t> order(count);
+  for (size_t i = 0; i < count; ++i)
+    order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return *ranked.simulated_ms[a] < *ranked.simulated_ms[b]; });
+  std::vector<Candidate> front;
+  std::vector<std::optional<double>> sims;
+  for (size_t i : order) {
+    front.push_back(std::move(candidates[i]));
+    sims.push_back(ranked.simulated_ms[i]);
+  }
+  for (size_t i = 0; i < count; ++i) {
+    candidates[i] = std::move(front[i]);
+    ranked.simulated_ms[i] = sims[i];
+  }
+}
+
+nlohmann::json candidate_json(const Candidate& c, const std::optional<double>& simulated) {
+  const StrategyParams& p = c.plan.params;
+  const CostBreakdown& cost = c.cost;
+  nlohmann::json j{
+      {"strategy", to_string(c.plan.strategy)},
+      {"params",
+       {{"text", c.describe_params()},
+        {"sequence_parallel", p.sequence_parallel},
+        {"data_parallel", p.data_parallel},
+        {"team", p.team},
+        {"ulysses", p.ulysses},
+        {"ring", p.ring},
+        {"window", p.window}}},
+      {"placement", c.describe_placement()},
+      {"feasible", c.feasible},
+      {"pruned", c.pruned},
+      {"reason", c.reason},
+      {"predicted_ms", {{"forward", cost.forward_ms}, {"backward", cost.backward_ms}, {"step", cost.step_ms}}},
+      {"comm_bytes_per_gpu",
+       {{"forward", {{"p2p", cost.volume.p2p_forward}, {"collective", cost.volume.collective_forward}}},
+        {"backward", {{"p2p", cost.volume.p2p_backward}, {"collective", cost.volume.collective_backward}}}}},
+      {"memory_GiB", cost.memory.total_GiB},
+      {"mfu", cost.mfu}};
+  if (simulated) j["simulated_ms"] = *simulated;
+  return j;
+}
+
+void print_json_result(const Ranked& ranked, const Workload& workload, const Topology& topology, int gpus) {
+  nlohmann::json candidates = nlohmann::json::array();
+  for (size_t i = 0; i < ranked.result.candidates.size(); ++i)
+    candidates.push_back(candidate_json(ranked.result.candidates[i],
+                                        ranked.simulated_ms.empty() ? std::nullopt : ranked.simulated_ms[i]));
+  nlohmann::json out{{"topology", topology.name()},
+                     {"nodes", topology.num_nodes()},
+                     {"gpus", gpus},
+                     {"workload", to_json(workload)},
+                     {"candidates", candidates},
+                     {"best", ranked.result.best >= 0 ? nlohmann::json(ranked.result.best) : nlohmann::json(nullptr)}};
+  print_json(out);
+}
+
+void print_row(size_t rank, const Candidate& c, const std::optional<double>& simulated, bool with_sim) {
+  const CostBreakdown& k = c.cost;
+  // Pruned candidates show their bound or estimate only; screened ones have no schedule at all.
+  const bool partial = c.pruned, screened = c.plan.ranks.empty();
+  auto ms = [&](double v) { return partial ? std::string() : fmt::format("{:.3f}", v); };
+  fmt::print("{:>3} {:<11} {:<12} {:<34} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9.1f} {:>7}", rank,
+             to_string(c.plan.strategy), c.describe_params(), c.describe_placement(), ms(k.forward_ms),
+             ms(k.backward_ms), (partial ? "~" : "") + fmt::format("{:.3f}", k.step_ms),
+             screened ? "" : bytes_text(k.volume.p2p_forward + k.volume.p2p_backward),
+             screened ? "" : bytes_text(k.volume.collective_forward + k.volume.collective_backward), k.memory.total_GiB,
+             partial ? "" : fmt::format("{:.1f}%", 100 * k.mfu));
+  if (with_sim) fmt::print(" {:>10}", simulated ? fmt::format("{:.3f}", *simulated) : "");
+  fmt::print("{}\n", c.pruned ? "  " + c.reason : "");
+}
+
+void print_table(const Ranked& ranked, const Workload& workload, const Topology& topology, int gpus, int top) {
+  const auto& candidates = ranked.result.candidates;
+  const bool with_sim = !ranked.simulated_ms.empty();
+  fmt::print("{} ({} layers) on {} ({} node{}, {} GPUs used): seq {} tokens, batch {}, {}, {}\n", workload.model,
+             workload.layers, topology.name(), topology.num_nodes(), topology.num_nodes() == 1 ? "" : "s", gpus,
+             workload.seq, workload.batch, to_string(workload.dtype), workload.causal ? "causal" : "full mask");
+  fmt::print("{:>3} {:<11} {:<12} {:<34} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>7}{}\n", "#", "strategy", "params",
+             "placement", "fwd ms", "bwd ms", "step ms", "p2p/GPU", "coll/GPU", "mem GiB", "MFU",
+             with_sim ? "     sim ms" : "");
+  size_t shown = 0, feasible = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!candidates[i].feasible) continue;
+    ++feasible;
+    if (int(shown) >= top) continue;
+    print_row(++shown, candidates[i], with_sim ? ranked.simulated_ms[i] : std::nullopt, with_sim);
+  }
+  if (feasible == 0) fmt::print("    (no feasible candidate)\n");
+  if (feasible > shown) fmt::print("    ... {} more feasible (--top {} shows them)\n", feasible - shown, feasible);
+  if (feasible == candidates.size()) return;
+  fmt::print("rejected:\n");
+  size_t rejected = 0;
+  for (const Candidate& c : candidates) {
+    if (c.feasible) continue;
+    if (int(rejected++) < top)
+      fmt::print("    {:<11} {:<12} {:<34} {}\n", to_string(c.plan.strategy), c.describe_params(),
+                 to_string(c.plan.params.placement), c.reason);
+  }
+  if (int(rejected) > top) fmt::print("    ... {} more rejected\n", rejected - size_t(top));
+}
+
+// Builds the full schedule of the chosen plan and proves it correct; false when it is not.
+bool check_plan(const Plan& plan, bool quiet) {
+  const Schedule schedule = build_schedule(plan);
+  const CheckReport report = check_schedule(plan, schedule);
+  if (!report.ok) {
+    fmt::print(stderr, "check: the schedule of the best plan is broken:\n");
+    for (const auto& e : report.errors)
+      fmt::print(stderr, "  {}\n", e);
+    return false;
+  }
+  if (!quiet)
+    fmt::print("check: ok, {} ops ({} sends, {} collectives, {} forward and {} backward blocks) on {} ranks\n",
+               report.ops, report.sends, report.collectives, report.forward_blocks, report.backward_blocks,
+               plan.num_ranks());
+  return true;
+}
+
+int run_plan(const PlanFlags& flags) {
+  const Workload workload = resolve(flags.workload);
+  const Topology topology = load(flags.topology);
+  const Calibration calibration =
+      flags.calibration.empty() ? Calibration::defaults() : Calibration::load(flags.calibration);
+  const CostModel model(topology, calibration);
+  const SearchOptions options = search_options(flags);
+  Ranked ranked{search_plans(topology, workload, model, options), {}};
+  const int gpus = options.ranks > 0 ? options.ranks : topology.num_gpus();
+  if (flags.simulate_top > 0) simulate_best(ranked, topology, calibration, flags.simulate_top);
+
+  if (flags.json)
+    print_json_result(ranked, workload, topology, gpus);
+  else
+    print_table(ranked, workload, topology, gpus, flags.top);
+  if (ranked.result.best < 0) {
+    fmt::print(stderr, "no feasible plan{}\n", flags.strategy != "auto" ? " for strategy " + flags.strategy : "");
+    return 1;
+  }
+  const Candidate& best = ranked.result.candidates[size_t(ranked.result.best)];
+  if (flags.check && !check_plan(best.plan, flags.json)) return 1;
+  if (!flags.out.empty()) {
+    std::ofstream out(flags.out);
+    if (!out) throw InputError(flags.out, 0, "cannot open for writing");
+    write_plan(best.plan, out);
+    if (!out) throw InputError(flags.out, 0, "write failed");
+    if (!flags.json)
+      fmt::print("wrote {} {} ({}) to {}\n", to_string(best.plan.strategy), best.describe_params(),
+                 best.describe_placement(), flags.out);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_plan_command(CLI::App& app) {
+  auto flags = std::make_shared<PlanFlags>();
+  CLI::App* command = app.add_subcommand(
+      "plan", "Search strategies, parameters and GPU placements for a workload on a topology; rank them");
+  add_topology_flags(command, flags->topology);
+  add_workload_flags(command, flags->workload);
+  const std::string group = "Search";
+  command->add_option("--gpus", flags->gpus, "GPUs to use, filling nodes in order (0 = every GPU)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(group);
+  std::string strategies = "auto";
+  for (StrategyKind k : all_strategies())
+    strategies += std::string("|") + to_string(k);
+  command->add_option("--strategy", flags->strategy, "Only this strategy (" + strategies + ")")
+      ->capture_default_str()
+      ->group(group);
+  command
+      ->add_option("--search", flags->search,
+                   "auto (exhaustive up to 32 GPUs, else heuristic), exhaustive or heuristic")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "exhaustive", "heuristic"}))
+      ->group(group);
+  command->add_option("--memory-fraction", flags->memory_fraction, "Share of GPU memory a plan may use")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 1.0))
+      ->group(group);
+  command->add_option("--calibration", flags->calibration, "Kernel throughput file (docs/calibration.md)")
+      ->check(CLI::ExistingFile)
+      ->group(group);
+  const std::string output = "Output";
+  command->add_option("--top", flags->top, "Rows of the ranking to print (feasible, then rejected)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->group(output);
+  command
+      ->add_option("--out", flags->out,
+                   "Write the best plan here (docs/formats/plan.md); nothing is written without it")
+      ->group(output);
+  command->add_flag("--json", flags->json, "Print the ranking as JSON on stdout")->group(output);
+  command->add_flag("--check", flags->check, "Build the best plan's full schedule and prove it correct")->group(output);
+  command
+      ->add_option("--simulate-top", flags->simulate_top,
+                   "Simulate the best K candidates (SimGrid) and re-rank them by simulated step time")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(output);
+  command->callback([flags] {
+    if (flags->strategy != "auto") {
+      try {
+        parse_strategy(flags->strategy);
+      } catch (const InputError& e) {
+        throw InputError("--strategy", 0, e.message());
+      }
+    }
+    exit_code() = run_plan(*flags);
+  });
+}
+
 }  // namespace wallfacer::cli

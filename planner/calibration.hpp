@@ -4,7 +4,9 @@
 // in log2(tokens); beyond the ends it is clamped.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/workload.hpp"
@@ -23,6 +25,21 @@ struct CalibrationPoint {
   std::string source;
 };
 
+// One resolved throughput curve (GPU, op, dtype, head_dim), for pricing many blocks quickly.
+class KernelCurve {
+ public:
+  // Achieved TFLOP/s of a q_tokens x k_tokens block (log2 interpolation, clamped at the ends and
+  // at the peak).
+  double tflops(int64_t q_tokens, int64_t k_tokens) const;
+  bool is_fallback() const { return fallback_; }  // no point matched: fallback efficiency x peak
+
+ private:
+  friend class Calibration;
+  std::vector<std::pair<double, double>> points_;  // (log2 block tokens, TFLOP/s), sorted
+  double peak_tflops_ = 0;
+  bool fallback_ = false;
+};
+
 class Calibration {
  public:
   static Calibration defaults();
@@ -33,6 +50,8 @@ class Calibration {
   // peak_tflops when no point matches the GPU.
   double tflops(const std::string& gpu, KernelOp op, DType dtype, int head_dim, int64_t q_tokens, int64_t k_tokens,
                 double peak_tflops) const;
+  KernelCurve curve(const std::string& gpu, KernelOp op, DType dtype, int head_dim, double peak_tflops) const;
+  double fallback_efficiency() const { return fallback_efficiency_; }
   // Fraction of compute speed kept while communication kernels run (simulator option), 1 = none lost.
   double compute_slowdown_under_comm() const { return comm_slowdown_; }
   const std::vector<CalibrationPoint>& points() const { return points_; }

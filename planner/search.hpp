@@ -22,7 +22,13 @@ struct SearchOptions {
   int ranks = 0;                         // GPUs to use; 0 = every GPU of the topology
   SearchMode mode = SearchMode::Auto;    // Auto = Exhaustive up to exhaustive_max_gpus
   int exhaustive_max_gpus = 32;
-  double memory_budget_fraction = 0.9;   // of the GPU memory
+  double memory_budget_fraction = 0.9;  // of the GPU memory
+  size_t max_orders = 5040;             // exhaustive: more distinct node-local orders -> heuristic ones
+  // Heuristic mode above this many GPUs: a closed-form screen, rescaled per strategy by pricing
+  // each strategy's best-screened candidate, picks `screen_keep` more candidates to price; the
+  // others are listed with their (rescaled) screening estimate.
+  int screen_above_gpus = 512;
+  int screen_keep = 4;
 };
 
 struct Candidate {
@@ -30,6 +36,11 @@ struct Candidate {
   bool feasible = false;
   std::string reason;  // why not feasible
   CostBreakdown cost;
+  // Heuristic search only: not fully priced. Either its first timed rank alone already took longer
+  // than the best plan (cost is then a lower bound), or the closed-form screen left it out on a
+  // large cluster (cost.step_ms is then that estimate). `reason` says which.
+  bool pruned = false;
+  std::vector<int> local_order;         // node-local GPU order used (empty when the rules reject it)
   std::string describe_params() const;  // "C=2", "u=4 r=2", "w=4", "S=8 D=2"
   std::string describe_placement() const;
 };

@@ -1,0 +1,4 @@
+# Planner wall time at 64, 1,024 and 16,384 GPUs (DGX H100, Llama-3-8B, 1M tokens, auto search).
+# Single-threaded standalone driver; prints a table. Figures in docs/benchmarks.md.
+add_executable(bench_planner ${CMAKE_CURRENT_LIST_DIR}/planner_bench.cpp)
+target_link_libraries(bench_planner PRIVATE wallfacer::planner fmt::fmt)

@@ -1,0 +1,96 @@
+// Planner benchmark: wall time of `wallfacer plan` style searches (DGX H100 nodes, Llama-3-8B,
+// 1M-token sequence, every strategy, auto search mode) at 64, 1,024 and 16,384 GPUs, on one
+// thread. Prints one row per cluster size and the ratios defined in docs/benchmarks.md.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "planner/cost_model.hpp"
+#include "planner/search.hpp"
+#include "planner/topology.hpp"
+#include "planner/workload.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// CPU seconds of this thread: the figure that does not depend on other load on the machine.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+struct Row {
+  int gpus = 0;
+  double load_s = 0, search_s = 0, search_cpu_s = 0;
+  size_t candidates = 0, feasible = 0, pruned = 0;
+  std::string best;
+};
+
+Row run(int gpus, const wallfacer::Workload& workload, int repeats) {
+  Row row;
+  row.gpus = gpus;
+  row.search_s = 1e30;
+  row.search_cpu_s = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    // A fresh topology each time: its route cache must not carry over between repeats.
+    const auto t0 = Clock::now();
+    const wallfacer::Topology topology = wallfacer::Topology::load("dgx-h100", gpus / 8);
+    const auto t1 = Clock::now();
+    const double cpu0 = thread_cpu_seconds();
+    const wallfacer::CostModel model(topology, wallfacer::Calibration::defaults());
+    const wallfacer::SearchResult result = wallfacer::search_plans(topology, workload, model, {});
+    const auto t2 = Clock::now();
+    row.search_cpu_s = std::min(row.search_cpu_s, thread_cpu_seconds() - cpu0);
+    const double search = std::chrono::duration<double>(t2 - t1).count();
+    if (search < row.search_s) {
+      row.search_s = search;
+      row.load_s = std::chrono::duration<double>(t1 - t0).count();
+    }
+    row.candidates = result.candidates.size();
+    row.feasible = size_t(
+        std::count_if(result.candidates.begin(), result.candidates.end(), [](const auto& c) { return c.feasible; }));
+    row.pruned = size_t(
+        std::count_if(result.candidates.begin(), result.candidates.end(), [](const auto& c) { return c.pruned; }));
+    if (result.best >= 0) {
+      const auto& best = result.candidates[size_t(result.best)];
+      row.best = fmt::format("{} {} ({:.2f} ms)", wallfacer::to_string(best.plan.strategy), best.describe_params(),
+                             best.cost.step_ms);
+    }
+  }
+  return row;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
+  wallfacer::WorkloadOverrides overrides;
+  overrides.seq = int64_t(1) << 20;
+  const wallfacer::Workload workload = wallfacer::load_workload("llama-3-8b", overrides);
+
+  std::vector<Row> rows;
+  for (int gpus : {64, 1024, 16384})
+    rows.push_back(run(gpus, workload, repeats));
+
+  fmt::print("planner benchmark: dgx-h100, llama-3-8b, seq {} tokens, auto search, 1 thread, best of {}\n",
+             workload.seq, repeats);
+  fmt::print("{:>6} {:>8} {:>9} {:>8} {:>10} {:>8} {:>6} {:>13}  {}\n", "GPUs", "load s", "search s", "cpu s",
+             "candidates", "feasible", "pruned", "cpu ms/cand.", "best plan (predicted step)");
+  for (const Row& r : rows)
+    fmt::print("{:>6} {:>8.3f} {:>9.3f} {:>8.3f} {:>10} {:>8} {:>6} {:>13.2f}  {}\n", r.gpus, r.load_s, r.search_s,
+               r.search_cpu_s, r.candidates, r.feasible, r.pruned,
+               1e3 * r.search_cpu_s / double(std::max<size_t>(r.candidates, 1)), r.best);
+  // Growth of the search time from 64 to 16,384 GPUs against the 256x growth in GPUs.
+  const double growth = rows.back().search_cpu_s / rows.front().search_cpu_s;
+  fmt::print("scaling: cpu(16384) / cpu(64) = {:.1f} for 256x the GPUs (growth exponent {:.2f})\n", growth,
+             std::log(growth) / std::log(256.0));
+  return 0;
+}

@@ -1,0 +1,262 @@
+// Contention-aware pricing of transfers and collectives for the cost model (cost_network.hpp).
+#include "planner/cost_network.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <unordered_set>
+
+namespace wallfacer::detail {
+namespace {
+
+uint64_t pair_key(int a, int b) {
+  return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+}
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+}  // namespace
+
+ContentionCounter::ContentionCounter(const Topology& topology)
+    : topology_(topology), count_(2 * topology.links().size() + 2, 0) {}
+
+void ContentionCounter::add(int src_gpu, int dst_gpu) {
+  if (src_gpu == dst_gpu) return;
+  for (const Hop& hop : topology_.route(src_gpu, dst_gpu).hops) {
+    const ResourceId id = topology_.resource_of(hop);
+    if (count_[size_t(id)]++ == 0) touched_.push_back(id);
+  }
+}
+
+FlowPrice ContentionCounter::price(int src_gpu, int dst_gpu) const {
+  const Route& route = topology_.route(src_gpu, dst_gpu);
+  FlowPrice price{kInf, route.latency_us};
+  for (const Hop& hop : route.hops) {
+    const ResourceId id = topology_.resource_of(hop);
+    const double share = topology_.resource_bandwidth_GBps(id) / std::max(count_[size_t(id)], 1);
+    price.bandwidth_GBps = std::min(price.bandwidth_GBps, share);
+  }
+  return price;
+}
+
+void ContentionCounter::clear() {
+  for (int64_t id : touched_)
+    count_[size_t(id)] = 0;
+  touched_.clear();
+}
+
+NetworkPricer::NetworkPricer(const Topology& topology, const Plan& plan, const std::vector<FlowSet>& flow_sets)
+    : topology_(topology), plan_(plan), flow_sets_(flow_sets), counter_(topology) {}
+
+// ---- point-to-point ------------------------------------------------------------------------
+
+NetworkPricer::SetIndex& NetworkPricer::set_index(int flow_set) {
+  auto [it, fresh] = sets_.try_emplace(flow_set);
+  SetIndex& index = it->second;
+  if (!fresh) return index;
+  const auto& flows = flow_sets_[size_t(flow_set)].flows;
+  if (flows.size() <= kExactFlows) {
+    // Count first, then price: a flow's share depends on every flow of the set.
+    for (const auto& [src, dst] : flows)
+      counter_.add(gpu_of(src), gpu_of(dst));
+    for (const auto& [src, dst] : flows)
+      index.prices.emplace(pair_key(src, dst), counter_.price(gpu_of(src), gpu_of(dst)));
+    counter_.clear();
+    return index;
+  }
+  for (size_t f = 0; f < flows.size(); ++f) {
+    const int a = node_of(flows[f].first), b = node_of(flows[f].second);
+    index.by_node[a].push_back(int32_t(f));
+    if (b != a) index.by_node[b].push_back(int32_t(f));
+  }
+  return index;
+}
+
+FlowPrice NetworkPricer::p2p_price(int flow_set, int src_rank, int dst_rank) {
+  auto lone = [&] {
+    const Route& route = topology_.route(gpu_of(src_rank), gpu_of(dst_rank));
+    return FlowPrice{route.bottleneck_GBps, route.latency_us};
+  };
+  if (flow_set < 0 || flow_set >= int(flow_sets_.size())) return lone();
+  SetIndex& index = set_index(flow_set);
+  const uint64_t key = pair_key(src_rank, dst_rank);
+  if (auto it = index.prices.find(key); it != index.prices.end()) return it->second;
+  if (index.by_node.empty()) return lone();  // not in this (small) set
+
+  // Large set: the flows with an end on either node of this flow.
+  const auto& flows = flow_sets_[size_t(flow_set)].flows;
+  const int na = node_of(src_rank), nb = node_of(dst_rank);
+  bool member = false;
+  for (int node : {na, nb}) {
+    auto it = index.by_node.find(node);
+    if (it == index.by_node.end()) continue;
+    for (int32_t f : it->second) {
+      const auto [s, d] = flows[size_t(f)];
+      if (node == nb && nb != na && (node_of(s) == na || node_of(d) == na)) continue;  // counted already
+      counter_.add(gpu_of(s), gpu_of(d));
+      member = member || (s == src_rank && d == dst_rank);
+    }
+  }
+  FlowPrice price = member ? counter_.price(gpu_of(src_rank), gpu_of(dst_rank)) : lone();
+  counter_.clear();
+  index.prices.emplace(key, price);
+  return price;
+}
+
+double NetworkPricer::p2p_seconds(int flow_set, int src_rank, int dst_rank, int64_t bytes) {
+  if (src_rank == dst_rank || gpu_of(src_rank) == gpu_of(dst_rank)) return 0;
+  // Programs repeat the same flow op after op: remember the last one.
+  if (flow_set != last_.flow_set || src_rank != last_.src || dst_rank != last_.dst)
+    last_ = {flow_set, src_rank, dst_rank, p2p_price(flow_set, src_rank, dst_rank)};
+  const FlowPrice& price = last_.price;
+  return price.latency_us * 1e-6 + double(bytes) / (price.bandwidth_GBps * 1e9);
+}
+
+// ---- collectives ---------------------------------------------------------------------------
+
+NetworkPricer::Pattern& NetworkPricer::pattern(GroupKind kind, const std::vector<int>& offsets) {
+  auto [it, fresh] = patterns_.try_emplace(std::make_pair(int(kind), offsets));
+  Pattern& p = it->second;
+  if (!fresh) return p;
+  p.kind = kind;
+  p.offsets = offsets;
+  for (const CommGroup& group : plan_.groups)
+    if (group.kind == kind && group.ranks.size() > 1) p.flows += group.ranks.size() * offsets.size();
+  if (p.flows > kExactFlows) return p;
+  // Small: count every flow of every group of the kind, price every group.
+  auto for_each_flow = [&](const CommGroup& group, auto&& visit) {
+    const size_t n = group.ranks.size();
+    if (n < 2) return;
+    for (int offset : offsets)
+      for (size_t k = 0; k < n; ++k)
+        visit(gpu_of(group.ranks[k]), gpu_of(group.ranks[(k + size_t(offset)) % n]));
+  };
+  for (const CommGroup& group : plan_.groups)
+    if (group.kind == kind) for_each_flow(group, [&](int a, int b) { counter_.add(a, b); });
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    if (plan_.groups[g].kind != kind) continue;
+    GroupPrice price{kInf, 0};
+    for_each_flow(plan_.groups[g], [&](int a, int b) {
+      if (a == b) return;
+      const FlowPrice flow = counter_.price(a, b);
+      price.bandwidth_GBps = std::min(price.bandwidth_GBps, flow.bandwidth_GBps);
+      price.latency_us = std::max(price.latency_us, flow.latency_us);
+    });
+    p.prices.emplace(int(g), price);
+  }
+  counter_.clear();
+  return p;
+}
+
+void NetworkPricer::index_kind(GroupKind kind) {
+  auto [it, fresh] = members_by_node_.try_emplace(int(kind));
+  if (!fresh) return;
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    if (plan_.groups[g].kind != kind) continue;
+    const auto& members = plan_.groups[g].ranks;
+    for (size_t k = 0; k < members.size(); ++k)
+      it->second[node_of(members[k])].emplace_back(int(g), int(k));
+  }
+}
+
+// Counts the pattern's flows with an end on a node that holds a member of `group`.
+void NetworkPricer::count_pattern_near(const Pattern& p, int group) {
+  index_kind(p.kind);
+  const auto& by_node = members_by_node_[int(p.kind)];
+  std::unordered_set<int> nodes;
+  for (int rank : plan_.groups[size_t(group)].ranks)
+    nodes.insert(node_of(rank));
+  for (int node : nodes) {
+    auto it = by_node.find(node);
+    if (it == by_node.end()) continue;
+    for (const auto& [g, k] : it->second) {
+      const auto& members = plan_.groups[size_t(g)].ranks;
+      const int n = int(members.size());
+      if (n < 2) continue;
+      for (int offset : p.offsets) {
+        counter_.add(gpu_of(members[size_t(k)]), gpu_of(members[size_t((k + offset) % n)]));  // leaves the node
+        const int from = members[size_t((k - offset % n + n) % n)];
+        if (!nodes.count(node_of(from))) counter_.add(gpu_of(from), gpu_of(members[size_t(k)]));  // arrives
+      }
+    }
+  }
+}
+
+NetworkPricer::GroupPrice NetworkPricer::group_price(Pattern& p, int group) {
+  if (auto it = p.prices.find(group); it != p.prices.end()) return it->second;
+  count_pattern_near(p, group);
+  GroupPrice price{kInf, 0};
+  const auto& members = plan_.groups[size_t(group)].ranks;
+  const size_t n = members.size();
+  for (int offset : p.offsets)
+    for (size_t k = 0; k < n; ++k) {
+      const int a = gpu_of(members[k]), b = gpu_of(members[(k + size_t(offset)) % n]);
+      if (a == b) continue;
+      const FlowPrice flow = counter_.price(a, b);
+      price.bandwidth_GBps = std::min(price.bandwidth_GBps, flow.bandwidth_GBps);
+      price.latency_us = std::max(price.latency_us, flow.latency_us);
+    }
+  counter_.clear();
+  p.prices.emplace(group, price);
+  return price;
+}
+
+int NetworkPricer::member_index(int group, int rank) {
+  if (group_indexed_.empty()) group_indexed_.assign(plan_.groups.size(), false);
+  if (!group_indexed_[size_t(group)]) {
+    group_indexed_[size_t(group)] = true;
+    const auto& members = plan_.groups[size_t(group)].ranks;
+    for (size_t i = 0; i < members.size(); ++i)
+      member_index_.emplace(pair_key(group, members[i]), int(i));
+  }
+  auto it = member_index_.find(pair_key(group, rank));
+  return it == member_index_.end() ? -1 : it->second;
+}
+
+double NetworkPricer::collective_seconds(OpKind kind, int group, int64_t bytes) {
+  if (group < 0 || group >= int(plan_.groups.size())) return 0;
+  const CommGroup& g = plan_.groups[size_t(group)];
+  const int p = int(g.ranks.size());
+  if (p < 2) return 0;
+  const GroupPrice price = group_price(pattern(g.kind, {1}), group);
+  // Ring algorithms (algorithms.md §10.1): p-1 steps (all-reduce 2(p-1)), each one latency, and the
+  // member's bytes over the slowest ring edge under contention.
+  const int steps = kind == OpKind::AllReduce ? 2 * (p - 1) : p - 1;
+  const double transfer = price.bandwidth_GBps < kInf ? double(bytes) / (price.bandwidth_GBps * 1e9) : 0;
+  return steps * price.latency_us * 1e-6 + transfer;
+}
+
+double NetworkPricer::all_to_all_seconds(const RankProgram& program, const Op& op, const TokenSetPool& pool,
+                                         const ScheduleDims& dims) {
+  const CollectiveSpec& spec = program.collectives[size_t(op.coll)];
+  if (spec.group < 0 || spec.group >= int(plan_.groups.size())) return 0;
+  const int p = int(plan_.groups[size_t(spec.group)].ranks.size());
+  const int me = member_index(spec.group, program.rank);
+  if (p < 2 || me < 0 || size_t(me) >= spec.in_tokens.size()) return 0;
+  // Peers this member sends to, and the largest slice it sends.
+  const TokenSet& in = pool.get(spec.in_tokens[size_t(me)]);
+  const HeadRange in_heads = spec.in_heads[size_t(me)];
+  const bool fp32 = op.buf[0] >= 0 && program.buffers[size_t(op.buf[0])].fp32;
+  const int batch = std::max(program.batch_end - program.batch_begin, 1);
+  std::vector<int> offsets;
+  int64_t largest = 0;
+  for (int j = 0; j < p; ++j) {
+    if (j == me) continue;
+    const HeadRange out_heads = spec.out_heads[size_t(j)];
+    const int32_t heads = std::min(in_heads.end, out_heads.end) - std::max(in_heads.begin, out_heads.begin);
+    if (heads <= 0) continue;
+    int64_t tokens = 0;
+    for (const TokenRange& a : in)
+      for (const TokenRange& b : pool.get(spec.out_tokens[size_t(j)]))
+        tokens += std::max<int64_t>(0, std::min(a.end, b.end) - std::max(a.begin, b.begin));
+    if (tokens <= 0) continue;
+    offsets.push_back((j - me + p) % p);
+    largest = std::max(largest, payload_bytes(dims, spec.fields, tokens, heads, batch, fp32));
+  }
+  if (offsets.empty()) return 0;
+  std::sort(offsets.begin(), offsets.end());
+  const GroupPrice price = group_price(pattern(plan_.groups[size_t(spec.group)].kind, offsets), spec.group);
+  // Every peer's flow runs at once: one latency per peer, the largest slice over its flow's share.
+  const double transfer = price.bandwidth_GBps < kInf ? double(largest) / (price.bandwidth_GBps * 1e9) : 0;
+  return double(offsets.size()) * price.latency_us * 1e-6 + transfer;
+}
+
+}  // namespace wallfacer::detail

@@ -1,0 +1,175 @@
+// Screening estimates for the heuristic search on large clusters (search_screen.hpp): the
+// closed forms of algorithms.md §10.2 and §10.4 per strategy, with one latency and bandwidth for
+// links inside a node and one for links between nodes. Rough by design: they only choose which
+// candidates the schedule-based cost model prices.
+#include "planner/search_screen.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "planner/cost_model.hpp"
+
+namespace wallfacer::detail {
+namespace {
+
+struct LinkClass {
+  double alpha_s = 0, bytes_per_s = 1;
+  double time(double bytes) const { return alpha_s + bytes / bytes_per_s; }
+};
+
+struct Screen {
+  const Workload& w;
+  const StrategyParams& p;
+  KernelCurve fwd_curve, bwd_curve;
+  LinkClass intra, inter;
+  int gpus_per_node = 1;
+  double s = 2;  // bytes per element
+
+  // A group of `members` ranks `stride` apart stays inside a node when it fits in one.
+  const LinkClass& link(int members, int stride) const {
+    return int64_t(members) * stride <= gpus_per_node ? intra : inter;
+  }
+  // Seconds of a q x k block over `head_fraction` of the heads, with `live` of its pairs computed.
+  double block(double q, double k, double head_fraction, double live, bool backward) const {
+    const double batch = double(w.batch) / p.data_parallel;
+    const double flops = 4 * batch * q * k * double(w.q_width()) * head_fraction * live * (backward ? 2.5 : 1.0);
+    const double tflops = (backward ? bwd_curve : fwd_curve).tflops(int64_t(q), int64_t(k));
+    return tflops > 0 ? flops / (tflops * 1e12) : 0;
+  }
+  // Pass-KV ring of `members` rounds: blocks overlap the next transfer (§10.4).
+  static double ring(double block, double transfer, int members) {
+    return block + (members - 1) * std::max(block, transfer);
+  }
+  // Ring all-gather / reduce-scatter where each member sends `bytes` in total.
+  static double ring_collective(const LinkClass& l, int members, double bytes) {
+    return members < 2 ? 0 : (members - 1) * l.alpha_s + bytes / l.bytes_per_s;
+  }
+};
+
+// Fraction of pairs the busiest rank computes: half under a balanced (zigzag) causal layout, all
+// of them for the last rank of a contiguous one.
+double live_fraction(const Workload& w, bool balanced) {
+  return w.causal && balanced ? 0.5 : 1.0;
+}
+
+std::pair<double, double> ring_like(const Screen& c, int ring, int ring_stride, int ulysses, int a2a_stride,
+                                    bool balanced) {
+  const Workload& w = c.w;
+  const double batch = double(w.batch) / c.p.data_parallel;
+  const double per_rank = double(w.seq) / (double(ring) * ulysses);  // tokens before the all-to-all
+  const double per_member = double(w.seq) / ring;                    // tokens per ring member after it
+  const double heads = 1.0 / ulysses;
+  const double kv = 2 * batch * per_member * double(w.kv_width()) * heads * c.s;
+  const LinkClass& rl = c.link(ring, ring_stride);
+  const double live = live_fraction(w, balanced);
+  const double fb = c.block(per_member, per_member, heads, live, false);
+  const double bb = c.block(per_member, per_member, heads, live, true);
+  double fwd = Screen::ring(fb, rl.time(kv), ring);
+  double bwd = Screen::ring(bb, rl.time(3 * kv), ring);  // K,V plus fp32 dK,dV
+  if (ulysses > 1) {
+    const LinkClass& al = c.link(ulysses, a2a_stride);
+    const double slice = batch * per_rank * double(2 * w.q_width() + 2 * w.kv_width()) * c.s;
+    const double a2a = 2 * (ulysses - 1) * al.alpha_s + slice * (ulysses - 1) / ulysses / al.bytes_per_s;
+    fwd += a2a;
+    bwd += 2 * a2a;
+  }
+  return {fwd, bwd};
+}
+
+std::pair<double, double> gather_like(const Screen& c, int S, double kv_fraction_of_hidden) {
+  const Workload& w = c.w;
+  const double batch = double(w.batch) / c.p.data_parallel;
+  const double n = double(w.seq) / S;
+  const double bytes = (S - 1) * 2 * batch * n * double(w.kv_width()) * c.s * kv_fraction_of_hidden;
+  const LinkClass& l = c.link(S, 1);
+  const double fwd = Screen::ring_collective(l, S, bytes) + c.block(n, double(w.seq), 1, 1, false);
+  const double bwd = Screen::ring_collective(l, S, bytes) + Screen::ring_collective(l, S, 2 * bytes) +
+                     c.block(n, double(w.seq), 1, 1, true);
+  return {fwd, bwd};
+}
+
+std::pair<double, double> wallfacer(const Screen& c) {
+  const Workload& w = c.w;
+  const int S = c.p.sequence_parallel, C = std::max(c.p.team, 1), G = std::max(S / (C * C), 1);
+  const bool collect_intra = c.p.placement != Placement::P2PIntra;
+  const LinkClass& team = collect_intra ? c.link(C, 1) : c.link(C, G);
+  const LinkClass& sub = collect_intra ? c.link(G, C) : c.link(G, 1);
+  const double batch = double(w.batch) / c.p.data_parallel;
+  const double n = double(w.seq) / S;
+  const double gather = (C - 1) * batch * n * double(w.q_width() + 2 * w.kv_width()) * c.s;
+  const double scatter = (C - 1) * batch * n * double(w.q_width()) * 4;
+  const double kv = 2 * C * batch * n * double(w.kv_width()) * c.s;
+  const double bundle = C * batch * n * double(w.q_width()) * (2 * c.s + 4);
+  const double live = live_fraction(w, true);
+  const double fb = c.block(C * n, C * n, 1, live, false), bb = c.block(C * n, C * n, 1, live, true);
+  const double fwd = Screen::ring_collective(team, C, gather) + sub.time(kv) + Screen::ring(fb, sub.time(kv), G) +
+                     Screen::ring_collective(team, C, scatter);
+  const double bwd = 2 * Screen::ring_collective(team, C, gather) + Screen::ring(bb, sub.time(bundle), G) +
+                     sub.time(bundle) + 2 * Screen::ring_collective(team, C, scatter);
+  return {fwd, bwd};
+}
+
+LinkClass link_between(const Topology& topology, int a, int b) {
+  const Route& r = topology.route(a, b);
+  return {r.latency_us * 1e-6, r.bottleneck_GBps * 1e9};
+}
+
+}  // namespace
+
+double screen_estimate_ms(StrategyKind strategy, const StrategyParams& params, const Workload& workload,
+                          const Topology& topology, const Calibration& calibration) {
+  const GpuModel& gpu = topology.gpu();
+  const double peak = kernel_peak_tflops(gpu, workload.dtype);
+  Screen c{workload,
+           params,
+           calibration.curve(gpu.name, KernelOp::AttnFwd, workload.dtype, workload.head_dim, peak),
+           calibration.curve(gpu.name, KernelOp::AttnBwd, workload.dtype, workload.head_dim, peak),
+           {},
+           {},
+           std::max(topology.gpus_per_node(), 1),
+           double(bytes_of(workload.dtype))};
+  const int g = topology.gpus_per_node();
+  c.intra = g > 1 ? link_between(topology, 0, 1) : LinkClass{};
+  c.inter = topology.num_nodes() > 1 ? link_between(topology, 0, g) : c.intra;
+  if (g <= 1) c.intra = c.inter;
+
+  const int S = params.sequence_parallel;
+  const bool context_first = params.placement == Placement::ContextFirst;
+  std::pair<double, double> t{0, 0};
+  switch (strategy) {
+    case StrategyKind::Ring:
+      t = ring_like(c, S, 1, 1, 1, false);
+      break;
+    case StrategyKind::Zigzag:
+      t = ring_like(c, S, 1, 1, 1, true);
+      break;
+    case StrategyKind::Ulysses:
+      t = ring_like(c, 1, 1, S, 1, true);
+      break;
+    case StrategyKind::Usp:
+    case StrategyKind::DoubleRing: {
+      const int u = std::max(params.ulysses, 1), r = std::max(S / u, 1);
+      t = ring_like(c, r, context_first ? 1 : u, u, context_first ? r : 1, true);
+      if (strategy == StrategyKind::DoubleRing && params.window > 1 && params.window < r) {
+        // Inner windows on their own links; the window-to-window shift overlaps the inner ring.
+        const int wdw = params.window;
+        const auto inner = ring_like(c, wdw, context_first ? 1 : u, u, context_first ? r : 1, true);
+        const double outer_steps = double(r) / wdw;
+        t = {std::max(t.first, outer_steps * inner.first), std::max(t.second, outer_steps * inner.second)};
+      }
+      break;
+    }
+    case StrategyKind::AllGather:
+      t = gather_like(c, S, 1.0);
+      break;
+    case StrategyKind::Lss:
+      t = gather_like(c, S, double(workload.q_width()) / double(workload.kv_width()));
+      break;
+    case StrategyKind::WallFacer:
+      t = wallfacer(c);
+      break;
+  }
+  return (t.first + t.second) * 1e3;
+}
+
+}  // namespace wallfacer::detail

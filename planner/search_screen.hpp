@@ -1,0 +1,17 @@
+// Internal to the topology scheduler: a closed-form step-time estimate per candidate, from its
+// strategy parameters alone (no plan, no schedule). On large clusters the heuristic search builds
+// schedules only for the candidates this estimate ranks best; the ranking itself always comes from
+// the schedule-based cost model.
+#pragma once
+
+#include "planner/calibration.hpp"
+#include "planner/plan.hpp"
+#include "planner/topology.hpp"
+
+namespace wallfacer::detail {
+
+// Estimated forward + backward milliseconds of one attention layer (algorithms.md §10.2, §10.4).
+double screen_estimate_ms(StrategyKind strategy, const StrategyParams& params, const Workload& workload,
+                          const Topology& topology, const Calibration& calibration);
+
+}  // namespace wallfacer::detail

@@ -1,0 +1,113 @@
+// Calibration: sourced defaults, log2 interpolation, fallbacks and the YAML override's errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "planner/calibration.hpp"
+#include "planner/errors.hpp"
+
+namespace wallfacer {
+namespace {
+
+constexpr double kH100Peak = 989.4;
+
+TEST(Calibration, DefaultsCarryTheSourcedLargeBlockFigures) {
+  const Calibration c = Calibration::defaults();
+  // FlashAttention-3 on H100, BF16 forward: up to 740 TF/s (platforms.md §5).
+  EXPECT_DOUBLE_EQ(c.tflops("H100-SXM5-80GB", KernelOp::AttnFwd, DType::BF16, 128, 16384, 16384, kH100Peak), 740.0);
+  // FlashAttention-2 on A100: 73 % of 312 TF/s forward.
+  EXPECT_NEAR(c.tflops("A100-SXM4-80GB", KernelOp::AttnFwd, DType::BF16, 128, 16384, 16384, 312), 0.73 * 312, 0.5);
+  for (const auto& p : c.points())
+    EXPECT_FALSE(p.source.empty()) << p.gpu;
+}
+
+TEST(Calibration, SmallBlocksRunBelowLargeOnes) {
+  const Calibration c = Calibration::defaults();
+  for (KernelOp op : {KernelOp::AttnFwd, KernelOp::AttnBwd}) {
+    double previous = 0;
+    for (int64_t tokens : {64, 128, 512, 2048, 16384, 65536}) {
+      const double t = c.tflops("H100", op, DType::BF16, 128, tokens, tokens, kH100Peak);
+      EXPECT_GE(t, previous) << tokens;
+      previous = t;
+    }
+  }
+}
+
+TEST(Calibration, InterpolatesLinearlyInLog2Tokens) {
+  const std::string text = R"(keep_defaults: false
+points:
+  - {gpu: X1, op: forward, dtype: bf16, head_dim: 128, block_tokens: 1024, tflops: 100}
+  - {gpu: X1, op: forward, dtype: bf16, head_dim: 128, block_tokens: 16384, tflops: 300}
+)";
+  const Calibration c = Calibration::parse(text, "cal.yaml");
+  // 4096 is 2/4 of the way from 2^10 to 2^14 in log2.
+  EXPECT_NEAR(c.tflops("X1", KernelOp::AttnFwd, DType::BF16, 128, 4096, 4096, 1000), 200.0, 1e-9);
+  // 2048 x 8192 sits at its geometric mean, 4096.
+  EXPECT_NEAR(c.tflops("X1", KernelOp::AttnFwd, DType::BF16, 128, 2048, 8192, 1000), 200.0, 1e-9);
+  // Clamped beyond the ends and at the peak.
+  EXPECT_DOUBLE_EQ(c.tflops("X1", KernelOp::AttnFwd, DType::BF16, 128, 64, 64, 1000), 100.0);
+  EXPECT_DOUBLE_EQ(c.tflops("X1", KernelOp::AttnFwd, DType::BF16, 128, 1 << 20, 1 << 20, 1000), 300.0);
+  EXPECT_DOUBLE_EQ(c.tflops("X1", KernelOp::AttnFwd, DType::BF16, 128, 1 << 20, 1 << 20, 250), 250.0);
+}
+
+TEST(Calibration, FallsBackToEfficiencyTimesPeak) {
+  const Calibration c = Calibration::parse("fallback_efficiency: 0.4\n", "cal.yaml");
+  EXPECT_DOUBLE_EQ(c.tflops("MI300X", KernelOp::AttnFwd, DType::BF16, 128, 4096, 4096, 1000), 400.0);
+  EXPECT_TRUE(c.curve("MI300X", KernelOp::AttnBwd, DType::BF16, 128, 1000).is_fallback());
+  // FP32 has no calibrated point either.
+  EXPECT_DOUBLE_EQ(c.tflops("H100", KernelOp::AttnFwd, DType::FP32, 128, 4096, 4096, 100), 40.0);
+}
+
+TEST(Calibration, SixteenBitTypesShareACurveAndNearestHeadDimIsUsed) {
+  const Calibration c = Calibration::defaults();
+  const double bf16 = c.tflops("H100", KernelOp::AttnFwd, DType::BF16, 128, 4096, 4096, kH100Peak);
+  EXPECT_DOUBLE_EQ(c.tflops("H100", KernelOp::AttnFwd, DType::FP16, 128, 4096, 4096, kH100Peak), bf16);
+  EXPECT_DOUBLE_EQ(c.tflops("H100", KernelOp::AttnFwd, DType::BF16, 64, 4096, 4096, kH100Peak), bf16);
+}
+
+TEST(Calibration, FileCurvesReplaceMatchingDefaultsOnly) {
+  const std::string text = R"(points:
+  - {gpu: H100, op: forward, block_tokens: 4096, tflops: 123, source: "measured"}
+)";
+  const Calibration c = Calibration::parse(text, "cal.yaml");
+  EXPECT_DOUBLE_EQ(c.tflops("H100", KernelOp::AttnFwd, DType::BF16, 128, 16384, 16384, kH100Peak), 123.0);
+  const Calibration d = Calibration::defaults();
+  EXPECT_DOUBLE_EQ(c.tflops("H100", KernelOp::AttnBwd, DType::BF16, 128, 16384, 16384, kH100Peak),
+                   d.tflops("H100", KernelOp::AttnBwd, DType::BF16, 128, 16384, 16384, kH100Peak));
+}
+
+struct BadFile {
+  std::string text;
+  std::string expected;  // substring of what()
+};
+
+class CalibrationErrors : public ::testing::TestWithParam<BadFile> {};
+
+TEST_P(CalibrationErrors, NameFileAndLine) {
+  try {
+    Calibration::parse(GetParam().text, "cal.yaml");
+    FAIL() << "accepted: " << GetParam().text;
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(GetParam().expected), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Files, CalibrationErrors,
+    ::testing::Values(
+        BadFile{"points:\n  - {gpu: H100, op: forward, block_tokens: 512, tflops: -3}\n", "cal.yaml:2: error"},
+        BadFile{"points:\n  - {gpu: H100, op: sideways, block_tokens: 512, tflops: 3}\n",
+                "cal.yaml:2: error: unknown op"},
+        BadFile{"points:\n  - {gpu: H100, op: forward, dtype: int4, block_tokens: 512, tflops: 3}\n", "cal.yaml:2"},
+        BadFile{"points:\n  - {gpu: H100, op: forward, block_tokens: 0, tflops: 3}\n", "block_tokens"},
+        BadFile{"points:\n  - {gpu: H100, op: forward, tflops: 3}\n", "cal.yaml:2: error: missing required field"},
+        BadFile{"fallback_efficiency: 0.5\nbogus: 1\n", "cal.yaml:2: error: unknown key 'bogus'"},
+        BadFile{"fallback_efficiency: 1.5\n", "cal.yaml:1: error"},
+        BadFile{"points:\n  - {gpu: H100, op: forward, block_tokens: 512, tflops: 3}\n"
+                "  - {gpu: H100, op: forward, block_tokens: 512, tflops: 4}\n",
+                "cal.yaml:3: error: duplicate"},
+        BadFile{"points: [1, 2\n", "cal.yaml:"}));
+
+}  // namespace
+}  // namespace wallfacer

@@ -1,0 +1,206 @@
+// The topology scheduler: the heuristic finds the exhaustive optimum on small clusters, the same
+// inputs give byte-identical plans, the strategy filter holds, and rejections say why.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <regex>
+#include <string>
+
+#include "planner/cost_model.hpp"
+#include "planner/errors.hpp"
+#include "planner/search.hpp"
+#include "planner/topology.hpp"
+
+namespace wallfacer {
+namespace {
+
+// A 4-GPU board with NVLink between every pair, doubled on two pairs (V100 SXM2 style), joined to
+// further boards by one 100 Gb/s NIC.
+const char* kMeshYaml = R"(name: test-mesh
+description: 4 GPUs in an NVLink mesh, two pairs with double links
+gpu: {model: V100-SXM2-32GB, peak_bf16_tflops: 0, peak_fp16_tflops: 125, memory_GiB: 32, hbm_GBps: 900, source: test}
+nodes: 2
+node:
+  gpus: 4
+  cpus: {count: 1, model: test, link: {bandwidth_GBps: 10, latency_us: 0.5, source: test}}
+  gpu_fabric:
+    type: nvlink_mesh
+    link_bandwidth_GBps: 25
+    latency_us: 0.6
+    source: test
+    links:
+      - {gpus: [0, 1], links: 2}
+      - {gpus: [0, 2], links: 1}
+      - {gpus: [0, 3], links: 1}
+      - {gpus: [1, 2], links: 1}
+      - {gpus: [1, 3], links: 1}
+      - {gpus: [2, 3], links: 2}
+  pcie:
+    bandwidth_GBps: 15.75
+    latency_us: 0.5
+    source: test
+    switches:
+      - {cpu: 0, gpus: [0, 1], nics: [0]}
+      - {cpu: 0, gpus: [2, 3]}
+  nics: {count: 1, rate_Gbps: 100, source: test}
+network:
+  type: single_switch
+  link_latency_us: 1.0
+  source: test
+)";
+
+struct Case {
+  std::string name;
+  std::function<Topology()> topology;
+  std::string model;
+  int64_t seq;
+  int gpus = 0;  // 0 = all
+  std::string dtype = "bf16";
+  int batch = 1;
+};
+
+Workload workload_of(const Case& c) {
+  WorkloadOverrides o;
+  o.seq = c.seq;
+  o.dtype = c.dtype;
+  o.batch = c.batch;
+  o.zero_stage = 3;
+  return load_workload(c.model, o);
+}
+
+SearchResult run(const Topology& topology, const Workload& w, SearchMode mode, int gpus = 0,
+                 std::optional<StrategyKind> strategy = std::nullopt) {
+  const CostModel model(topology, Calibration::defaults());
+  SearchOptions options;
+  options.mode = mode;
+  options.ranks = gpus;
+  options.strategy = strategy;
+  return search_plans(topology, w, model, options);
+}
+
+std::vector<Case> cases() {
+  return {
+      {"dgx-h100 x1", [] { return Topology::load("dgx-h100", 1); }, "llama-3-8b", 65536},
+      {"dgx-h100 x4", [] { return Topology::load("dgx-h100", 4); }, "gpt-3b", 32768},
+      {"dgx-h100 x2 batch 2", [] { return Topology::load("dgx-h100", 2); }, "llama-3-8b", 32768, 0, "bf16", 2},
+      {"pcie-8gpu", [] { return Topology::load("pcie-8gpu"); }, "llama-3-8b", 32768},
+      {"pcie-8gpu x2", [] { return Topology::load("pcie-8gpu", 2); }, "gpt-3b", 32768},
+      {"pcie-8gpu 4 of 8", [] { return Topology::load("pcie-8gpu"); }, "gpt-3b", 16384, 4},
+      {"nvlink mesh x2", [] { return Topology::parse(kMeshYaml, "mesh.yaml"); }, "gpt-3b", 16384, 0, "fp16"},
+      {"a2-highgpu x2", [] { return Topology::load("a2-highgpu-8g", 2); }, "gpt-3b", 32768},
+  };
+}
+
+class HeuristicVsExhaustive : public ::testing::TestWithParam<Case> {};
+
+TEST_P(HeuristicVsExhaustive, FindsTheSameBestStepTime) {
+  const Case& c = GetParam();
+  const Topology topology = c.topology();
+  const Workload w = workload_of(c);
+  const SearchResult exhaustive = run(topology, w, SearchMode::Exhaustive, c.gpus);
+  const SearchResult heuristic = run(topology, w, SearchMode::Heuristic, c.gpus);
+  ASSERT_EQ(exhaustive.best, 0) << c.name << ": no feasible plan";
+  ASSERT_EQ(heuristic.best, 0);
+  const Candidate& e = exhaustive.candidates.front();
+  const Candidate& h = heuristic.candidates.front();
+  EXPECT_NEAR(h.cost.step_ms, e.cost.step_ms, 1e-9 * e.cost.step_ms)
+      << c.name << ": exhaustive " << to_string(e.plan.strategy) << " " << e.describe_params() << " "
+      << e.describe_placement() << ", heuristic " << to_string(h.plan.strategy) << " " << h.describe_params() << " "
+      << h.describe_placement();
+  // Every exhaustive candidate is fully priced; the heuristic never beats it.
+  for (const Candidate& x : exhaustive.candidates)
+    EXPECT_FALSE(x.pruned);
+  EXPECT_GE(h.cost.step_ms, e.cost.step_ms * (1 - 1e-12));
+}
+
+INSTANTIATE_TEST_SUITE_P(Clusters, HeuristicVsExhaustive, ::testing::ValuesIn(cases()), [](const auto& info) {
+  std::string name = info.param.name;
+  for (char& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return name;
+});
+
+TEST(Search, SameInputsGiveByteIdenticalPlans) {
+  const Workload w = workload_of({"", {}, "gpt-3b", 32768});
+  std::string first;
+  for (int i = 0; i < 2; ++i) {
+    // Fresh route caches; 4 of 8 GPUs, so orders also choose which GPUs (many ties to break).
+    const Topology topology = Topology::load("pcie-8gpu");
+    const SearchResult r = run(topology, w, SearchMode::Auto, 4);
+    ASSERT_EQ(r.best, 0);
+    std::string text = plan_to_yaml(r.candidates.front().plan);
+    for (const Candidate& c : r.candidates)
+      text += fmt::format("{} {} {} {:.17g} {}\n", to_string(c.plan.strategy), c.describe_params(),
+                          c.describe_placement(), c.cost.step_ms, c.reason);
+    if (i == 0)
+      first = text;
+    else
+      EXPECT_EQ(text, first);
+  }
+}
+
+TEST(Search, StrategyFilterKeepsOnlyThatStrategy) {
+  const Topology topology = Topology::load("dgx-h100", 2);
+  const Workload w = workload_of({"", {}, "llama-3-8b", 32768});
+  const SearchResult r = run(topology, w, SearchMode::Auto, 0, StrategyKind::WallFacer);
+  ASSERT_FALSE(r.candidates.empty());
+  for (const Candidate& c : r.candidates)
+    EXPECT_EQ(c.plan.strategy, StrategyKind::WallFacer);
+  ASSERT_EQ(r.best, 0);
+  // C = 1, 2, 4 with both placements where they differ.
+  EXPECT_GE(r.candidates.size(), 3u);
+}
+
+TEST(Search, FeasibleCandidatesComeFirstSortedByStepTime) {
+  const Topology topology = Topology::load("dgx-h100", 8);  // 64 GPUs: Ulysses degree 64 > 32 heads
+  const Workload w = workload_of({"", {}, "llama-3-8b", 65536});
+  const SearchResult r = run(topology, w, SearchMode::Heuristic);
+  bool seen_rejected = false, seen_rule = false;
+  for (size_t i = 0; i < r.candidates.size(); ++i) {
+    const Candidate& c = r.candidates[i];
+    if (!c.feasible) {
+      seen_rejected = true;
+      EXPECT_FALSE(c.reason.empty());
+      seen_rule = seen_rule || c.reason.find("heads") != std::string::npos;
+      continue;
+    }
+    EXPECT_FALSE(seen_rejected) << "feasible candidate after a rejected one";
+    if (i > 0 && r.candidates[i - 1].feasible) EXPECT_LE(r.candidates[i - 1].cost.step_ms, c.cost.step_ms);
+  }
+  EXPECT_TRUE(seen_rule);
+}
+
+TEST(Search, MemoryAboveBudgetIsRejectedWithItsSize) {
+  const Topology topology = Topology::load("dgx-h100", 1);
+  WorkloadOverrides o;
+  o.seq = int64_t(1) << 22;  // 4M tokens of Llama-3-8B on 8 GPUs
+  o.zero_stage = 0;
+  const Workload w = load_workload("llama-3-8b", o);
+  const SearchResult r = run(topology, w, SearchMode::Heuristic);
+  EXPECT_EQ(r.best, -1);
+  const std::regex budget(R"(needs [0-9]+\.[0-9] GiB > 72\.0 GiB budget)");
+  int memory_rejections = 0;
+  for (const Candidate& c : r.candidates)
+    memory_rejections += std::regex_search(c.reason, budget) ? 1 : 0;
+  EXPECT_GT(memory_rejections, 0);
+}
+
+TEST(Search, Bf16OnAGpuWithoutItIsRejected) {
+  const Topology topology = Topology::load("dgx-1v", 1);
+  const Workload w = workload_of({"", {}, "gpt-3b", 16384});
+  const SearchResult r = run(topology, w, SearchMode::Heuristic);
+  EXPECT_EQ(r.best, -1);
+  for (const Candidate& c : r.candidates)
+    EXPECT_FALSE(c.feasible);
+}
+
+TEST(Search, TooManyGpusIsAnInputError) {
+  const Topology topology = Topology::load("dgx-h100", 1);
+  const Workload w = workload_of({"", {}, "gpt-3b", 16384});
+  EXPECT_THROW(run(topology, w, SearchMode::Auto, 9), InputError);
+}
+
+}  // namespace
+}  // namespace wallfacer
