@@ -1,6 +1,227 @@
-// placeholder: the 'run' subcommand is registered by its owner.
+// `wallfacer run`: executes one attention layer, forward and backward, of a plan for real on
+// CPUs, on seeded or loaded inputs, and optionally checks every result against the fp64 naive
+// reference. Under mpirun (in a build with MPI) each process is one rank of the MPI backend;
+// otherwise all of the plan's ranks run as threads of this process (local backend). Every input
+// problem is reported before any compute, with exit status 2; a failed check exits with 1.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+
 #include "cli/commands.hpp"
+#include "cli/common.hpp"
+#include "planner/errors.hpp"
+#include "planner/plan.hpp"
+#include "planner/strategy.hpp"
+#include "planner/topology.hpp"
+#include "runtime/layer_runner.hpp"
+#ifdef WALLFACER_WITH_MPI
+#include "runtime/mpi/mpi_runner.hpp"
+#endif
 
 namespace wallfacer::cli {
-void register_run_command(CLI::App& app) { (void)app; }
+namespace {
+
+struct RunFlags {
+  std::string plan, topology, load, save, backend = "auto";
+  bool check = false, fp64 = false, json = false;
+  std::optional<int> nodes;
+  uint64_t seed = 1;
+  double tolerance = 0;
+  int64_t progress_rows = -1;  // -1: 0 for the local backend, 256 for MPI
+  double stall_seconds = 300;
+};
+
+struct Prepared {
+  Plan plan;
+  Schedule schedule;
+  runtime::LayerInputs inputs;
+};
+
+// Everything that can be wrong with the input, checked before any compute.
+std::unique_ptr<Prepared> prepare(const RunFlags& flags, int launched_ranks) {
+  auto p = std::make_unique<Prepared>();
+  p->plan = read_plan_file(flags.plan);
+  if (launched_ranks > 0 && launched_ranks != p->plan.num_ranks())
+    throw InputError(flags.plan, 0,
+                     fmt::format("the plan has {} ranks but {} processes were started; run it with mpirun -np {}",
+                                 p->plan.num_ranks(), launched_ranks, p->plan.num_ranks()));
+  if (!flags.topology.empty()) {
+    const Topology topology = Topology::load(flags.topology, flags.nodes);
+    check_plan_against_topology(p->plan, topology, flags.plan);
+  }
+  const Workload& w = p->plan.workload;
+  p->inputs = flags.load.empty() ? runtime::seeded_inputs(w, flags.seed, flags.fp64)
+                                 : runtime::load_inputs(flags.load, w, flags.fp64);
+  if (!flags.save.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(flags.save, ec);
+    if (ec) throw InputError(fmt::format("--save {}: cannot create the directory: {}", flags.save, ec.message()));
+  }
+  p->schedule = build_schedule(p->plan);
+  return p;
+}
+
+runtime::LayerRunOptions layer_options(const RunFlags& flags, bool mpi) {
+  runtime::LayerRunOptions options;
+  options.fp64 = flags.fp64;
+  options.check = flags.check;
+  options.tolerance = flags.tolerance;
+  options.executor.progress_rows = flags.progress_rows >= 0 ? flags.progress_rows : (mpi ? 256 : 0);
+  return options;
+}
+
+nlohmann::json to_json(const runtime::ErrorStats& s) {
+  return {{"max_abs", s.max_abs}, {"max_ref", s.max_ref}, {"relative", s.relative}, {"finite", s.finite}};
+}
+
+nlohmann::json summary_json(const RunFlags& flags, const Plan& plan, const runtime::LayerRunResult& r) {
+  nlohmann::json j;
+  j["plan"] = flags.plan;
+  j["strategy"] = to_string(plan.strategy);
+  j["ranks"] = r.ranks;
+  j["backend"] = r.backend;
+  j["precision"] = r.fp64 ? "fp64" : "fp32";
+  j["seed"] = flags.seed;
+  j["inputs"] = flags.load.empty() ? std::string("seeded") : flags.load;
+  j["workload"] = cli::to_json(plan.workload);
+  j["wall_ms"] = r.seconds * 1e3;
+  j["compute_ms"] = r.compute_seconds * 1e3;
+  j["wait_ms"] = r.wait_seconds * 1e3;
+  j["flops"] = r.flops;
+  j["gflops_per_s"] = r.seconds > 0 ? r.flops / r.seconds * 1e-9 : 0.0;
+  j["bytes_sent"] = r.bytes_sent;
+  if (flags.check) {
+    nlohmann::json check;
+    for (const auto& c : r.checks) {
+      nlohmann::json t = to_json(c.stats);
+      t["tolerance"] = c.tolerance;
+      t["ok"] = c.ok;
+      check["tensors"][c.name] = t;
+    }
+    check["weight_grad"] = {{"present", r.weight_grad.present},
+                            {"elements", r.weight_grad.elements},
+                            {"mismatches", r.weight_grad.mismatches},
+                            {"ok", r.weight_grad.ok}};
+    check["ok"] = r.ok;
+    j["check"] = check;
+  }
+  j["ok"] = !flags.check || r.ok;
+  return j;
+}
+
+void print_text(const RunFlags& flags, const Plan& plan, const runtime::LayerRunResult& r) {
+  const Workload& w = plan.workload;
+  std::printf("wallfacer run: %s plan '%s', %d ranks, backend %s, %s, %s inputs\n", to_string(plan.strategy),
+              flags.plan.c_str(), r.ranks, r.backend.c_str(), r.fp64 ? "fp64" : "fp32",
+              flags.load.empty() ? fmt::format("seeded (seed {})", flags.seed).c_str() : flags.load.c_str());
+  std::printf("workload: batch %d, seq %lld, heads %d (kv %d), head_dim %d, %s\n", w.batch, (long long)w.seq, w.heads,
+              w.kv_heads, w.head_dim, w.causal ? "causal" : "full mask");
+  std::printf(
+      "layer forward+backward: %.3f ms (slowest rank; compute %.3f ms, blocked on communication %.3f ms), "
+      "%.4g GFLOP, %.3g GFLOP/s\n",
+      r.seconds * 1e3, r.compute_seconds * 1e3, r.wait_seconds * 1e3, r.flops * 1e-9,
+      r.seconds > 0 ? r.flops / r.seconds * 1e-9 : 0.0);
+  if (!flags.check) return;
+  const double tolerance = r.checks.empty() ? 0 : r.checks.front().tolerance;
+  std::printf("check against the fp64 naive reference (relative error = max|a-b| / max|ref|, tolerance %.0e):\n",
+              tolerance);
+  for (const auto& c : r.checks)
+    std::printf("  %-4s max abs %.3e  max ref %.3e  relative %.3e  %s\n", c.name.c_str(), c.stats.max_abs,
+                c.stats.max_ref, c.stats.relative, c.ok ? "OK" : "NOT OK");
+  if (r.weight_grad.present)
+    std::printf(
+        "  weight_grad all-reduce: %lld elements per rank, %lld differ from the sum over contributing ranks  %s\n",
+        (long long)r.weight_grad.elements, (long long)r.weight_grad.mismatches, r.weight_grad.ok ? "OK" : "NOT OK");
+  if (!r.weight_grad.ok) std::printf("    first: %s\n", r.weight_grad.first_mismatch.c_str());
+  std::printf("%s\n", r.ok ? "all checks passed" : "CHECK FAILED");
+}
+
+// Rank 0's share: save, report, exit status.
+int conclude(const RunFlags& flags, const Plan& plan, const runtime::LayerRunResult& r) {
+  if (!flags.save.empty()) runtime::save_outputs(flags.save, r.outputs, flags.fp64);
+  if (flags.json)
+    print_json(summary_json(flags, plan, r));
+  else
+    print_text(flags, plan, r);
+  std::fflush(stdout);
+  return flags.check && !r.ok ? 1 : 0;
+}
+
+int run_local(const RunFlags& flags) {
+  auto p = prepare(flags, 0);
+  auto result = runtime::run_layer_local(p->plan, p->schedule, p->inputs, layer_options(flags, false));
+  return conclude(flags, p->plan, result);
+}
+
+bool use_mpi(const RunFlags& flags) {
+#ifdef WALLFACER_WITH_MPI
+  if (flags.backend == "mpi") return true;
+  return flags.backend == "auto" && runtime::launched_by_mpirun();
+#else
+  if (flags.backend == "mpi")
+    throw InputError("--backend mpi: this build has no MPI support (configure with -DWALLFACER_MPI=ON)");
+  return false;
+#endif
+}
+
+int run_command(const RunFlags& flags) {
+  if (!use_mpi(flags)) return run_local(flags);
+#ifdef WALLFACER_WITH_MPI
+  std::unique_ptr<Prepared> prepared;
+  runtime::MpiJob job;
+  job.backend.stall_seconds = flags.stall_seconds;
+  job.prepare = [&](int, int size) { prepared = prepare(flags, size); };
+  job.run = [&](runtime::Backend& backend) {
+    auto result =
+        runtime::run_layer(backend, prepared->plan, prepared->schedule, prepared->inputs, layer_options(flags, true));
+    return backend.rank() == 0 ? conclude(flags, prepared->plan, result) : 0;
+  };
+  return runtime::run_mpi_job(job);
+#else
+  return 2;
+#endif
+}
+
+}  // namespace
+
+void register_run_command(CLI::App& app) {
+  auto flags = std::make_shared<RunFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "run",
+      "Run one attention layer (forward and backward) of a plan on CPUs and optionally check it against the fp64 "
+      "reference. Under mpirun each process is one rank (MPI backend); otherwise all ranks run as threads here.");
+  cmd->add_option("--plan", flags->plan, "Plan file written by `wallfacer plan --out`")->required();
+  cmd->add_option("--topology", flags->topology,
+                  "Topology preset or file the plan must have been made for (checked by name, nodes and hash)");
+  cmd->add_option("--nodes", flags->nodes, "Node count of a compact --topology file, as given to `wallfacer plan`")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--check", flags->check,
+                "Compare O, lse, dQ, dK, dV with the fp64 naive reference and the WeightGrad all-reduce with its "
+                "exact sum; exit status 1 when a tensor is off by more than the tolerance");
+  cmd->add_option("--tolerance", flags->tolerance,
+                  "Largest relative error max|a-b|/max|ref| that passes (default 1e-4, or 1e-10 with --fp64)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--load", flags->load,
+                  "Directory with q.npy, k.npy, v.npy, do.npy (float32, [batch, seq, heads, head_dim])");
+  cmd->add_option("--save", flags->save,
+                  "Directory to write o.npy, dq.npy, dk.npy, dv.npy and lse.npy ([batch, heads, seq])");
+  cmd->add_option("--seed", flags->seed, "Seed of the generated inputs (independent of the rank count)");
+  cmd->add_flag("--fp64", flags->fp64, "Run every kernel and message in double precision");
+  cmd->add_flag("--json", flags->json, "Print a machine-readable summary on stdout");
+  cmd->add_option("--backend", flags->backend, "auto (MPI under mpirun, else threads), local or mpi")
+      ->check(CLI::IsMember({"auto", "local", "mpi"}));
+  cmd->add_option("--progress-rows", flags->progress_rows,
+                  "Query rows per compute slice between communication progress calls (0: whole blocks; default 256 "
+                  "under MPI, 0 with threads)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--stall-timeout", flags->stall_seconds,
+                  "MPI: seconds without any completed transfer before a rank gives up and aborts the run (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->callback([flags] { exit_code() = run_command(*flags); });
+}
+
 }  // namespace wallfacer::cli

@@ -1,1 +1,273 @@
-// placeholder: implementation pending
+#include "runtime/mpi/mpi_backend.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <climits>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "planner/errors.hpp"
+#include "runtime/cpu_backend.hpp"
+#include "runtime/mpi/mpi_check.hpp"
+
+namespace wallfacer::runtime {
+namespace detail {
+
+void mpi_fail(int code, const char* call, const char* file, int line) {
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) length = 0;
+  int rank = -1, initialised = 0;
+  MPI_Initialized(&initialised);
+  if (initialised) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  throw MpiError(
+      fmt::format("{}:{}: rank {}: {} failed: {}", file, line, rank, call, std::string(text, size_t(length))));
+}
+
+}  // namespace detail
+
+namespace {
+
+MPI_Datatype mpi_type(ElemType type) {
+  return type == ElemType::F32 ? MPI_FLOAT : MPI_DOUBLE;
+}
+
+int as_int(int64_t value, const char* what) {
+  if (value < 0 || value > INT_MAX)
+    throw MpiError(fmt::format("{} of {} elements exceeds what one MPI call can move ({})", what, value, INT_MAX));
+  return int(value);
+}
+
+// A posted operation. The count arrays of v-collectives must outlive the call, so they live here.
+struct Pending {
+  MPI_Request request = MPI_REQUEST_NULL;
+  bool done = false;
+  int64_t expect_bytes = -1;  // receives: the size the schedule promised
+  std::string what;
+  std::vector<int> counts, displs, send_counts, send_displs;
+};
+
+std::vector<int> prefix_sums(const std::vector<int>& counts) {
+  std::vector<int> displs(counts.size(), 0);
+  int64_t at = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    displs[i] = as_int(at, "a collective buffer");
+    at += counts[i];
+  }
+  return displs;
+}
+
+class MpiBackend final : public CpuBackend {
+ public:
+  explicit MpiBackend(const MpiBackendOptions& options) : options_(options) {
+    WF_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    WF_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    WF_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+    char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+    int length = 0;
+    WF_MPI_CHECK(MPI_Get_library_version(version, &length));
+    library_ = std::string(version, size_t(length));
+    library_ = library_.substr(0, library_.find_first_of(",\n"));
+    int* tag_ub = nullptr;
+    int found = 0;
+    WF_MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
+    tag_limit_ = found && tag_ub ? *tag_ub : 32767;
+  }
+  ~MpiBackend() override {
+    for (MPI_Comm& comm : comms_)
+      if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);  // no throwing from a destructor
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return fmt::format("mpi ({} processes, {})", size_, library_); }
+
+  void set_groups(const std::vector<CommGroup>& groups) override {
+    for (MPI_Comm& comm : comms_)
+      if (comm != MPI_COMM_NULL) WF_MPI_CHECK(MPI_Comm_free(&comm));
+    comms_.assign(groups.size(), MPI_COMM_NULL);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      int key = -1;
+      for (size_t i = 0; i < groups[g].ranks.size(); ++i)
+        if (groups[g].ranks[i] == rank_) key = int(i);
+      // Members keep their group order as their rank in the new communicator.
+      WF_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, key >= 0 ? 0 : MPI_UNDEFINED, key, &comms_[g]));
+    }
+    group_names_.clear();
+    for (const auto& g : groups)
+      group_names_.push_back(g.name);
+  }
+
+  RequestId isend(int peer, int tag, const void* data, size_t bytes) override {
+    check_tag(tag);
+    Pending& p = add(fmt::format("send to rank {} tag {} ({} bytes)", peer, tag, bytes));
+    WF_MPI_CHECK(MPI_Isend(data, as_int(int64_t(bytes), "a message"), MPI_BYTE, peer, tag, MPI_COMM_WORLD, &p.request));
+    return last_id_;
+  }
+  RequestId irecv(int peer, int tag, void* data, size_t bytes) override {
+    check_tag(tag);
+    Pending& p = add(fmt::format("receive from rank {} tag {} ({} bytes)", peer, tag, bytes));
+    p.expect_bytes = int64_t(bytes);
+    WF_MPI_CHECK(MPI_Irecv(data, as_int(int64_t(bytes), "a message"), MPI_BYTE, peer, tag, MPI_COMM_WORLD, &p.request));
+    return last_id_;
+  }
+
+  RequestId iallgatherv(int group, const void* send, int64_t send_count, void* recv, const Counts& recv_counts,
+                        ElemType type) override {
+    Pending& p = add(fmt::format("all-gather on group {}", group_name(group)));
+    p.counts = to_ints(recv_counts);
+    p.displs = prefix_sums(p.counts);
+    WF_MPI_CHECK(MPI_Iallgatherv(send, as_int(send_count, "an all-gather block"), mpi_type(type), recv, p.counts.data(),
+                                 p.displs.data(), mpi_type(type), comm(group), &p.request));
+    return last_id_;
+  }
+  RequestId ialltoallv(int group, const void* send, const Counts& send_counts, void* recv, const Counts& recv_counts,
+                       ElemType type) override {
+    Pending& p = add(fmt::format("all-to-all on group {}", group_name(group)));
+    p.send_counts = to_ints(send_counts);
+    p.send_displs = prefix_sums(p.send_counts);
+    p.counts = to_ints(recv_counts);
+    p.displs = prefix_sums(p.counts);
+    WF_MPI_CHECK(MPI_Ialltoallv(send, p.send_counts.data(), p.send_displs.data(), mpi_type(type), recv, p.counts.data(),
+                                p.displs.data(), mpi_type(type), comm(group), &p.request));
+    return last_id_;
+  }
+  bool has_reduce_scatter() const override { return true; }
+  RequestId ireduce_scatter(int group, const void* send, void* recv, const Counts& recv_counts,
+                            ElemType type) override {
+    Pending& p = add(fmt::format("reduce-scatter on group {}", group_name(group)));
+    p.counts = to_ints(recv_counts);
+    WF_MPI_CHECK(MPI_Ireduce_scatter(send, recv, p.counts.data(), mpi_type(type), MPI_SUM, comm(group), &p.request));
+    return last_id_;
+  }
+  RequestId iallreduce(int group, void* data, int64_t count, ElemType type) override {
+    Pending& p = add(fmt::format("all-reduce on group {}", group_name(group)));
+    WF_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, as_int(count, "an all-reduce"), mpi_type(type), MPI_SUM,
+                                comm(group), &p.request));
+    return last_id_;
+  }
+
+  bool test(RequestId id) override {
+    Pending& p = find(id);
+    if (!p.done) poll(p);
+    if (!p.done) return false;
+    pending_.erase(id);
+    return true;
+  }
+
+  void wait_any(const std::vector<RequestId>& ids) override {
+    const auto start = std::chrono::steady_clock::now();
+    auto pause = std::chrono::microseconds(10);
+    for (;;) {
+      for (RequestId id : ids) {
+        Pending& p = find(id);
+        if (!p.done) poll(p);
+        if (p.done) return;
+      }
+      double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (options_.stall_seconds > 0 && waited > options_.stall_seconds) throw stalled(ids, waited);
+      // Back off, so that ranks sharing a core (oversubscribed runs) leave it to the busy ones.
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+  }
+
+  void progress() override {
+    for (auto& [id, p] : pending_)
+      if (!p.done) poll(p);
+  }
+
+  bool all_ok(bool ok) override {
+    int mine = ok ? 1 : 0, all = 0;
+    WF_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD));
+    return all != 0;
+  }
+  std::vector<std::string> gather_to_root(const std::string& bytes) override {
+    int mine = as_int(int64_t(bytes.size()), "a gathered result");
+    std::vector<int> sizes(rank_ == 0 ? size_t(size_) : 0);
+    WF_MPI_CHECK(MPI_Gather(&mine, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+    std::vector<int> displs = rank_ == 0 ? prefix_sums(sizes) : std::vector<int>{};
+    std::string all(rank_ == 0 ? size_t(displs.back()) + size_t(sizes.back()) : 0, '\0');
+    WF_MPI_CHECK(MPI_Gatherv(bytes.data(), mine, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE, 0,
+                             MPI_COMM_WORLD));
+    std::vector<std::string> out;
+    for (size_t r = 0; r < sizes.size(); ++r)
+      out.push_back(all.substr(size_t(displs[r]), size_t(sizes[r])));
+    return out;
+  }
+  double max_over_ranks(double value) override {
+    double best = 0;
+    WF_MPI_CHECK(MPI_Allreduce(&value, &best, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    return best;
+  }
+  void barrier() override { WF_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+
+ private:
+  Pending& add(std::string what) {
+    Pending& p = pending_[++last_id_];
+    p.what = std::move(what);
+    return p;
+  }
+  Pending& find(RequestId id) {
+    auto it = pending_.find(id);
+    if (it == pending_.end()) throw std::logic_error(fmt::format("unknown MPI request {}", id));
+    return it->second;
+  }
+  // Tests one request; on completion checks that a receive got the size the schedule promised.
+  void poll(Pending& p) {
+    int flag = 0;
+    MPI_Status status;
+    WF_MPI_CHECK(MPI_Test(&p.request, &flag, &status));
+    if (!flag) return;
+    p.done = true;
+    if (p.expect_bytes >= 0) {
+      int got = 0;
+      WF_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &got));
+      if (got != p.expect_bytes) throw ScheduleError(fmt::format("rank {}: {} got {} bytes", rank_, p.what, got));
+    }
+  }
+  MpiError stalled(const std::vector<RequestId>& ids, double waited) {
+    std::string list;
+    for (RequestId id : ids)
+      list += " [" + find(id).what + "]";
+    return MpiError(fmt::format("rank {}: no communication completed for {:.0f} s (stall limit); waiting on{}", rank_,
+                                waited, list));
+  }
+  MPI_Comm comm(int group) const {
+    if (group < 0 || size_t(group) >= comms_.size() || comms_[size_t(group)] == MPI_COMM_NULL)
+      throw ScheduleError(fmt::format("rank {}: collective on group {} which it is not a member of", rank_, group));
+    return comms_[size_t(group)];
+  }
+  std::string group_name(int group) const {
+    return group >= 0 && size_t(group) < group_names_.size() ? group_names_[size_t(group)] : std::to_string(group);
+  }
+  void check_tag(int tag) const {
+    if (tag < 0 || tag > tag_limit_)
+      throw ScheduleError(fmt::format("rank {}: tag {} outside MPI's range 0..{}", rank_, tag, tag_limit_));
+  }
+  static std::vector<int> to_ints(const Counts& counts) {
+    std::vector<int> out;
+    for (int64_t c : counts)
+      out.push_back(as_int(c, "a collective block"));
+    return out;
+  }
+
+  MpiBackendOptions options_;
+  int rank_ = 0, size_ = 1, tag_limit_ = 32767;
+  std::string library_;
+  std::vector<MPI_Comm> comms_;
+  std::vector<std::string> group_names_;
+  std::unordered_map<RequestId, Pending> pending_;
+  RequestId last_id_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_mpi_backend(const MpiBackendOptions& options) {
+  return std::make_unique<MpiBackend>(options);
+}
+
+}  // namespace wallfacer::runtime

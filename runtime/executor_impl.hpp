@@ -1,0 +1,113 @@
+// Internal to the executor: the per-rank execution state shared by executor.cpp (buffers,
+// bindings, the stream loop, point-to-point), executor_compute.cpp (attention blocks, BwdPrep,
+// Copy) and executor_collectives.cpp. The element type is a runtime value; only the kernel calls
+// depend on it.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "runtime/executor.hpp"
+#include "runtime/executor_storage.hpp"
+
+namespace wallfacer::runtime::detail {
+
+struct BufferState {
+  std::string name;
+  Storage storage;
+  TokenSet tokens;                       // current content, in row order
+  std::array<bool, kNumFields> valid{};  // written since the token set last changed
+  std::vector<DeviceBlock> memory;
+};
+
+// A received block of a collective, unpacked on completion: `elements` values from `offset` of
+// the receive buffer, holding `tokens` x `heads` of the op's fields.
+struct Piece {
+  int64_t offset = 0, elements = 0;
+  TokenSet tokens;
+  HeadRange heads;
+};
+
+// A communication op posted on one stream and not yet complete.
+struct InFlight {
+  int32_t op = -1;
+  RequestId request = -1;
+  DeviceBlock send, recv;
+  std::vector<Piece> pieces;  // collectives: how to read `recv`
+};
+
+class Executor {
+ public:
+  Executor(const Schedule& schedule, const RankProgram& program, const Plan& plan, Backend& backend,
+           const ExecutorOptions& options, ElemType type);
+  void bind_inputs(const GlobalInputs& inputs);
+  void run();
+  std::vector<OutputSlice> collect_outputs();
+  const ExecutionStats& stats() const { return stats_; }
+
+  // ---- buffers and token bookkeeping (executor.cpp) ----
+  BufferState& buffer(int32_t index, int32_t op_index);
+  const TokenSet& tokens(int32_t id, int32_t op_index) const;
+  // Rows of `set` in `buf`; throws when a token is not held or a field was never written.
+  RowRuns readable(const BufferState& buf, const TokenSet& set, FieldMask fields, int32_t op_index) const;
+  // Rows for writing `set`: in place when held; otherwise the buffer's token set becomes
+  // `mirror` (accumulators: the rows of the buffer they accumulate for) or `set` itself, and
+  // every field is invalidated. Accumulated fields not yet valid start at their identity.
+  RowRuns prepare_write(BufferState& buf, const TokenSet& set, FieldMask fields, const TokenSet* mirror,
+                        int32_t op_index);
+  // The op's head range (stated like the buffer's); the buffer's when the op has none.
+  HeadRange op_heads(const Op& op, const BufferState& buf) const;
+  std::string where(int32_t op_index) const;
+  void fill_identity(const Storage& storage, Field field);
+
+  // ---- compute ops (executor_compute.cpp) ----
+  void run_compute(int32_t op_index);
+  void attention_forward(const Op& op, int32_t op_index);
+  void attention_backward(const Op& op, int32_t op_index);
+  void backward_prep(const Op& op, int32_t op_index);
+  void copy(const Op& op, int32_t op_index);
+
+  // ---- collectives (executor_collectives.cpp) ----
+  void post_collective(InFlight& flight);
+  void finish_collective(InFlight& flight);
+  void all_gather_post(InFlight& flight, const CollectiveSpec& spec, int me, const BufferState& in);
+  void exchange_post(InFlight& flight, const CollectiveSpec& spec, int me, const BufferState& in);
+  // Packed layout of `fields` of a collective over `set` x `heads`.
+  Storage collective_shape(const CollectiveSpec& spec, const TokenSet& set, HeadRange heads) const;
+
+ private:
+  bool ready(int32_t op_index) const;
+  bool advance_streams();
+  void post(InFlight& flight);
+  void post_point_to_point(InFlight& flight);
+  void finish(InFlight& flight);
+  void allocate_buffers();
+  PackedBlock pack(const BufferState& buf, const RowRuns& runs, FieldMask fields, int64_t tokens, HeadRange heads,
+                   bool heads_are_query);
+  int member_index(const CollectiveSpec& spec, int32_t op_index) const;
+  void reduce_pieces(InFlight& flight, const Op& op, const CollectiveSpec& spec, int me);
+  void all_reduce_post(InFlight& flight, const Op& op, const CollectiveSpec& spec);
+
+ public:
+  const Schedule& schedule;
+  const RankProgram& program;
+  const Plan& plan;
+  Backend& backend;
+  const ExecutorOptions options;
+  const ElemType type;
+  const int batches;
+  const int head_dim;
+  const int group;  // query heads per kv head
+
+ private:
+  std::vector<BufferState> buffers_;
+  std::vector<std::vector<int32_t>> stream_ops_;  // op indices per stream, program order
+  std::array<size_t, kNumStreams> head_{};        // next op of each stream
+  std::array<InFlight, kNumStreams> flight_{};    // the op in flight on each communication stream
+  std::vector<char> done_;
+  int64_t done_count_ = 0;
+  ExecutionStats stats_;
+};
+
+}  // namespace wallfacer::runtime::detail
