@@ -19,7 +19,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -30,7 +32,9 @@ namespace wallfacer {
 enum class Field : uint8_t { Q, K, V, O, Lse, dO, D, dQ, dK, dV, WeightGrad };
 constexpr int kNumFields = 11;
 using FieldMask = uint16_t;
-constexpr FieldMask field_bit(Field f) { return FieldMask(1u << static_cast<int>(f)); }
+constexpr FieldMask field_bit(Field f) {
+  return FieldMask(1u << static_cast<int>(f));
+}
 const char* to_string(Field f);
 std::string fields_to_string(FieldMask mask);  // "K|V"
 bool is_query_class(Field f);                  // Q, O, Lse, dO, D, dQ
@@ -59,8 +63,13 @@ class TokenSetPool {
   size_t size() const { return sets_.size(); }
 
  private:
+  // Keys are the raw bytes of the canonical range list; lookups by string_view allocate nothing.
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view key) const { return std::hash<std::string_view>{}(key); }
+  };
   std::vector<TokenSet> sets_;
-  std::unordered_map<std::string, int32_t> index_;
+  std::unordered_map<std::string, int32_t, KeyHash, std::equal_to<>> index_;
 };
 
 enum class OpKind : uint8_t {
@@ -129,8 +138,8 @@ struct Op {
   int32_t tok[2] = {-1, -1};
   HeadRange heads;  // compute ops: query heads computed (kv heads follow from GQA)
   FieldMask fields = 0;
-  int64_t bytes = 0;  // Send/Recv payload; collectives: bytes this member sends
-  double flops = 0;   // compute ops: exact FLOPs (algorithms.md §1.3 convention)
+  int64_t bytes = 0;       // Send/Recv payload; collectives: bytes this member sends
+  double flops = 0;        // compute ops: exact FLOPs (algorithms.md §1.3 convention)
   uint32_t dep_begin = 0;  // explicit dependencies: RankProgram::deps[dep_begin, dep_begin+dep_count)
   uint16_t dep_count = 0;
 };
@@ -185,8 +194,7 @@ struct Schedule {
 
 // Bytes of `tokens` rows of `fields` over `heads` for `batch` sequences (fp32 for Lse, D and
 // when `fp32` is set; elem_bytes otherwise).
-int64_t payload_bytes(const ScheduleDims& dims, FieldMask fields, int64_t tokens, int32_t heads, int batch,
-                      bool fp32);
+int64_t payload_bytes(const ScheduleDims& dims, FieldMask fields, int64_t tokens, int32_t heads, int batch, bool fp32);
 // FLOPs of one block: 4 * batch * live (query, key) pairs * heads * head_dim forward, 2.5x that
 // backward; live pairs count the causal mask exactly.
 double block_flops(const ScheduleDims& dims, const TokenSet& q, const TokenSet& k, Mask mask, int32_t heads,

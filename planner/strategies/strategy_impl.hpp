@@ -20,6 +20,9 @@ class StrategyImpl {
   virtual std::vector<StrategyParams> enumerate(const Workload& workload, int ranks) const = 0;
   // Canonical groups for logical ranks 0..P-1.
   virtual std::vector<CommGroup> groups(const StrategyParams& params, int ranks) const = 0;
+  // Placement permutation: logical rank r runs on the position[r]-th GPU of the GPU order
+  // (identity by default). E.g. WallFacer P2PIntra, USP context-first.
+  virtual std::vector<int> positions(const StrategyParams& params, int ranks) const;
   // Throws InputError when plan.groups do not have the structure this strategy needs.
   virtual void validate(const Plan& plan) const = 0;
   virtual std::vector<FlowSet> flow_sets(const Plan& plan) const = 0;
