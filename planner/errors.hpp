@@ -36,7 +36,7 @@ class ScheduleError : public std::runtime_error {
 
 }  // namespace wallfacer
 
-#define WF_ASSERT(cond, why)                                              \
-  do {                                                                    \
+#define WF_ASSERT(cond, why)                                                      \
+  do {                                                                            \
     if (!(cond)) ::wallfacer::invariant_failed(#cond, __FILE__, __LINE__, (why)); \
   } while (0)

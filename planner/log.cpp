@@ -36,7 +36,8 @@ Level parse_level(std::string_view name) {
                                                                {"info", Level::Info},   {"warn", Level::Warn},
                                                                {"error", Level::Error}, {"off", Level::Off}};
   auto it = names.find(name);
-  if (it == names.end()) throw InputError(fmt::format("--log: unknown level '{}' (trace, debug, info, warn, error, off)", name));
+  if (it == names.end())
+    throw InputError(fmt::format("--log: unknown level '{}' (trace, debug, info, warn, error, off)", name));
   return it->second;
 }
 
@@ -87,7 +88,9 @@ Level level(std::string_view category) {
   return it == r.levels.end() ? r.default_level : it->second;
 }
 
-bool enabled(std::string_view category, Level l) { return l >= level(category) && l != Level::Off; }
+bool enabled(std::string_view category, Level l) {
+  return l >= level(category) && l != Level::Off;
+}
 
 void configure(std::string_view spec) {
   auto& r = registry();

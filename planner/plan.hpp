@@ -17,7 +17,7 @@ namespace wallfacer {
 class Topology;
 
 enum class StrategyKind { Ring, Zigzag, Ulysses, Usp, DoubleRing, AllGather, WallFacer, Lss };
-const char* to_string(StrategyKind kind);          // "ring", "zigzag", "ulysses", "usp", ...
+const char* to_string(StrategyKind kind);              // "ring", "zigzag", "ulysses", "usp", ...
 StrategyKind parse_strategy(const std::string& name);  // throws InputError
 const std::vector<StrategyKind>& all_strategies();
 

@@ -35,8 +35,8 @@ std::vector<CommGroup> make_groups(StrategyKind strategy, const StrategyParams& 
 
 // A complete plan for a strategy: groups from make_groups, rank r placed on gpu_order[r]
 // (default: GPU r). The placement parameter may permute logical ranks (e.g. P2PIntra).
-Plan make_plan(StrategyKind strategy, const StrategyParams& params, const Workload& workload,
-               const Topology& topology, int ranks, const std::vector<int>& gpu_order = {});
+Plan make_plan(StrategyKind strategy, const StrategyParams& params, const Workload& workload, const Topology& topology,
+               int ranks, const std::vector<int>& gpu_order = {});
 
 // Builds the schedule of a plan. Validates the plan first (throws InputError naming what is
 // wrong: unknown group, wrong group sizes, params that break the rules).

@@ -43,10 +43,12 @@ void check_keys(const std::string& source, const YAML::Node& node, std::initiali
   for (const auto& kv : node) {
     const std::string key = kv.first.as<std::string>();
     bool known = false;
-    for (auto a : allowed) known = known || a == key;
+    for (auto a : allowed)
+      known = known || a == key;
     if (known) continue;
     std::string list;
-    for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+    for (auto a : allowed)
+      list += (list.empty() ? "" : ", ") + std::string(a);
     fail(source, kv.first, fmt::format("unknown key '{}' in {} (allowed: {})", key, what, list));
   }
 }

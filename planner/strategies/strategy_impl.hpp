@@ -30,11 +30,11 @@ class StrategyImpl {
 };
 
 std::unique_ptr<StrategyImpl> make_ring_impl(bool zigzag);  // ring.cpp: Ring and Zigzag
-std::unique_ptr<StrategyImpl> make_ulysses_impl();           // ulysses.cpp
-std::unique_ptr<StrategyImpl> make_usp_impl();               // usp.cpp
-std::unique_ptr<StrategyImpl> make_double_ring_impl();       // double_ring.cpp
-std::unique_ptr<StrategyImpl> make_allgather_impl();         // allgather.cpp
-std::unique_ptr<StrategyImpl> make_wallfacer_impl();         // wallfacer.cpp
-std::unique_ptr<StrategyImpl> make_lss_impl();               // lss.cpp
+std::unique_ptr<StrategyImpl> make_ulysses_impl();          // ulysses.cpp
+std::unique_ptr<StrategyImpl> make_usp_impl();              // usp.cpp
+std::unique_ptr<StrategyImpl> make_double_ring_impl();      // double_ring.cpp
+std::unique_ptr<StrategyImpl> make_allgather_impl();        // allgather.cpp
+std::unique_ptr<StrategyImpl> make_wallfacer_impl();        // wallfacer.cpp
+std::unique_ptr<StrategyImpl> make_lss_impl();              // lss.cpp
 
 }  // namespace wallfacer::detail
