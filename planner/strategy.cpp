@@ -23,6 +23,11 @@ std::vector<int> StrategyImpl::positions(const StrategyParams& /*params*/, int r
   return identity;
 }
 
+void StrategyImpl::validate(const Plan& plan) const {
+  validate_feasible(plan, feasible(plan.params, plan.workload, plan.num_ranks()));
+  validate_groups(plan, groups(plan.params, plan.num_ranks()));
+}
+
 }  // namespace detail
 
 namespace {

@@ -209,10 +209,6 @@ class AllGatherImpl final : public StrategyImpl {
     }
     return replicate_groups(params, ranks, replica);
   }
-  void validate(const Plan& plan) const override {
-    validate_feasible(plan, feasible(plan.params, plan.workload, plan.num_ranks()));
-    validate_groups(plan, groups(plan.params, plan.num_ranks()));
-  }
   std::vector<FlowSet> flow_sets(const Plan&) const override { return {}; }
   RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool) const override {
     return AllGatherRank(plan, rank, pool).build();

@@ -67,10 +67,6 @@ class DoubleRingImpl final : public StrategyImpl {
     return context_positions(double_ring_config(params, true), params, ranks,
                              params.placement == Placement::ContextFirst);
   }
-  void validate(const Plan& plan) const override {
-    validate_feasible(plan, feasible(plan.params, plan.workload, plan.num_ranks()));
-    validate_groups(plan, groups(plan.params, plan.num_ranks()));
-  }
   std::vector<FlowSet> flow_sets(const Plan& plan) const override {
     return context_flow_sets(double_ring_config(plan.params, plan.workload.causal), plan);
   }

@@ -162,10 +162,6 @@ class LssImpl final : public StrategyImpl {
       }
     return out;
   }
-  void validate(const Plan& plan) const override {
-    validate_feasible(plan, feasible(plan.params, plan.workload, plan.num_ranks()));
-    validate_groups(plan, groups(plan.params, plan.num_ranks()));
-  }
   std::vector<FlowSet> flow_sets(const Plan&) const override { return {}; }
   RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool) const override {
     return LssRank(plan, rank, pool).build();

@@ -327,10 +327,6 @@ class RingImpl final : public StrategyImpl {
   std::vector<CommGroup> groups(const StrategyParams& params, int ranks) const override {
     return context_groups(ring_config(params, zigzag_), params, ranks);
   }
-  void validate(const Plan& plan) const override {
-    validate_feasible(plan, feasible(plan.params, plan.workload, plan.num_ranks()));
-    validate_groups(plan, groups(plan.params, plan.num_ranks()));
-  }
   std::vector<FlowSet> flow_sets(const Plan& plan) const override {
     return context_flow_sets(ring_config(plan.params, zigzag_), plan);
   }

@@ -24,7 +24,8 @@ class StrategyImpl {
   // (identity by default). E.g. WallFacer P2PIntra, USP context-first.
   virtual std::vector<int> positions(const StrategyParams& params, int ranks) const;
   // Throws InputError when plan.groups do not have the structure this strategy needs.
-  virtual void validate(const Plan& plan) const = 0;
+  // The default checks feasible() and that plan.groups equal groups().
+  virtual void validate(const Plan& plan) const;
   virtual std::vector<FlowSet> flow_sets(const Plan& plan) const = 0;
   virtual RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool) const = 0;
 };

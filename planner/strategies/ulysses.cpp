@@ -52,10 +52,6 @@ class UlyssesImpl final : public StrategyImpl {
   std::vector<CommGroup> groups(const StrategyParams& params, int ranks) const override {
     return context_groups(ulysses_config(params), params, ranks);
   }
-  void validate(const Plan& plan) const override {
-    validate_feasible(plan, feasible(plan.params, plan.workload, plan.num_ranks()));
-    validate_groups(plan, groups(plan.params, plan.num_ranks()));
-  }
   std::vector<FlowSet> flow_sets(const Plan& plan) const override { return {}; }
   RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool) const override {
     return build_context_rank(ulysses_config(plan.params), plan, rank, pool);

@@ -208,10 +208,6 @@ class UspImpl final : public StrategyImpl {
   std::vector<int> positions(const StrategyParams& params, int ranks) const override {
     return context_positions(usp_config(params, true), params, ranks, params.placement == Placement::ContextFirst);
   }
-  void validate(const Plan& plan) const override {
-    validate_feasible(plan, feasible(plan.params, plan.workload, plan.num_ranks()));
-    validate_groups(plan, groups(plan.params, plan.num_ranks()));
-  }
   std::vector<FlowSet> flow_sets(const Plan& plan) const override {
     return context_flow_sets(usp_config(plan.params, plan.workload.causal), plan);
   }

@@ -385,11 +385,6 @@ class WallFacerImpl final : public StrategyImpl {
     return replicate_positions(params, ranks, local);
   }
 
-  void validate(const Plan& plan) const override {
-    validate_feasible(plan, feasible(plan.params, plan.workload, plan.num_ranks()));
-    validate_groups(plan, groups(plan.params, plan.num_ranks()));
-  }
-
   std::vector<FlowSet> flow_sets(const Plan& plan) const override {
     const WallFacerLayout L(plan.params.sequence_parallel, plan.params.team);
     const int D = plan.params.data_parallel;
