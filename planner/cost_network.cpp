@@ -121,26 +121,34 @@ NetworkPricer::Pattern& NetworkPricer::pattern(GroupKind kind, const std::vector
   for (const CommGroup& group : plan_.groups)
     if (group.kind == kind && group.ranks.size() > 1) p.flows += group.ranks.size() * offsets.size();
   if (p.flows > kExactFlows) return p;
-  // Small: count every flow of every group of the kind, price every group.
+  // Small: price every group against every flow of its kind that can run at the same time. A
+  // rank runs one collective at a time, so another group's flows that start at one of this
+  // group's members are not concurrent with it (e.g. two groups over the same ranks).
   auto for_each_flow = [&](const CommGroup& group, auto&& visit) {
     const size_t n = group.ranks.size();
     if (n < 2) return;
     for (int offset : offsets)
       for (size_t k = 0; k < n; ++k)
-        visit(gpu_of(group.ranks[k]), gpu_of(group.ranks[(k + size_t(offset)) % n]));
+        visit(group.ranks[k], group.ranks[(k + size_t(offset)) % n]);
   };
-  for (const CommGroup& group : plan_.groups)
-    if (group.kind == kind) for_each_flow(group, [&](int a, int b) { counter_.add(a, b); });
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     if (plan_.groups[g].kind != kind) continue;
+    const std::unordered_set<int> own(plan_.groups[g].ranks.begin(), plan_.groups[g].ranks.end());
+    for (size_t other = 0; other < plan_.groups.size(); ++other) {
+      if (plan_.groups[other].kind != kind) continue;
+      for_each_flow(plan_.groups[other], [&](int a, int b) {
+        if (other == g || !own.count(a)) counter_.add(gpu_of(a), gpu_of(b));
+      });
+    }
     GroupPrice price{kInf, 0};
     for_each_flow(plan_.groups[g], [&](int a, int b) {
-      if (a == b) return;
-      const FlowPrice flow = counter_.price(a, b);
+      if (gpu_of(a) == gpu_of(b)) return;
+      const FlowPrice flow = counter_.price(gpu_of(a), gpu_of(b));
       price.bandwidth_GBps = std::min(price.bandwidth_GBps, flow.bandwidth_GBps);
       price.latency_us = std::max(price.latency_us, flow.latency_us);
     });
     p.prices.emplace(int(g), price);
+    counter_.clear();
   }
   counter_.clear();
   return p;
@@ -164,6 +172,7 @@ void NetworkPricer::count_pattern_near(const Pattern& p, int group) {
   std::unordered_set<int> nodes;
   for (int rank : plan_.groups[size_t(group)].ranks)
     nodes.insert(node_of(rank));
+  const std::unordered_set<int> own(plan_.groups[size_t(group)].ranks.begin(), plan_.groups[size_t(group)].ranks.end());
   for (int node : nodes) {
     auto it = by_node.find(node);
     if (it == by_node.end()) continue;
@@ -171,10 +180,14 @@ void NetworkPricer::count_pattern_near(const Pattern& p, int group) {
       const auto& members = plan_.groups[size_t(g)].ranks;
       const int n = int(members.size());
       if (n < 2) continue;
+      // A rank runs one collective at a time: another group's flows from our members don't compete.
+      const bool concurrent = g == group || !own.count(members[size_t(k)]);
       for (int offset : p.offsets) {
-        counter_.add(gpu_of(members[size_t(k)]), gpu_of(members[size_t((k + offset) % n)]));  // leaves the node
+        if (concurrent)
+          counter_.add(gpu_of(members[size_t(k)]), gpu_of(members[size_t((k + offset) % n)]));  // leaves the node
         const int from = members[size_t((k - offset % n + n) % n)];
-        if (!nodes.count(node_of(from))) counter_.add(gpu_of(from), gpu_of(members[size_t(k)]));  // arrives
+        if (!nodes.count(node_of(from)) && (g == group || !own.count(from)))
+          counter_.add(gpu_of(from), gpu_of(members[size_t(k)]));  // arrives
       }
     }
   }
