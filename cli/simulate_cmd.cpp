@@ -1,6 +1,145 @@
-// placeholder: the 'simulate' subcommand is registered by its owner.
+// `wallfacer simulate PLAN [--topology T] [--nodes K] [--trace out.json] [--json]
+// [--network-model M] [--calibration FILE] [--comm-slowdown]` replays a plan's schedule in the
+// SimGrid simulator and prints step, forward and backward time, per-rank statistics, link
+// classes and the busiest links (or the same as JSON).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.hpp"
+#include "cli/common.hpp"
+#include "planner/calibration.hpp"
+#include "planner/errors.hpp"
+#include "planner/plan.hpp"
+#include "simulator/simulator.hpp"
 
 namespace wallfacer::cli {
-void register_simulate_command(CLI::App& app) { (void)app; }
+namespace {
+
+struct SimulateFlags {
+  std::string plan_path;
+  TopologyFlags topology;
+  CLI::Option* topology_option = nullptr;
+  std::string calibration_path;
+  std::string network_model = "CM02";
+  std::string trace_path;
+  bool comm_slowdown = false;
+  bool tcp_effects = false;
+  bool json = false;
+};
+
+// The plan's own topology unless --topology is given; a compact topology is scaled to the plan's
+// node count unless --nodes is given.
+Topology load_topology(const SimulateFlags& flags, const Plan& plan) {
+  TopologyFlags which = flags.topology;
+  if (flags.topology_option->count() == 0) which.topology = plan.topology_name;
+  Topology topology = load(which);
+  if (!which.nodes && topology.num_nodes() != plan.topology_nodes && plan.topology_nodes > 0) {
+    which.nodes = plan.topology_nodes;
+    return load(which);
+  }
+  return topology;
+}
+
+struct Spread {
+  double min = 0, mean = 0, max = 0;
+};
+
+template <typename Field>
+Spread spread(const std::vector<RankStats>& ranks, Field field) {
+  if (ranks.empty()) return {};
+  Spread s{field(ranks[0]), 0, field(ranks[0])};
+  for (const RankStats& r : ranks) {
+    s.min = std::min(s.min, field(r));
+    s.max = std::max(s.max, field(r));
+    s.mean += field(r);
+  }
+  s.mean /= double(ranks.size());
+  return s;
+}
+
+void print_summary(const SimulateFlags& flags, const Plan& plan, const Topology& topology, const SimResult& r) {
+  fmt::print("simulated {} on {} ({} nodes), {} ranks, network model {}\n", to_string(plan.strategy), topology.name(),
+             topology.num_nodes(), plan.num_ranks(), flags.network_model);
+  fmt::print("  step      {:10.4f} ms   forward {:.4f} ms, backward {:.4f} ms\n", r.step_ms, r.forward_ms,
+             r.backward_ms);
+  if (plan.prediction)
+    fmt::print("  predicted {:10.4f} ms   (cost model, recorded in the plan; simulated/predicted = {:.3f})\n",
+               plan.prediction->step_ms, plan.prediction->step_ms > 0 ? r.step_ms / plan.prediction->step_ms : 0.0);
+  fmt::print("  {} activities simulated in {:.2f} s\n", r.activities, r.wall_seconds);
+  fmt::print("\nper rank, ms      {:>10} {:>10} {:>10}\n", "min", "mean", "max");
+  auto row = [](const char* name, Spread s) {
+    fmt::print("  {:<15} {:10.4f} {:10.4f} {:10.4f}\n", name, s.min, s.mean, s.max);
+  };
+  row("compute", spread(r.ranks, [](const RankStats& s) { return s.compute_ms; }));
+  row("communication", spread(r.ranks, [](const RankStats& s) { return s.comm_ms; }));
+  row("idle", spread(r.ranks, [](const RankStats& s) { return s.idle_ms; }));
+  fmt::print("\nlink class   resources        GB moved  mean util  max util\n");
+  for (const LinkClassStats& c : r.link_classes)
+    fmt::print("  {:<10} {:>9} {:>15.3f} {:>9.1f}% {:>8.1f}%\n", to_string(c.kind), c.links, c.bytes / 1e9,
+               100 * c.mean_utilization, 100 * c.max_utilization);
+  fmt::print("\nbusiest links{:<32}       GB moved      util\n", "");
+  for (const LinkStats& l : r.busiest_links)
+    fmt::print("  {:<36} {:<8} {:>12.3f} {:>8.1f}%\n", l.name, to_string(l.kind), l.bytes / 1e9, 100 * l.utilization);
+  if (!flags.trace_path.empty()) fmt::print("\ntrace written to {}\n", flags.trace_path);
+}
+
+void run(const SimulateFlags& flags) {
+  Plan plan = read_plan_file(flags.plan_path);
+  Topology topology = load_topology(flags, plan);
+  check_plan_against_topology(plan, topology, flags.plan_path);
+  SimOptions options;
+  options.network_model = flags.network_model;
+  options.tcp_effects = flags.tcp_effects;
+  options.trace_path = flags.trace_path;
+  options.comm_slowdown = flags.comm_slowdown;
+  if (!flags.calibration_path.empty()) options.calibration = Calibration::load(flags.calibration_path);
+  SimResult result;
+  try {
+    result = simulate(plan, topology, options);
+  } catch (const ScheduleError& e) {
+    fmt::print(stderr, "{}: error: {}\n", flags.plan_path, e.what());
+    exit_code() = 1;
+    return;
+  }
+  if (flags.json) {
+    nlohmann::json json = nlohmann::json::parse(to_json(result));
+    json["plan"] = {{"file", flags.plan_path},
+                    {"strategy", to_string(plan.strategy)},
+                    {"ranks", plan.num_ranks()},
+                    {"topology", topology.name()},
+                    {"nodes", topology.num_nodes()},
+                    {"network_model", flags.network_model}};
+    print_json(json);
+  } else {
+    print_summary(flags, plan, topology, result);
+  }
+}
+
+}  // namespace
+
+void register_simulate_command(CLI::App& app) {
+  auto flags = std::make_shared<SimulateFlags>();
+  CLI::App* command = app.add_subcommand("simulate", "Replay a plan's schedule in the SimGrid simulator");
+  command->add_option("PLAN", flags->plan_path, "Plan file written by `wallfacer plan`")->required();
+  add_topology_flags(command, flags->topology);
+  flags->topology_option = command->get_option("--topology");
+  flags->topology_option->description("Topology preset or file (default: the one the plan names)")->default_str("");
+  command->add_option("--trace", flags->trace_path, "Write a Chrome trace (Perfetto, chrome://tracing) to this file");
+  command->add_flag("--json", flags->json, "Print the result as JSON on stdout");
+  command->add_option("--network-model", flags->network_model,
+                      "SimGrid network model: CM02 (exact latency + size/bandwidth), LV08, SMPI, IB, Constant")
+      ->capture_default_str();
+  command->add_option("--calibration", flags->calibration_path,
+                      "Kernel throughput calibration file (default: the built-in table, docs/calibration.md)");
+  command->add_flag("--comm-slowdown", flags->comm_slowdown,
+                    "Slow compute while the rank communicates, by the calibration's compute_slowdown_under_comm");
+  command->add_flag("--tcp-effects", flags->tcp_effects,
+                    "Keep SimGrid's cross-traffic and TCP window cap (off by default, so transfers are exact)");
+  command->callback([flags] { run(*flags); });
+}
+
 }  // namespace wallfacer::cli

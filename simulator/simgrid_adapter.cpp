@@ -1,1 +1,254 @@
-// placeholder: implementation pending
+// SimGrid calls for the simulator, for 3.32 (the Debian 12 package) and the renamed 4.x API.
+#include "simulator/simgrid_adapter.hpp"
+
+#include <simgrid/s4u.hpp>
+#include <simgrid/version.h>
+#include <xbt/log.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "planner/errors.hpp"
+
+namespace sg4 = simgrid::s4u;
+
+namespace wallfacer::sim {
+namespace {
+
+// The one engine of this process (SimGrid allows one per process, see the header).
+struct EngineState {
+  std::unique_ptr<sg4::Engine> engine;
+  sg4::NetZone* zone = nullptr;
+  std::vector<sg4::Host*> hosts;
+  std::vector<sg4::Link*> links;  // SplitDuplexLink for split_duplex specs
+  std::vector<bool> split;
+  std::vector<sg4::Mailbox*> channels;
+  bool deadlocked = false;
+};
+EngineState* g_state = nullptr;
+
+void silence_simgrid_logs(bool verbose) {
+  // SimGrid logs to stderr; keep it quiet unless asked so --json output stays clean. The
+  // deadlock report is ours to make (SimEngine::run returns false), so its SimGrid banner goes.
+  xbt_log_control_set(verbose ? "root.thresh:info" : "root.thresh:critical");
+  xbt_log_control_set("ker_engine.app:file:/dev/null");
+}
+
+void configure(const EngineConfig& config) {
+  sg4::Engine::set_config("network/model:" + config.network_model);
+  if (!config.tcp_effects) {
+    // With both off an uncontended transfer takes exactly latency + size / bandwidth.
+    sg4::Engine::set_config("network/crosstraffic:0");
+    sg4::Engine::set_config("network/TCP-gamma:0");
+  }
+  sg4::Engine::set_config("contexts/stack-size:" + std::to_string(config.actor_stack_KiB));
+}
+
+sg4::NetZone* make_root_zone(sg4::Engine& engine) {
+#if SIMGRID_VERSION >= 40000
+  return engine.get_netzone_root()->add_netzone_full("wallfacer");
+#else
+  (void)engine;
+  return sg4::create_full_zone("wallfacer");
+#endif
+}
+
+sg4::LinkInRoute link_in_route(const LinkUse& use) {
+  sg4::Link* link = g_state->links.at(size_t(use.link));
+  if (!g_state->split[size_t(use.link)]) return sg4::LinkInRoute(link);
+  return sg4::LinkInRoute(link, use.forward ? sg4::LinkInRoute::Direction::UP : sg4::LinkInRoute::Direction::DOWN);
+}
+
+}  // namespace
+
+const std::vector<std::string>& supported_network_models() {
+  static const std::vector<std::string> models = {"CM02", "LV08", "SMPI", "IB", "Constant"};
+  return models;
+}
+
+// ---- ActivitySet ------------------------------------------------------------------------------
+
+struct ActivitySet::Impl {
+  struct Slot {
+    uint64_t tag = 0;
+    std::unique_ptr<void*> payload;  // receive buffer: SimGrid writes the sender's pointer here
+  };
+  std::vector<sg4::ActivityPtr> activities;
+  std::vector<Slot> slots;  // parallel to activities
+};
+
+ActivitySet::ActivitySet() : impl_(std::make_unique<Impl>()) {}
+ActivitySet::~ActivitySet() = default;
+
+void ActivitySet::exec(int host, double flops, uint64_t tag) {
+  impl_->activities.push_back(g_state->hosts.at(size_t(host))->exec_async(flops));
+  impl_->slots.push_back({tag, nullptr});
+}
+
+void ActivitySet::send(int channel, double bytes, void* payload, uint64_t tag) {
+  sg4::Mailbox* mailbox = g_state->channels.at(size_t(channel));
+  impl_->activities.push_back(mailbox->put_async(payload, uint64_t(bytes)));
+  impl_->slots.push_back({tag, nullptr});
+}
+
+void ActivitySet::recv(int channel, uint64_t tag) {
+  sg4::Mailbox* mailbox = g_state->channels.at(size_t(channel));
+  auto cell = std::make_unique<void*>(nullptr);
+  impl_->activities.push_back(mailbox->get_async<void>(cell.get()));
+  impl_->slots.push_back({tag, std::move(cell)});
+}
+
+void ActivitySet::timer(int host, double seconds, uint64_t tag) {
+  // 1,000 FLOP/s is 1e-12 of a GPU's speed: compute sharing the host loses nothing measurable.
+  constexpr double kRate = 1e3;
+  sg4::ExecPtr exec = g_state->hosts.at(size_t(host))->exec_init(seconds * kRate);
+  exec->set_bound(kRate);
+  exec->start();
+  impl_->activities.push_back(exec);
+  impl_->slots.push_back({tag, nullptr});
+}
+
+Completion ActivitySet::wait_any() {
+  WF_ASSERT(!impl_->activities.empty(), "wait_any on an empty activity set");
+#if SIMGRID_VERSION >= 33500
+  // 3.35 replaced the vector form by ActivitySet; a linear scan keeps the slot bookkeeping.
+  sg4::ActivitySet pending;
+  for (auto const& activity : impl_->activities) pending.push(activity);
+  sg4::ActivityPtr done = pending.wait_any();
+  auto it = std::find(impl_->activities.begin(), impl_->activities.end(), done);
+  size_t index = size_t(it - impl_->activities.begin());
+#else
+  size_t index = size_t(sg4::Activity::wait_any(impl_->activities));
+#endif
+  const sg4::ActivityPtr& activity = impl_->activities[index];
+  Completion done_info;
+  done_info.tag = impl_->slots[index].tag;
+  done_info.start = activity->get_start_time();
+  done_info.finish = activity->get_finish_time();
+  if (impl_->slots[index].payload) done_info.payload = *impl_->slots[index].payload;
+  // Swap-remove: order inside the set carries no meaning.
+  std::swap(impl_->activities[index], impl_->activities.back());
+  std::swap(impl_->slots[index], impl_->slots.back());
+  impl_->activities.pop_back();
+  impl_->slots.pop_back();
+  return done_info;
+}
+
+bool ActivitySet::empty() const { return impl_->activities.empty(); }
+size_t ActivitySet::size() const { return impl_->activities.size(); }
+
+// ---- SimEngine --------------------------------------------------------------------------------
+
+struct SimEngine::Impl {
+  EngineState state;
+};
+
+SimEngine::SimEngine(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
+  WF_ASSERT(g_state == nullptr && !sg4::Engine::has_instance(),
+            "SimGrid allows one engine per process; run simulations in child processes");
+  const auto& models = supported_network_models();
+  if (std::find(models.begin(), models.end(), config.network_model) == models.end())
+    throw InputError("unknown network model '" + config.network_model + "'");
+  g_state = &impl_->state;
+  silence_simgrid_logs(config.verbose);
+  int argc = 1;
+  char program[] = "wallfacer-simulate";
+  char* argv[] = {program, nullptr};
+  impl_->state.engine = std::make_unique<sg4::Engine>(&argc, argv);
+  configure(config);
+  sg4::Engine::on_deadlock_cb([] {
+    if (g_state) g_state->deadlocked = true;
+  });
+  impl_->state.zone = make_root_zone(*impl_->state.engine);
+}
+
+SimEngine::~SimEngine() {
+  // The engine tears down SimGrid's global state; callers normally _exit() before this.
+  g_state = nullptr;
+}
+
+int SimEngine::add_host(const HostSpec& host) {
+#if SIMGRID_VERSION >= 40000
+  sg4::Host* created = impl_->state.zone->add_host(host.name, host.speeds);
+#else
+  sg4::Host* created = impl_->state.zone->create_host(host.name, host.speeds);
+#endif
+  impl_->state.hosts.push_back(created);
+  return int(impl_->state.hosts.size()) - 1;
+}
+
+int SimEngine::add_link(const LinkSpec& spec) {
+  sg4::Link* link = nullptr;
+  sg4::NetZone* zone = impl_->state.zone;
+#if SIMGRID_VERSION >= 40000
+  if (spec.split_duplex)
+    link = zone->add_split_duplex_link(spec.name, spec.bandwidth_Bps);
+  else
+    link = zone->add_link(spec.name, spec.bandwidth_Bps);
+#else
+  if (spec.split_duplex)
+    link = zone->create_split_duplex_link(spec.name, spec.bandwidth_Bps);
+  else
+    link = zone->create_link(spec.name, spec.bandwidth_Bps);
+#endif
+  link->set_latency(spec.latency_s);
+  if (!spec.split_duplex) link->set_sharing_policy(sg4::Link::SharingPolicy::SHARED);
+  link->seal();
+  impl_->state.links.push_back(link);
+  impl_->state.split.push_back(spec.split_duplex);
+  return int(impl_->state.links.size()) - 1;
+}
+
+void SimEngine::add_route(int src_host, int dst_host, const std::vector<LinkUse>& links) {
+  std::vector<sg4::LinkInRoute> route;
+  route.reserve(links.size());
+  for (const LinkUse& use : links) route.push_back(link_in_route(use));
+  sg4::Host* src = impl_->state.hosts.at(size_t(src_host));
+  sg4::Host* dst = impl_->state.hosts.at(size_t(dst_host));
+#if SIMGRID_VERSION >= 33500
+  impl_->state.zone->add_route(src, dst, route, false);
+#else
+  impl_->state.zone->add_route(src->get_netpoint(), dst->get_netpoint(), nullptr, nullptr, route, false);
+#endif
+}
+
+void SimEngine::seal() { impl_->state.zone->seal(); }
+
+int SimEngine::add_channel(const std::string& name) {
+  impl_->state.channels.push_back(sg4::Mailbox::by_name(name));
+  return int(impl_->state.channels.size()) - 1;
+}
+
+void SimEngine::spawn(const std::string& name, int host, std::function<void()> body) {
+  sg4::Host* where = impl_->state.hosts.at(size_t(host));
+#if SIMGRID_VERSION >= 40100
+  where->add_actor(name, std::move(body));
+#elif SIMGRID_VERSION >= 40000
+  impl_->state.engine->add_actor(name, where, std::move(body));
+#else
+  sg4::Actor::create(name, where, std::move(body));
+#endif
+}
+
+bool SimEngine::run() {
+  impl_->state.engine->run();
+  return !impl_->state.deadlocked;
+}
+
+double SimEngine::now() { return sg4::Engine::get_clock(); }
+
+void SimEngine::set_power_state(int host, int state) {
+  g_state->hosts.at(size_t(host))->set_pstate(static_cast<unsigned long>(state));
+}
+
+std::vector<std::string> SimEngine::resolved_route(int src_host, int dst_host, double* latency_s) const {
+  std::vector<sg4::Link*> links;
+  double latency = 0;
+  impl_->state.hosts.at(size_t(src_host))->route_to(impl_->state.hosts.at(size_t(dst_host)), links, &latency);
+  if (latency_s) *latency_s = latency;
+  std::vector<std::string> names;
+  for (const sg4::Link* link : links) names.push_back(link->get_name());
+  return names;
+}
+
+}  // namespace wallfacer::sim

@@ -1,1 +1,161 @@
-// placeholder: implementation pending
+// simulate(): builds the schedule, the SimGrid platform and the rank actors in a child process,
+// replays the schedule and condenses what happened into a SimResult.
+#include "simulator/simulator.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "planner/cost_model.hpp"
+#include "planner/errors.hpp"
+#include "planner/log.hpp"
+#include "planner/strategy.hpp"
+#include "simulator/isolated_run.hpp"
+#include "simulator/platform.hpp"
+#include "simulator/replay.hpp"
+#include "simulator/result_json.hpp"
+#include "simulator/simgrid_adapter.hpp"
+#include "simulator/trace.hpp"
+
+namespace wallfacer {
+namespace {
+
+RankStats rank_stats(int rank, const sim::RankOutcome& outcome, double step_seconds) {
+  RankStats stats;
+  stats.rank = rank;
+  stats.compute_ms = outcome.compute_s * 1e3;
+  stats.comm_ms = outcome.comm_s * 1e3;
+  stats.idle_ms = std::max(0.0, step_seconds - outcome.busy_s) * 1e3;
+  return stats;
+}
+
+void summarize_links(const Topology& topology, const std::vector<double>& resource_bytes, double step_seconds,
+                     SimResult& result) {
+  std::vector<LinkClassStats> classes;
+  std::vector<LinkStats> used;
+  const auto& links = topology.links();
+  for (size_t i = 0; i < links.size(); ++i) {
+    const Link& link = links[i];
+    std::vector<ResourceId> resources = {topology.resource_of(Hop{int(i), true})};
+    if (link.full_duplex) resources.push_back(topology.resource_of(Hop{int(i), false}));
+    auto it = std::find_if(classes.begin(), classes.end(), [&](const auto& c) { return c.kind == link.kind; });
+    if (it == classes.end()) it = classes.insert(classes.end(), LinkClassStats{link.kind, 0, 0, 0, 0});
+    for (ResourceId resource : resources) {
+      double bytes = resource_bytes[size_t(resource)];
+      double capacity = link.bandwidth_GBps * 1e9 * step_seconds;
+      double utilization = capacity > 0 ? bytes / capacity : 0;
+      it->bytes += bytes;
+      it->mean_utilization += utilization;  // divided by the count below
+      it->max_utilization = std::max(it->max_utilization, utilization);
+      ++it->links;
+      if (bytes > 0) used.push_back({sim::resource_name(topology, resource), link.kind, bytes, utilization});
+    }
+  }
+  for (auto& c : classes) c.mean_utilization /= std::max(1, c.links);
+  std::sort(classes.begin(), classes.end(), [](const auto& a, const auto& b) { return a.kind < b.kind; });
+  // Stable on insertion (link) order, so ties keep a fixed order.
+  std::stable_sort(used.begin(), used.end(), [](const auto& a, const auto& b) { return a.utilization > b.utilization; });
+  if (used.size() > 10) used.resize(10);
+  result.link_classes = std::move(classes);
+  result.busiest_links = std::move(used);
+}
+
+SimResult summarize(const sim::Replay& replay, const Topology& topology) {
+  SimResult result;
+  double step = 0, forward = 0;
+  for (const auto& outcome : replay.outcomes()) {
+    step = std::max(step, outcome.finish);
+    forward = std::max(forward, outcome.forward_finish);
+    result.activities += outcome.activities;
+  }
+  result.step_ms = step * 1e3;
+  result.forward_ms = forward * 1e3;
+  result.backward_ms = (step - forward) * 1e3;
+  for (size_t rank = 0; rank < replay.outcomes().size(); ++rank)
+    result.ranks.push_back(rank_stats(int(rank), replay.outcomes()[rank], step));
+  summarize_links(topology, replay.resource_bytes(), step, result);
+  return result;
+}
+
+// The whole simulation; runs inside the child process.
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+SimResult simulate_here(const Plan& plan, const Topology& topology, const Schedule& schedule,
+                        const SimOptions& options) {
+  auto started = std::chrono::steady_clock::now();
+  sim::EngineConfig config;
+  config.network_model = options.network_model;
+  config.tcp_effects = options.tcp_effects;
+  config.verbose = log::enabled("simulator", log::Level::Debug);
+  sim::SimEngine engine(config);
+  double peak = kernel_peak_tflops(topology.gpu(), plan.workload.dtype) * 1e12;
+  std::vector<double> speeds = {peak};
+  if (options.comm_slowdown && options.calibration.compute_slowdown_under_comm() < 1.0)
+    speeds.push_back(peak * options.calibration.compute_slowdown_under_comm());
+  sim::PlatformLayout layout = sim::declare_platform(engine, topology, speeds);
+  sim::Replay replay(plan, topology, schedule, options, engine, layout.host_of_gpu);
+  sim::declare_routes(engine, topology, layout, replay.gpu_pairs());
+  engine.seal();
+  WF_LOG_INFO("simulator", "{} ranks, {} GPU pairs routed, model {}; platform and replay ready after {:.2f} s",
+              plan.num_ranks(), replay.gpu_pairs().size(), options.network_model, seconds_since(started));
+  auto running = std::chrono::steady_clock::now();
+  replay.run();
+  WF_LOG_INFO("simulator", "simulation ran {:.2f} s", seconds_since(running));
+  SimResult result = summarize(replay, topology);
+  if (!options.trace_path.empty()) {
+    sim::TraceContext context{plan, topology, schedule, replay.outcomes(), options.network_model, result.step_ms / 1e3};
+    sim::write_chrome_trace_file(options.trace_path, context);
+  }
+  return result;
+}
+
+void check_options(const SimOptions& options) {
+  const auto& models = sim::supported_network_models();
+  if (std::find(models.begin(), models.end(), options.network_model) == models.end())
+    throw InputError(fmt::format("--network-model: unknown model '{}' (one of: {})", options.network_model,
+                                 fmt::join(models, ", ")));
+  if (options.collective_algorithm != "ring")
+    throw InputError(
+        fmt::format("collective algorithm '{}' is not supported (only 'ring')", options.collective_algorithm));
+  if (options.all_to_all != "pairwise" && options.all_to_all != "direct")
+    throw InputError(fmt::format("all-to-all algorithm '{}' is not supported ('pairwise' or 'direct')",
+                                 options.all_to_all));
+}
+
+// Runs `schedule_of()`'s schedule in a child process and times the whole.
+template <typename ScheduleOf>
+SimResult simulate_isolated(const Plan& plan, const Topology& topology, const SimOptions& options,
+                            ScheduleOf schedule_of) {
+  check_options(options);
+  auto started = std::chrono::steady_clock::now();
+  std::string text = sim::run_in_child_process(
+      [&] { return sim::result_to_json(simulate_here(plan, topology, schedule_of(), options), true); });
+  SimResult result = sim::result_from_json(text);
+  result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
+
+}  // namespace
+
+SimResult simulate(const Plan& plan, const Topology& topology, const SimOptions& options) {
+  check_plan_against_topology(plan, topology, "plan");
+  // Built in the child: a large schedule never occupies the caller's memory.
+  return simulate_isolated(plan, topology, options, [&] {
+    auto started = std::chrono::steady_clock::now();
+    Schedule schedule = ScheduleBuilder(plan).build();
+    WF_LOG_INFO("simulator", "schedule of {} ranks built in {:.2f} s", plan.num_ranks(), seconds_since(started));
+    return schedule;
+  });
+}
+
+SimResult simulate_schedule(const Plan& plan, const Topology& topology, const Schedule& schedule,
+                            const SimOptions& options) {
+  return simulate_isolated(plan, topology, options, [&]() -> const Schedule& { return schedule; });
+}
+
+std::string to_json(const SimResult& result) { return sim::result_to_json(result, false); }
+
+}  // namespace wallfacer

@@ -1,1 +1,162 @@
-// placeholder: implementation pending
+#include "simulator/trace.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <ostream>
+
+#include "planner/errors.hpp"
+
+namespace wallfacer::sim {
+namespace {
+
+std::string json_string(const std::string& text) {
+  std::string quoted = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      quoted += '\\';
+      quoted += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      quoted += fmt::format("\\u{:04x}", int(c));
+    } else {
+      quoted += c;
+    }
+  }
+  return quoted + "\"";
+}
+
+// Microseconds with nanosecond resolution: fixed digits keep the output byte-stable.
+std::string micros(double seconds) { return fmt::format("{:.3f}", seconds * 1e6); }
+
+// " step 3", or nothing for ops outside the step loop (step -1).
+std::string step_suffix(int32_t step) { return step >= 0 ? fmt::format(" step {}", step) : std::string(); }
+
+int tid_of(RecordKind kind) {
+  switch (kind) {
+    case RecordKind::Compute:
+      return kTraceTidCompute;
+    case RecordKind::Send:
+      return kTraceTidSend;
+    case RecordKind::Recv:
+      return kTraceTidRecv;
+    default:
+      return kTraceTidCollective;
+  }
+}
+
+class TraceWriter {
+ public:
+  TraceWriter(std::ostream& out, const TraceContext& context) : out_(out), c_(context) {}
+
+  void write() {
+    out_ << "{\"displayTimeUnit\":\"ns\",\"otherData\":{";
+    out_ << "\"strategy\":" << json_string(to_string(c_.plan.strategy))
+         << ",\"topology\":" << json_string(c_.topology.name()) << ",\"ranks\":" << c_.plan.num_ranks()
+         << ",\"network_model\":" << json_string(c_.network_model) << ",\"step_us\":" << micros(c_.step_seconds)
+         << "},\n\"traceEvents\":[\n";
+    for (int rank = 0; rank < int(c_.outcomes.size()); ++rank) write_metadata(rank);
+    for (int rank = 0; rank < int(c_.outcomes.size()); ++rank) write_rank(rank);
+    flush();
+    out_ << "\n]}\n";
+  }
+
+ private:
+  void event(const std::string& text) {
+    if (!first_) buffer_.append(std::string_view(",\n"));
+    first_ = false;
+    buffer_.append(text);
+    if (buffer_.size() > (1u << 20)) flush();
+  }
+  void flush() {
+    out_.write(buffer_.data(), std::streamsize(buffer_.size()));
+    buffer_.clear();
+  }
+
+  void write_metadata(int rank) {
+    const RankSlot& slot = c_.plan.ranks[size_t(rank)];
+    const std::string& gpu = c_.topology.devices()[size_t(c_.topology.gpu_device(slot.gpu))].name;
+    event(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":{}}}}})", rank,
+                      json_string(fmt::format("rank {} ({})", rank, gpu))));
+    event(fmt::format(R"({{"ph":"M","name":"process_sort_index","pid":{},"args":{{"sort_index":{}}}}})", rank, rank));
+    static const char* names[] = {"", "compute", "send", "recv", "collective"};
+    for (int tid = kTraceTidCompute; tid <= kTraceTidCollective; ++tid) {
+      event(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"{}"}}}})", rank, tid,
+                        names[tid]));
+      event(fmt::format(R"({{"ph":"M","name":"thread_sort_index","pid":{},"tid":{},"args":{{"sort_index":{}}}}})",
+                        rank, tid, tid));
+    }
+  }
+
+  void write_rank(int rank) {
+    std::vector<const Record*> slices;
+    for (const Record& r : c_.outcomes[size_t(rank)].records) slices.push_back(&r);
+    std::stable_sort(slices.begin(), slices.end(), [](const Record* a, const Record* b) {
+      int ta = tid_of(a->kind), tb = tid_of(b->kind);
+      if (ta != tb) return ta < tb;
+      if (a->start != b->start) return a->start < b->start;
+      return a->op < b->op;
+    });
+    for (const Record* r : slices) write_slice(rank, *r);
+  }
+
+  void write_slice(int rank, const Record& r) {
+    const RankProgram& program = c_.schedule.ranks[size_t(rank)];
+    const Op& op = program.ops[size_t(r.op)];
+    int tid = tid_of(r.kind);
+    std::string common = fmt::format(R"("pid":{},"tid":{},"ts":{},"dur":{})", rank, tid, micros(r.start),
+                                     micros(r.finish - r.start));
+    std::string phase = json_string(to_string(op.phase));
+    switch (r.kind) {
+      case RecordKind::Compute:
+        event(fmt::format(
+            R"({{"ph":"X","name":{},"cat":"compute",{},"args":{{"op":{},"phase":{},"flops":{},"q_tokens":{},"k_tokens":{}}}}})",
+            json_string(fmt::format("{}{}", to_string(op.kind), step_suffix(op.step))), common, r.op, phase, op.flops, tokens(op.tok[0]), tokens(op.tok[1])));
+        break;
+      case RecordKind::Send:
+      case RecordKind::Recv: {
+        bool send = r.kind == RecordKind::Send;
+        std::string fields = fields_to_string(op.fields);
+        event(fmt::format(
+            R"({{"ph":"X","name":{},"cat":"p2p",{},"args":{{"op":{},"phase":{},"bytes":{},"peer":{},"tag":{}}}}})",
+            json_string(fmt::format("{} {} {} r{}{}", send ? "send" : "recv", fields, send ? "->" : "<-", op.peer,
+                                    step_suffix(op.step))),
+            common, r.op, phase, op.bytes,
+            op.peer, op.tag));
+        event(fmt::format(R"({{"ph":"{}","name":{},"cat":"flow","id":{},"pid":{},"tid":{},"ts":{}{}}})",
+                          send ? "s" : "f", json_string(fields), r.flow, rank, tid, micros(r.start), send ? "" : R"(,"bp":"e")"));
+        break;
+      }
+      default: {
+        const CollectiveSpec& spec = program.collectives[size_t(op.coll)];
+        const CommGroup& group = c_.plan.groups[size_t(spec.group)];
+        event(fmt::format(
+            R"({{"ph":"X","name":{},"cat":"collective",{},"args":{{"op":{},"phase":{},"bytes":{},"group":{},"members":{},"fields":{}}}}})",
+            json_string(fmt::format("{} {}{}", to_string(op.kind), group.name, step_suffix(op.step))), common, r.op, phase,
+            op.bytes, json_string(group.name), group.ranks.size(), json_string(fields_to_string(spec.fields))));
+      }
+    }
+  }
+
+  int64_t tokens(int32_t id) const { return id >= 0 ? token_count(c_.schedule.tokens.get(id)) : 0; }
+
+  std::ostream& out_;
+  const TraceContext& c_;
+  fmt::memory_buffer buffer_;
+  bool first_ = true;
+};
+
+}  // namespace
+
+void write_chrome_trace(std::ostream& out, const TraceContext& context) { TraceWriter(out, context).write(); }
+
+void write_chrome_trace_file(const std::string& path, const TraceContext& context) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw InputError(path, 0, "cannot open the trace file for writing");
+  write_chrome_trace(out, context);
+  out.flush();
+  if (!out) throw InputError(path, 0, "writing the trace file failed");
+}
+
+}  // namespace wallfacer::sim

@@ -1,0 +1,136 @@
+#include "simulator/collective_steps.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "planner/errors.hpp"
+
+namespace wallfacer::sim {
+namespace {
+
+int32_t common_heads(const HeadRange& a, const HeadRange& b) {
+  return std::max(0, std::min(a.end, b.end) - std::max(a.begin, b.begin));
+}
+
+// tokens x heads of a member's slice: the unit the schedule's bytes are proportional to.
+double slice_weight(const std::vector<int32_t>& tokens, const std::vector<HeadRange>& heads, size_t member,
+                    const TokenSetPool& pool) {
+  if (member >= tokens.size() || tokens[member] < 0) return 0;
+  double head_count = member < heads.size() ? double(heads[member].size()) : 1.0;
+  return double(token_count(pool.get(tokens[member]))) * head_count;
+}
+
+// Splits `total` bytes over the sends in proportion to their weights (evenly when all are 0).
+void distribute(std::vector<CollectiveTransfer>& sends, const std::vector<double>& weights, double total) {
+  double sum = std::accumulate(weights.begin(), weights.end(), 0.0);
+  for (size_t i = 0; i < sends.size(); ++i)
+    sends[i].bytes = sum > 0 ? total * weights[i] / sum : total / double(sends.size());
+}
+
+CollectiveSteps ring_steps(OpKind kind, const CollectiveSpec& spec, double member_bytes, const std::vector<int>& group,
+                           size_t pos, const TokenSetPool& pool) {
+  size_t p = group.size();
+  CollectiveSteps steps;
+  size_t count = kind == OpKind::AllReduce ? 2 * (p - 1) : p - 1;
+  int next = group[(pos + 1) % p], prev = group[(pos + p - 1) % p];
+  std::vector<double> weights(count, 1.0);
+  steps.sends.reserve(count);
+  steps.recvs.reserve(count);
+  for (size_t k = 0; k < count; ++k) {
+    steps.sends.push_back({next, 0});
+    steps.recvs.push_back({prev, 0});
+    // All-gather forwards member (pos - k)'s block; reduce-scatter sends the partial of block
+    // (pos - k - 1), so the last step hands each member its own block.
+    if (kind == OpKind::AllGather) weights[k] = slice_weight(spec.in_tokens, spec.in_heads, (pos + p - k) % p, pool);
+    if (kind == OpKind::ReduceScatter)
+      weights[k] = slice_weight(spec.out_tokens, spec.out_heads, (pos + 2 * p - k - 1) % p, pool);
+  }
+  distribute(steps.sends, weights, member_bytes);
+  return steps;
+}
+
+// Merges consecutive transfers into `limit` groups of near-equal step counts (the same partition
+// on every member, so merged sends still pair with merged receives).
+std::vector<CollectiveTransfer> merge_steps(const std::vector<CollectiveTransfer>& steps, size_t limit) {
+  size_t n = steps.size();
+  std::vector<CollectiveTransfer> merged;
+  for (size_t g = 0; g < limit; ++g) {
+    size_t begin = g * n / limit, end = (g + 1) * n / limit;
+    CollectiveTransfer t = steps[begin];
+    t.bytes = 0;
+    t.merged = int(end - begin);
+    for (size_t k = begin; k < end; ++k) t.bytes += steps[k].bytes;
+    merged.push_back(t);
+  }
+  return merged;
+}
+
+// Tokens x heads member `from` sends to member `to` in an all-to-all.
+double all_to_all_weight(const CollectiveSpec& spec, size_t from, size_t to, const TokenSetPool& pool) {
+  int64_t tokens = common_tokens(pool.get(spec.in_tokens[from]), pool.get(spec.out_tokens[to]));
+  return double(tokens) * double(common_heads(spec.in_heads[from], spec.out_heads[to]));
+}
+
+// Peer +i receives this member's step-i send and peer -i sends its step-i piece here, so both
+// ends walk the offsets in the same order and skip the same empty pieces.
+CollectiveSteps all_to_all_steps(const CollectiveSpec& spec, double member_bytes, const std::vector<int>& group,
+                                 size_t pos, const TokenSetPool& pool, AllToAllAlgorithm algorithm) {
+  size_t p = group.size();
+  CollectiveSteps steps;
+  steps.order = algorithm == AllToAllAlgorithm::Direct ? StepOrder::Direct : StepOrder::Pairwise;
+  bool described = spec.in_tokens.size() == p && spec.out_tokens.size() == p && spec.in_heads.size() == p &&
+                   spec.out_heads.size() == p;
+  std::vector<double> weights;
+  for (size_t i = 1; i < p; ++i) {
+    size_t to = (pos + i) % p, from = (pos + p - i) % p;
+    double out = described ? all_to_all_weight(spec, pos, to, pool) : 1.0;
+    double in = described ? all_to_all_weight(spec, from, pos, pool) : 1.0;
+    if (out > 0) {
+      steps.sends.push_back({group[to], 0});
+      weights.push_back(out);
+    }
+    if (in > 0) steps.recvs.push_back({group[from], 0});
+  }
+  distribute(steps.sends, weights, member_bytes);
+  return steps;
+}
+
+}  // namespace
+
+int64_t common_tokens(const TokenSet& a, const TokenSet& b) {
+  int64_t total = 0;
+  for (const TokenRange& x : a)
+    for (const TokenRange& y : b) total += std::max<int64_t>(0, std::min(x.end, y.end) - std::max(x.begin, y.begin));
+  return total;
+}
+
+CollectiveSteps expand_collective(const CollectiveSpec& spec, double member_bytes, const std::vector<int>& group,
+                                  int self, const TokenSetPool& pool, const ExpandOptions& options) {
+  auto it = std::find(group.begin(), group.end(), self);
+  if (it == group.end())
+    throw ScheduleError(fmt::format("rank {} runs a {} on group {} without being a member", self,
+                                    to_string(spec.kind), spec.group));
+  size_t pos = size_t(it - group.begin());
+  if (group.size() < 2) return {};
+  switch (spec.kind) {
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter:
+    case OpKind::AllReduce: {
+      CollectiveSteps steps = ring_steps(spec.kind, spec, member_bytes, group, pos, pool);
+      size_t limit = size_t(options.max_ring_steps);
+      if (limit > 0 && steps.sends.size() > limit) {
+        steps.sends = merge_steps(steps.sends, limit);
+        steps.recvs = merge_steps(steps.recvs, limit);
+      }
+      return steps;
+    }
+    case OpKind::AllToAll:
+      return all_to_all_steps(spec, member_bytes, group, pos, pool, options.all_to_all);
+    default:
+      throw ScheduleError(fmt::format("collective spec of kind {} is not a collective", to_string(spec.kind)));
+  }
+}
+
+}  // namespace wallfacer::sim

@@ -1,0 +1,57 @@
+// How the simulator turns one member's part of a collective into point-to-point transfers, so
+// collectives contend on links like the rest of the traffic: ring all-gather and reduce-scatter
+// (p-1 steps), ring all-reduce (2(p-1) steps of M/p), and all-to-all as one direct transfer to
+// each peer that has data for it, either pairwise (step i sends to member +i and receives from
+// member -i, one step after the other, as NCCL schedules its grouped point-to-point calls and
+// as the alpha-beta form (p-1)·alpha + (p-1)/p·M/beta assumes) or all at once. Sizes follow the
+// schedule: the member's bytes (Op::bytes) are split over its sends in proportion to the
+// tokens x heads each one carries.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "planner/schedule.hpp"
+
+namespace wallfacer::sim {
+
+struct CollectiveTransfer {
+  int peer = -1;     // rank
+  double bytes = 0;  // sends only; receives take whatever the peer sends
+  int merged = 1;    // ring steps this transfer stands for (see max_ring_steps)
+  int channel = -1;  // filled in by the replay: where the transfer pairs with its peer
+  double delay = 0;  // filled in by the replay: seconds to wait before a merged send (see below)
+};
+
+// When a member may post its next transfer.
+enum class StepOrder : uint8_t {
+  Ring,      // receive k+1 after receive k; send k+1 after send k and receive k (it forwards what arrived)
+  Pairwise,  // receives one after the other, sends one after the other, each chain on its own
+  Direct,    // everything at once
+};
+
+struct CollectiveSteps {
+  StepOrder order = StepOrder::Ring;
+  std::vector<CollectiveTransfer> sends, recvs;  // in step order
+};
+
+enum class AllToAllAlgorithm { Pairwise, Direct };
+
+struct ExpandOptions {
+  AllToAllAlgorithm all_to_all = AllToAllAlgorithm::Pairwise;
+  // A ring with more steps than this (an all-reduce over thousands of ranks has 2(p-1)) runs as
+  // this many merged steps: each carries the bytes of the consecutive steps it stands for and,
+  // before it is sent, waits the latency of all but one of them, so an uncontended ring takes
+  // exactly as long as step by step. 0 keeps every step.
+  int max_ring_steps = 0;
+};
+
+// `group` lists the member ranks in group order; `self` is this member's rank. Throws
+// ScheduleError when `self` is not in the group or the spec does not fit it.
+CollectiveSteps expand_collective(const CollectiveSpec& spec, double member_bytes, const std::vector<int>& group,
+                                  int self, const TokenSetPool& pool, const ExpandOptions& options = {});
+
+// Tokens two token sets have in common.
+int64_t common_tokens(const TokenSet& a, const TokenSet& b);
+
+}  // namespace wallfacer::sim

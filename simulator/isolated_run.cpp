@@ -1,0 +1,114 @@
+#include "simulator/isolated_run.hpp"
+
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <stdexcept>
+
+#include "planner/errors.hpp"
+
+namespace wallfacer::sim {
+namespace {
+
+// First byte of the child's message: what follows is a result or an error of this kind.
+enum class Outcome : char { Ok = 'O', Input = 'I', Schedule = 'S', Other = 'E' };
+
+bool write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += size_t(n);
+  }
+  return true;
+}
+
+std::string read_all(int fd) {
+  std::string text;
+  char buffer[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, size_t(n));
+  }
+  return text;
+}
+
+// Fields separated by NUL: the message cannot contain one.
+std::string encode_input_error(const InputError& e) {
+  return std::string(1, char(Outcome::Input)) + e.file() + '\0' + std::to_string(e.line()) + '\0' + e.message();
+}
+
+[[noreturn]] void child_main(int fd, const std::function<std::string()>& work) {
+  std::string message;
+  try {
+    message = std::string(1, char(Outcome::Ok)) + work();
+  } catch (const InputError& e) {
+    message = encode_input_error(e);
+  } catch (const ScheduleError& e) {
+    message = std::string(1, char(Outcome::Schedule)) + e.what();
+  } catch (const std::exception& e) {
+    message = std::string(1, char(Outcome::Other)) + e.what();
+  }
+  bool written = write_all(fd, message);
+  std::fflush(stderr);
+  // Skip destructors and atexit handlers: the parent owns every shared resource, and tearing
+  // down a large simulation only costs time.
+  ::_exit(written ? 0 : 3);
+}
+
+[[noreturn]] void rethrow(const std::string& message) {
+  auto outcome = Outcome(message[0]);
+  std::string body = message.substr(1);
+  if (outcome == Outcome::Input) {
+    size_t a = body.find('\0');
+    size_t b = body.find('\0', a + 1);
+    throw InputError(body.substr(0, a), std::stoi(body.substr(a + 1, b - a - 1)), body.substr(b + 1));
+  }
+  if (outcome == Outcome::Schedule) throw ScheduleError(body);
+  throw std::runtime_error(body);
+}
+
+}  // namespace
+
+std::string run_in_child_process(const std::function<std::string()>& work) {
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error(fmt::format("simulate: pipe failed: {}", std::strerror(errno)));
+  // Buffered output would otherwise be written twice, once by each process.
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  pid_t child = ::fork();
+  if (child < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw std::runtime_error(fmt::format("simulate: fork failed: {}", std::strerror(errno)));
+  }
+  if (child == 0) {
+    ::close(fds[0]);
+    child_main(fds[1], work);
+  }
+  ::close(fds[1]);
+  std::string message = read_all(fds[0]);
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status))
+    throw std::runtime_error(fmt::format("simulation process died of signal {} ({})", WTERMSIG(status),
+                                         strsignal(WTERMSIG(status))));
+  if (message.empty() || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw std::runtime_error(fmt::format("simulation process failed (exit status {})", WEXITSTATUS(status)));
+  if (Outcome(message[0]) != Outcome::Ok) rethrow(message);
+  return message.substr(1);
+}
+
+}  // namespace wallfacer::sim

@@ -1,0 +1,35 @@
+// The SimGrid platform of a topology: every GPU a host running at its peak FLOP rate (a second
+// power state at the slowed rate when compute slows down under communication), every physical
+// link a SimGrid link (split-duplex for full-duplex links, so each direction is its own
+// resource as in Topology::resource_of; shared for half-duplex ones), and one explicit route
+// per GPU pair the schedule uses, made of Topology::route's hops. Switches, CPUs and NICs are
+// the joints between hops and need no SimGrid object: a Full zone's routing table grows with the
+// square of its members, and 4,096 GPUs plus their switches would not fit.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "planner/topology.hpp"
+#include "simulator/simgrid_adapter.hpp"
+
+namespace wallfacer::sim {
+
+struct PlatformLayout {
+  std::vector<int> host_of_gpu;  // engine host per topology GPU index
+};
+
+// Hosts for all GPUs (speeds per power state, FLOP/s) and every link.
+PlatformLayout declare_platform(SimEngine& engine, const Topology& topology, const std::vector<double>& gpu_speeds);
+
+// One-way routes from each pair's first GPU to its second (duplicates are skipped).
+void declare_routes(SimEngine& engine, const Topology& topology, const PlatformLayout& layout,
+                    std::vector<std::pair<int, int>> gpu_pairs);
+
+// "n0/gpu3->n0/nvswitch0" for one direction of a full-duplex link, "a<->b" for a shared one.
+std::string resource_name(const Topology& topology, ResourceId resource);
+// Number of resource ids (Topology::resource_of is below this).
+size_t resource_count(const Topology& topology);
+
+}  // namespace wallfacer::sim

@@ -1,0 +1,262 @@
+#include "simulator/rank_actor.hpp"
+
+#include <fmt/format.h>
+
+#include <exception>
+
+#include "planner/errors.hpp"
+
+namespace wallfacer::sim {
+namespace {
+
+template <typename Kind>
+uint64_t make_tag(Kind kind, uint64_t index) {
+  return (uint64_t(kind) << 56) | index;
+}
+
+// What a collective transfer carries, so the receiver can check it pairs with the right send.
+void* collective_payload(uint64_t sequence, uint64_t step) {
+  return reinterpret_cast<void*>(uintptr_t(((sequence << 24) | step) + 1));
+}
+
+}  // namespace
+
+RankActor::RankActor(Replay& replay, int rank)
+    : replay_(replay),
+      rank_(rank),
+      host_(replay.host_of_rank(rank)),
+      program_(replay.schedule().ranks[size_t(rank)]),
+      outcome_(replay.outcome(rank)) {
+  done_.assign(program_.ops.size(), 0);
+  for (size_t i = 0; i < program_.ops.size(); ++i) queue_[size_t(program_.ops[i].stream)].push_back(int32_t(i));
+  if (replay_.records_ops()) outcome_.records.reserve(program_.ops.size());
+}
+
+void RankActor::run() {
+  try {
+    loop();
+  } catch (const std::exception& e) {
+    replay_.fail(fmt::format("rank {}: {}", rank_, e.what()));
+  }
+}
+
+void RankActor::loop() {
+  start_ready();
+  while (completed_ < program_.ops.size()) {
+    if (activities_.empty()) return;  // waits on itself: describe_wait() reports it
+    handle(activities_.wait_any());
+    start_ready();
+  }
+  outcome_.finished = true;
+  outcome_.finish = SimEngine::now();
+}
+
+bool RankActor::dependencies_done(const Op& op) const {
+  for (const int32_t* dep = program_.deps_begin(op); dep != program_.deps_end(op); ++dep)
+    if (*dep < 0 || size_t(*dep) >= done_.size() || !done_[size_t(*dep)]) return false;
+  return true;
+}
+
+// Starting an op can complete it on the spot (an empty collective), which may free other
+// streams, so sweep until nothing changes.
+void RankActor::start_ready() {
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (size_t s = 0; s < size_t(kNumStreams); ++s) {
+      if (busy_[s] || head_[s] >= queue_[s].size()) continue;
+      int32_t index = queue_[s][head_[s]];
+      if (!dependencies_done(program_.ops[size_t(index)])) continue;
+      busy_[s] = true;
+      start_op(index);
+      progress = true;
+    }
+  }
+}
+
+void RankActor::start_op(int32_t index) {
+  const Op& op = program_.ops[size_t(index)];
+  switch (op.kind) {
+    case OpKind::Send:
+      activities_.send(replay_.op_channel(rank_, index), double(op.bytes), const_cast<Op*>(&op),
+                       make_tag(TagKind::Send, uint64_t(index)));
+      transfer_started();
+      break;
+    case OpKind::Recv:
+      activities_.recv(replay_.op_channel(rank_, index), make_tag(TagKind::Recv, uint64_t(index)));
+      transfer_started();
+      break;
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter:
+    case OpKind::AllToAll:
+    case OpKind::AllReduce:
+      start_collective(index);
+      break;
+    default:
+      advance_clock();
+      computing_ = true;
+      activities_.exec(host_, replay_.exec_amount(op), make_tag(TagKind::Compute, uint64_t(index)));
+      ++outcome_.activities;
+  }
+}
+
+void RankActor::start_collective(int32_t index) {
+  const Op& op = program_.ops[size_t(index)];
+  int group = program_.collectives[size_t(op.coll)].group;
+  if (group_sequence_.size() <= size_t(group)) group_sequence_.resize(size_t(group) + 1, 0);
+  collective_ = Collective{};
+  collective_.op = index;
+  collective_.steps = &replay_.collective_steps(rank_, op.coll);
+  collective_.sequence = group_sequence_[size_t(group)]++;
+  collective_.posted_at = SimEngine::now();
+  advance_collective();
+}
+
+// Posts every transfer the step order allows, and completes the op after the last.
+void RankActor::advance_collective() {
+  Collective& c = collective_;
+  const CollectiveSteps& steps = *c.steps;
+  const bool direct = steps.order == StepOrder::Direct, ring = steps.order == StepOrder::Ring;
+  while (c.recvs_posted < steps.recvs.size() && (direct || c.recvs_posted == c.recvs_done)) {
+    activities_.recv(steps.recvs[c.recvs_posted].channel,
+                     make_tag(TagKind::CollectiveRecv, c.recvs_posted));
+    ++c.recvs_posted;
+    transfer_started();
+  }
+  while (c.sends_posted < steps.sends.size() &&
+         (direct || (c.sends_posted == c.sends_done && (!ring || c.recvs_done >= c.sends_posted)))) {
+    const CollectiveTransfer& send = steps.sends[c.sends_posted];
+    // A merged ring step first spends the latency of the steps it replaces (bar its own).
+    if (send.delay > 0) {
+      activities_.timer(host_, send.delay, make_tag(TagKind::CollectiveDelay, c.sends_posted));
+      ++outcome_.activities;
+    } else {
+      post_collective_send(c.sends_posted);
+    }
+    ++c.sends_posted;
+    transfer_started();
+  }
+  if (c.sends_done == steps.sends.size() && c.recvs_done == steps.recvs.size()) {
+    record(RecordKind::Collective, c.op, c.posted_at, SimEngine::now());
+    int32_t finished = c.op;
+    c = Collective{};
+    complete_op(finished);
+  }
+}
+
+void RankActor::post_collective_send(uint64_t index) {
+  const Collective& c = collective_;
+  const CollectiveTransfer& send = c.steps->sends[index];
+  uint64_t step = c.steps->order == StepOrder::Ring ? index : 0;
+  activities_.send(send.channel, send.bytes, collective_payload(c.sequence, step),
+                   make_tag(TagKind::CollectiveSend, index));
+}
+
+void RankActor::handle(const Completion& done) {
+  auto kind = TagKind(done.tag >> 56);
+  uint64_t index = done.tag & ((uint64_t(1) << 56) - 1);
+  if (kind == TagKind::Compute) {
+    advance_clock();
+    computing_ = false;
+    record(RecordKind::Compute, int32_t(index), done.start, done.finish);
+    complete_op(int32_t(index));
+    return;
+  }
+  if (kind == TagKind::CollectiveDelay) {  // the transfer continues: still in flight
+    post_collective_send(index);
+    return;
+  }
+  handle_transfer(kind, index, done);
+}
+
+void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& done) {
+  transfer_finished();
+  if (kind == TagKind::Send) {
+    const Op& op = program_.ops[index];
+    record(RecordKind::Send, int32_t(index), done.start, done.finish, flow_id(rank_, int64_t(index)));
+    replay_.account_transfer(replay_.op_channel(rank_, int32_t(index)), double(op.bytes));
+    ++outcome_.activities;
+    complete_op(int32_t(index));
+  } else if (kind == TagKind::Recv) {
+    const Op& op = program_.ops[index];
+    const auto* sent = static_cast<const Op*>(done.payload);
+    const RankProgram& sender = replay_.schedule().ranks[size_t(op.peer)];
+    if (sent == nullptr || sent->tag != op.tag || sent->peer != rank_)
+      throw ScheduleError(fmt::format("op {} (recv tag {} from rank {}) paired with a send of tag {}: the ranks "
+                                      "post their messages in different orders",
+                                      index, op.tag, op.peer, sent ? sent->tag : -1));
+    record(RecordKind::Recv, int32_t(index), done.start, done.finish, flow_id(op.peer, sent - sender.ops.data()));
+    complete_op(int32_t(index));
+  } else {
+    Collective& c = collective_;
+    if (kind == TagKind::CollectiveSend) {
+      replay_.account_transfer(c.steps->sends[index].channel, c.steps->sends[index].bytes);
+      ++outcome_.activities;
+      ++c.sends_done;
+    } else {
+      uint64_t step = c.steps->order == StepOrder::Ring ? index : 0;
+      if (done.payload != collective_payload(c.sequence, step))
+        throw ScheduleError(fmt::format("op {}: collective transfer from rank {} belongs to another collective "
+                                        "or step; the group's members run its collectives in different orders",
+                                        c.op, c.steps->recvs[index].peer));
+      ++c.recvs_done;
+    }
+    advance_collective();
+  }
+}
+
+void RankActor::complete_op(int32_t index) {
+  const Op& op = program_.ops[size_t(index)];
+  done_[size_t(index)] = 1;
+  ++completed_;
+  size_t stream = size_t(op.stream);
+  busy_[stream] = false;
+  ++head_[stream];
+  if (op.phase == Phase::Forward) outcome_.forward_finish = std::max(outcome_.forward_finish, SimEngine::now());
+}
+
+// Communication kernels occupy SMs from launch to completion, waiting included.
+void RankActor::transfer_started() {
+  advance_clock();
+  if (transfers_in_flight_++ == 0 && replay_.slows_compute()) SimEngine::set_power_state(host_, 1);
+}
+
+void RankActor::transfer_finished() {
+  advance_clock();
+  if (--transfers_in_flight_ == 0 && replay_.slows_compute()) SimEngine::set_power_state(host_, 0);
+}
+
+// The actor sees its own events in time order, so the counters integrate exactly.
+void RankActor::advance_clock() {
+  double now = SimEngine::now(), elapsed = now - last_change_;
+  if (computing_) outcome_.compute_s += elapsed;
+  if (transfers_in_flight_ > 0) outcome_.comm_s += elapsed;
+  if (computing_ || transfers_in_flight_ > 0) outcome_.busy_s += elapsed;
+  last_change_ = now;
+}
+
+void RankActor::record(RecordKind kind, int32_t op, double start, double finish, int64_t flow) {
+  if (!replay_.records_ops()) return;
+  Record r;
+  r.start = start;
+  r.finish = finish;
+  r.flow = flow;
+  r.op = op;
+  r.kind = kind;
+  outcome_.records.push_back(r);
+}
+
+std::string RankActor::describe_wait() const {
+  std::string text = fmt::format("rank {}:", rank_);
+  for (size_t s = 0; s < size_t(kNumStreams); ++s) {
+    if (head_[s] >= queue_[s].size()) continue;
+    int32_t index = queue_[s][head_[s]];
+    const Op& op = program_.ops[size_t(index)];
+    text += fmt::format(" {} stream at op {} ({} step {}{}{})", to_string(Stream(s)), index, to_string(op.kind),
+                        op.step, op.peer >= 0 ? fmt::format(" peer {}", op.peer) : "",
+                        busy_[s] ? "" : ", dependencies pending");
+  }
+  return text;
+}
+
+}  // namespace wallfacer::sim

@@ -1,0 +1,73 @@
+// The SimGrid actor of one rank: runs the rank's program with the schedule's blocking semantics
+// (schedule.hpp) and records every activity in the rank's outcome (replay.hpp).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planner/schedule.hpp"
+#include "simulator/replay.hpp"
+#include "simulator/simgrid_adapter.hpp"
+
+namespace wallfacer::sim {
+
+class RankActor {
+ public:
+  RankActor(Replay& replay, int rank);
+  // The actor body; never throws (errors go to Replay::fail).
+  void run();
+  int rank() const { return rank_; }
+  // Where the rank waits, for deadlock reports.
+  std::string describe_wait() const;
+
+ private:
+  // What an activity tag refers to (top byte of the tag).
+  enum class TagKind : uint8_t { Compute, Send, Recv, CollectiveSend, CollectiveRecv, CollectiveDelay };
+  struct Collective {  // the collective op in flight on the collective stream
+    int32_t op = -1;
+    const CollectiveSteps* steps = nullptr;
+    size_t sends_posted = 0, sends_done = 0, recvs_posted = 0, recvs_done = 0;
+    uint64_t sequence = 0;  // how many collectives of this group the rank ran before
+    double posted_at = 0;
+  };
+
+  void loop();
+  void start_ready();
+  bool dependencies_done(const Op& op) const;
+  void start_op(int32_t index);
+  void start_collective(int32_t index);
+  void advance_collective();
+  void post_collective_send(uint64_t index);
+  void handle(const Completion& done);
+  void handle_transfer(TagKind kind, uint64_t index, const Completion& done);
+  void complete_op(int32_t index);
+  void transfer_started();
+  void transfer_finished();
+  // Adds the time since the last change of what the rank is doing to its outcome's counters.
+  void advance_clock();
+  void record(RecordKind kind, int32_t op, double start, double finish, int64_t flow = -1);
+
+  Replay& replay_;
+  int rank_;
+  int host_;
+  const RankProgram& program_;
+  RankOutcome& outcome_;
+  ActivitySet activities_;
+  std::vector<uint8_t> done_;
+  std::array<std::vector<int32_t>, kNumStreams> queue_;
+  std::array<size_t, kNumStreams> head_{};
+  std::array<bool, kNumStreams> busy_{};
+  size_t completed_ = 0;
+  int transfers_in_flight_ = 0;
+  bool computing_ = false;
+  double last_change_ = 0;
+  Collective collective_;
+  std::vector<uint64_t> group_sequence_;  // collectives started per group
+};
+
+// Flow id shared by a send and its receive: the sending rank and the send op's index.
+inline int64_t flow_id(int src_rank, int64_t send_op) { return (int64_t(src_rank) << 32) | send_op; }
+
+}  // namespace wallfacer::sim

@@ -1,0 +1,174 @@
+#include "simulator/replay.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "planner/cost_model.hpp"
+#include "planner/errors.hpp"
+#include "planner/log.hpp"
+#include "simulator/rank_actor.hpp"
+
+namespace wallfacer::sim {
+namespace {
+
+uint64_t channel_key(int src, int dst, int group) {
+  return (uint64_t(src) << 42) | (uint64_t(dst) << 21) | uint64_t(group + 1);
+}
+
+bool is_compute(OpKind kind) {
+  return kind == OpKind::AttnFwd || kind == OpKind::AttnBwd || kind == OpKind::BwdPrep || kind == OpKind::Copy;
+}
+
+}  // namespace
+
+Replay::Replay(const Plan& plan, const Topology& topology, const Schedule& schedule, const SimOptions& options,
+               SimEngine& engine, std::vector<int> host_of_gpu)
+    : plan_(plan),
+      topology_(topology),
+      schedule_(schedule),
+      options_(options),
+      engine_(engine),
+      host_of_gpu_(std::move(host_of_gpu)) {
+  peak_flops_ = kernel_peak_tflops(topology.gpu(), plan.workload.dtype) * 1e12;
+  if (!(peak_flops_ > 0))
+    throw InputError(fmt::format("topology '{}': GPU model '{}' has no {} peak rate", topology.name(),
+                                 topology.gpu().name, to_string(plan.workload.dtype)));
+  slowdown_ = options.comm_slowdown && options.calibration.compute_slowdown_under_comm() < 1.0;
+  expand_options_.all_to_all = options.all_to_all == "direct" ? AllToAllAlgorithm::Direct : AllToAllAlgorithm::Pairwise;
+  expand_options_.max_ring_steps = options.max_ring_steps;
+  validate_schedule();
+  size_t ranks = schedule.ranks.size();
+  steps_.resize(ranks);
+  op_channels_.resize(ranks);
+  outcomes_.resize(ranks);
+  resource_bytes_.assign(topology.links().size() * 2, 0.0);
+  for (int rank = 0; rank < int(ranks); ++rank) prepare_rank(rank);
+}
+
+Replay::~Replay() = default;
+
+void Replay::validate_schedule() const {
+  if (schedule_.ranks.size() != size_t(plan_.num_ranks()))
+    throw ScheduleError(fmt::format("schedule has {} rank programs for a plan of {} ranks", schedule_.ranks.size(),
+                                    plan_.num_ranks()));
+  for (size_t i = 0; i < schedule_.ranks.size(); ++i) {
+    if (schedule_.ranks[i].rank != int(i))
+      throw ScheduleError(fmt::format("rank program {} is numbered {}", i, schedule_.ranks[i].rank));
+    int gpu = plan_.ranks[i].gpu;
+    if (gpu < 0 || gpu >= topology_.num_gpus())
+      throw InputError(fmt::format("plan places rank {} on GPU {}, but the topology has {} GPUs", i, gpu,
+                                   topology_.num_gpus()));
+  }
+}
+
+int Replay::add_channel(int src, int dst, int group) {
+  auto [it, inserted] = channels_.try_emplace(channel_key(src, dst, group), 0);
+  if (inserted) {
+    std::string name = group < 0 ? fmt::format("p{}>{}", src, dst) : fmt::format("c{}:{}>{}", group, src, dst);
+    it->second = engine_.add_channel(name);
+    WF_ASSERT(size_t(it->second) == channel_ends_.size(), "channels are numbered in creation order");
+    channel_ends_.emplace_back(src, dst);
+    channel_bytes_.push_back(0);
+  }
+  return it->second;
+}
+
+void Replay::spread_channel_bytes() {
+  for (size_t channel = 0; channel < channel_bytes_.size(); ++channel) {
+    if (channel_bytes_[channel] == 0) continue;
+    int src = gpu_of_rank(channel_ends_[channel].first), dst = gpu_of_rank(channel_ends_[channel].second);
+    if (src == dst) continue;
+    for (const Hop& hop : topology_.route(src, dst).hops)
+      resource_bytes_[size_t(topology_.resource_of(hop))] += channel_bytes_[channel];
+  }
+}
+
+void Replay::prepare_rank(int rank) {
+  const RankProgram& program = schedule_.ranks[size_t(rank)];
+  int ranks = plan_.num_ranks();
+  steps_[size_t(rank)].resize(program.collectives.size());
+  op_channels_[size_t(rank)].assign(program.ops.size(), -1);
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    const Op& op = program.ops[i];
+    if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
+      if (op.peer < 0 || op.peer >= ranks)
+        throw ScheduleError(fmt::format("rank {} op {}: {} peer {} out of range", rank, i, to_string(op.kind), op.peer));
+      bool send = op.kind == OpKind::Send;
+      int src = send ? rank : op.peer, dst = send ? op.peer : rank;
+      op_channels_[size_t(rank)][i] = add_channel(src, dst, -1);
+      gpu_pairs_.emplace_back(gpu_of_rank(src), gpu_of_rank(dst));
+    } else if (is_collective(op.kind)) {
+      if (op.coll < 0 || size_t(op.coll) >= program.collectives.size())
+        throw ScheduleError(fmt::format("rank {} op {}: collective index {} out of range", rank, i, op.coll));
+      const CollectiveSpec& spec = program.collectives[size_t(op.coll)];
+      if (spec.group < 0 || spec.group >= int(plan_.groups.size()))
+        throw ScheduleError(fmt::format("rank {} op {}: group {} out of range", rank, i, spec.group));
+      CollectiveSteps steps =
+          expand_collective(spec, double(op.bytes), plan_.groups[size_t(spec.group)].ranks, rank, schedule_.tokens,
+                            expand_options_);
+      for (auto& send : steps.sends) {
+        send.channel = add_channel(rank, send.peer, spec.group);
+        int src = gpu_of_rank(rank), dst = gpu_of_rank(send.peer);
+        gpu_pairs_.emplace_back(src, dst);
+        if (send.merged > 1 && src != dst) send.delay = (send.merged - 1) * topology_.route(src, dst).latency_us * 1e-6;
+      }
+      for (auto& recv : steps.recvs) recv.channel = add_channel(recv.peer, rank, spec.group);
+      steps_[size_t(rank)][size_t(op.coll)] = std::move(steps);
+    } else if (!is_compute(op.kind)) {
+      throw ScheduleError(fmt::format("rank {} op {}: unknown op kind", rank, i));
+    }
+    if (int(op.stream) >= kNumStreams) throw ScheduleError(fmt::format("rank {} op {}: bad stream", rank, i));
+  }
+}
+
+double Replay::op_seconds(const Op& op) {
+  const ScheduleDims& dims = schedule_.dims;
+  if (op.kind == OpKind::AttnFwd || op.kind == OpKind::AttnBwd) {
+    if (op.flops <= 0) return 0;
+    int64_t q = op.tok[0] >= 0 ? token_count(schedule_.tokens.get(op.tok[0])) : 0;
+    int64_t k = op.tok[1] >= 0 ? token_count(schedule_.tokens.get(op.tok[1])) : 0;
+    uint64_t key = (uint64_t(op.kind == OpKind::AttnBwd) << 62) | (uint64_t(q) << 31) | uint64_t(k);
+    auto [it, inserted] = seconds_per_flop_.try_emplace(key, 0.0);
+    if (inserted) {
+      KernelOp kernel = op.kind == OpKind::AttnFwd ? KernelOp::AttnFwd : KernelOp::AttnBwd;
+      double tflops = options_.calibration.tflops(topology_.gpu().name, kernel, plan_.workload.dtype, dims.head_dim,
+                                                   q, k, peak_flops_ / 1e12);
+      if (!(tflops > 0)) throw InputError(fmt::format("calibration gives {} TFLOP/s for a {}x{} block", tflops, q, k));
+      it->second = 1.0 / (tflops * 1e12);
+    }
+    return op.flops * it->second;
+  }
+  // BwdPrep and Copy are bound by memory bandwidth: BwdPrep reads its rows once (op.bytes), Copy
+  // reads and writes them, as the cost model prices them.
+  double hbm = topology_.gpu().hbm_GBps * 1e9;
+  if (hbm <= 0) return 0;
+  return (op.kind == OpKind::Copy ? 2.0 : 1.0) * double(op.bytes) / hbm;
+}
+
+double Replay::exec_amount(const Op& op) { return op_seconds(op) * peak_flops_; }
+
+void Replay::fail(const std::string& message) {
+  if (failure_.empty()) failure_ = message;
+}
+
+void Replay::run() {
+  int ranks = int(schedule_.ranks.size());
+  actors_.reserve(size_t(ranks));
+  for (int rank = 0; rank < ranks; ++rank) {
+    actors_.push_back(std::make_unique<RankActor>(*this, rank));
+    RankActor* actor = actors_.back().get();
+    engine_.spawn(fmt::format("rank{}", rank), host_of_rank(rank), [actor] { actor->run(); });
+  }
+  WF_LOG_DEBUG("simulator", "running {} rank actors", ranks);
+  bool clean = engine_.run();
+  spread_channel_bytes();
+  if (!failure_.empty()) throw ScheduleError(failure_);
+  std::string stuck;
+  for (const auto& actor : actors_)
+    if (!outcomes_[size_t(actor->rank())].finished && stuck.size() < 2000) stuck += "\n  " + actor->describe_wait();
+  if (!stuck.empty() || !clean)
+    throw ScheduleError("simulation deadlocked: ranks wait for activities that can never finish:" + stuck);
+}
+
+}  // namespace wallfacer::sim

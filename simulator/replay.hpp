@@ -1,0 +1,108 @@
+// Replays a schedule on a SimGrid platform: one actor per rank runs its program with the
+// schedule's semantics (four streams, each in program order, an op starting once it heads its
+// stream and its explicit dependencies finished; a send finishing with its matching receive; a
+// collective as point-to-point steps, collective_steps.hpp) and records when every activity ran.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "planner/plan.hpp"
+#include "planner/schedule.hpp"
+#include "planner/topology.hpp"
+#include "simulator/collective_steps.hpp"
+#include "simulator/simgrid_adapter.hpp"
+#include "simulator/simulator.hpp"
+
+namespace wallfacer::sim {
+
+enum class RecordKind : uint8_t { Compute, Send, Recv, Collective };
+
+// One finished op of a rank, kept for the trace (Compute, Send, Recv: the activity's own span;
+// Collective: from the moment it headed the collective stream to its last transfer).
+struct Record {
+  double start = 0, finish = 0;  // simulated seconds
+  int64_t flow = -1;             // Send/Recv: id shared by both ends of a transfer
+  int32_t op = -1;               // index in the rank's program
+  RecordKind kind = RecordKind::Compute;
+};
+
+struct RankOutcome {
+  std::vector<Record> records;  // only when tracing
+  // Seconds with a compute op running, with any transfer posted and not finished (communication
+  // kernels hold their SMs while they wait for the peer), and with either.
+  double compute_s = 0, comm_s = 0, busy_s = 0;
+  double finish = 0;          // when its last op completed
+  double forward_finish = 0;  // when its last Forward op completed
+  int64_t activities = 0;     // execs it ran and transfers it sent
+  bool finished = false;
+};
+
+class RankActor;
+
+class Replay {
+ public:
+  // Checks the schedule against the plan, expands collectives and creates the channels.
+  Replay(const Plan& plan, const Topology& topology, const Schedule& schedule, const SimOptions& options,
+         SimEngine& engine, std::vector<int> host_of_gpu);
+  ~Replay();
+
+  // GPU pairs (source, destination) that exchange data: the routes the platform needs.
+  const std::vector<std::pair<int, int>>& gpu_pairs() const { return gpu_pairs_; }
+  // Starts one actor per rank (after the platform is sealed) and runs the simulation. Throws
+  // ScheduleError when the replay deadlocks or a rank meets a broken op.
+  void run();
+
+  const std::vector<RankOutcome>& outcomes() const { return outcomes_; }
+  const std::vector<double>& resource_bytes() const { return resource_bytes_; }
+  const Schedule& schedule() const { return schedule_; }
+
+  // Used by the rank actors.
+  int gpu_of_rank(int rank) const { return plan_.ranks[size_t(rank)].gpu; }
+  int host_of_rank(int rank) const { return host_of_gpu_[size_t(gpu_of_rank(rank))]; }
+  // Channel of a Send or Recv op (-1 for other ops).
+  int op_channel(int rank, int32_t op) const { return op_channels_[size_t(rank)][size_t(op)]; }
+  const CollectiveSteps& collective_steps(int rank, int coll) const { return steps_[size_t(rank)][size_t(coll)]; }
+  // Work of a compute op in FLOPs at the host's nominal speed: the calibrated time times peak.
+  double exec_amount(const Op& op);
+  // Counts bytes sent over a channel; spread over its route's links after the run.
+  void account_transfer(int channel, double bytes) { channel_bytes_[size_t(channel)] += bytes; }
+  bool slows_compute() const { return slowdown_; }
+  bool records_ops() const { return !options_.trace_path.empty(); }
+  SimEngine& engine() { return engine_; }
+  RankOutcome& outcome(int rank) { return outcomes_[size_t(rank)]; }
+  void fail(const std::string& message);
+
+ private:
+  void validate_schedule() const;
+  void prepare_rank(int rank);
+  int add_channel(int src, int dst, int group);
+  void spread_channel_bytes();
+  double op_seconds(const Op& op);
+
+  const Plan& plan_;
+  const Topology& topology_;
+  const Schedule& schedule_;
+  const SimOptions& options_;
+  SimEngine& engine_;
+  std::vector<int> host_of_gpu_;
+  bool slowdown_ = false;
+  double peak_flops_ = 0;
+  ExpandOptions expand_options_;
+  std::vector<std::vector<CollectiveSteps>> steps_;  // [rank][collective]
+  std::unordered_map<uint64_t, int> channels_;             // (src, dst, group) -> channel
+  std::vector<std::pair<int, int>> channel_ends_;           // (src rank, dst rank) per channel
+  std::vector<double> channel_bytes_;                       // bytes sent per channel
+  std::vector<std::vector<int32_t>> op_channels_;           // [rank][op]
+  std::vector<std::pair<int, int>> gpu_pairs_;
+  std::unordered_map<uint64_t, double> seconds_per_flop_;  // by kernel op and block shape
+  std::vector<RankOutcome> outcomes_;
+  std::vector<double> resource_bytes_;
+  std::vector<std::unique_ptr<RankActor>> actors_;
+  std::string failure_;
+};
+
+}  // namespace wallfacer::sim

@@ -1,0 +1,35 @@
+// Chrome trace-event JSON (Perfetto, chrome://tracing) of a replay: one process per rank named
+// "rank r (node/gpu)", one thread per stream (compute, send, recv, collective), a complete
+// ("X") slice per op with its kind, step, bytes and FLOPs, and a flow arrow from every send to
+// its receive. The output is byte-identical across runs: fixed number formatting and a stable
+// event order (by rank, thread, start time, op).
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "planner/plan.hpp"
+#include "planner/schedule.hpp"
+#include "planner/topology.hpp"
+#include "simulator/replay.hpp"
+
+namespace wallfacer::sim {
+
+struct TraceContext {
+  const Plan& plan;
+  const Topology& topology;
+  const Schedule& schedule;
+  const std::vector<RankOutcome>& outcomes;
+  std::string network_model;
+  double step_seconds = 0;
+};
+
+// Thread ids of the streams inside a rank's process.
+constexpr int kTraceTidCompute = 1, kTraceTidSend = 2, kTraceTidRecv = 3, kTraceTidCollective = 4;
+
+void write_chrome_trace(std::ostream& out, const TraceContext& context);
+// Writes to a file; throws InputError naming the path when it cannot be written.
+void write_chrome_trace_file(const std::string& path, const TraceContext& context);
+
+}  // namespace wallfacer::sim

@@ -1,0 +1,183 @@
+// The schedule's execution rules as the simulator applies them: stream order and explicit
+// dependencies, forward/backward split, the compute slowdown under communication, memory-bound
+// ops, and the errors for schedules that cannot run (deadlocks, mismatched messages, bad input).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "planner/errors.hpp"
+#include "simulator/simulator.hpp"
+#include "tests/simulator/sim_test_util.hpp"
+
+namespace wallfacer {
+namespace {
+
+using test::compute_op;
+using test::recv_op;
+using test::send_op;
+
+constexpr double kRel = 1e-9;
+constexpr double kPeak = 100e12;  // test GPU
+
+struct Star {
+  Topology topology = Topology::parse(test::star_topology_yaml(2, 100, 1), "star.yaml");
+  Plan plan = test::placement_plan(topology, 2);
+  double hop(int64_t bytes) const { return 2e-6 + double(bytes) / 100e9; }
+};
+
+TEST(SimulatorSemantics, StreamsRunConcurrentlyAndDependenciesSerialise) {
+  Star star;
+  SimOptions options;
+  options.calibration = test::flat_calibration(1.0);
+  const double block = 1e-3;  // seconds of compute
+  const int64_t bytes = 50 << 20;
+  // Rank 0: compute A and send S side by side, then compute B after S (dependency).
+  Schedule s = test::empty_schedule(2);
+  RankProgram& r0 = s.ranks[0];
+  r0.add(compute_op(s, block * kPeak, 0));
+  int32_t sent = r0.add(send_op(1, 0, bytes, 0));
+  r0.add(compute_op(s, block * kPeak, 1), {sent});
+  s.ranks[1].add(recv_op(0, 0, bytes, 0));
+  SimResult result = simulate_schedule(star.plan, star.topology, s, options);
+  // B starts when both A (stream order) and S (dependency) are done.
+  double expected = std::max(block, star.hop(bytes)) + block;
+  EXPECT_NEAR(result.step_ms, expected * 1e3, expected * 1e3 * kRel);
+  EXPECT_NEAR(result.ranks[0].compute_ms, 2 * block * 1e3, 1e-9);
+  EXPECT_NEAR(result.ranks[1].idle_ms, (expected - star.hop(bytes)) * 1e3, 1e-9);
+}
+
+TEST(SimulatorSemantics, ForwardTimeIsWhenTheLastForwardOpFinishes) {
+  Star star;
+  SimOptions options;
+  options.calibration = test::flat_calibration(1.0);
+  Schedule s = test::empty_schedule(2);
+  for (int r = 0; r < 2; ++r) {
+    s.ranks[size_t(r)].add(compute_op(s, 2e-3 * kPeak * (r + 1), 0, Phase::Forward));
+    s.ranks[size_t(r)].add(compute_op(s, 5e-3 * kPeak, 1, Phase::Backward));
+  }
+  SimResult result = simulate_schedule(star.plan, star.topology, s, options);
+  EXPECT_NEAR(result.forward_ms, 4.0, 1e-9);  // rank 1's forward block
+  EXPECT_NEAR(result.step_ms, 9.0, 1e-9);
+  EXPECT_NEAR(result.backward_ms, 5.0, 1e-9);
+}
+
+TEST(SimulatorSemantics, ComputeSlowsDownWhileTheRankCommunicates) {
+  Star star;
+  const double keep = 0.6, block = 2e-3;
+  const int64_t bytes = 100 << 20;
+  const double transfer = star.hop(bytes);
+  ASSERT_LT(transfer, block);
+  Schedule s = test::empty_schedule(2);
+  s.ranks[0].add(compute_op(s, block * kPeak, 0));
+  s.ranks[0].add(send_op(1, 0, bytes, 0));
+  s.ranks[1].add(recv_op(0, 0, bytes, 0));
+  SimOptions options;
+  options.calibration = test::flat_calibration(1.0, keep);
+  SimResult plain = simulate_schedule(star.plan, star.topology, s, options);
+  EXPECT_NEAR(plain.step_ms, block * 1e3, 1e-9);  // the option is off by default
+  options.comm_slowdown = true;
+  SimResult slowed = simulate_schedule(star.plan, star.topology, s, options);
+  // During the transfer the block advances at `keep` speed, then at full speed.
+  double expected = transfer + (block - keep * transfer);
+  EXPECT_NEAR(slowed.step_ms, expected * 1e3, expected * 1e3 * kRel);
+}
+
+TEST(SimulatorSemantics, MemoryBoundOpsTakeBytesOverHbmBandwidth) {
+  Star star;  // 1000 GB/s HBM
+  Schedule s = test::empty_schedule(2);
+  Op copy;
+  copy.kind = OpKind::Copy;
+  copy.stream = Stream::Compute;
+  copy.bytes = 1 << 30;
+  s.ranks[0].add(copy);
+  Op prep = copy;
+  prep.kind = OpKind::BwdPrep;
+  prep.phase = Phase::Backward;
+  s.ranks[1].add(prep);
+  SimResult result = simulate_schedule(star.plan, star.topology, s);
+  EXPECT_NEAR(result.ranks[0].compute_ms, 2.0 * (1 << 30) / 1e12 * 1e3, 1e-9);  // read + write
+  EXPECT_NEAR(result.ranks[1].compute_ms, 1.0 * (1 << 30) / 1e12 * 1e3, 1e-9);
+}
+
+TEST(SimulatorSemantics, ReceivesWithoutSendsAreReportedAsADeadlock) {
+  Star star;
+  Schedule s = test::empty_schedule(2);
+  s.ranks[0].add(recv_op(1, 0, 1024, 3));
+  s.ranks[1].add(recv_op(0, 0, 1024, 3));
+  try {
+    simulate_schedule(star.plan, star.topology, s);
+    FAIL() << "expected a deadlock";
+  } catch (const ScheduleError& e) {
+    EXPECT_NE(std::string(e.what()).find("deadlock"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 0: recv stream at op 0 (Recv step 3 peer 1)"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SimulatorSemantics, DependencyOnALaterOpOfTheSameStreamDeadlocks) {
+  Star star;
+  Schedule s = test::empty_schedule(2);
+  RankProgram& p = s.ranks[0];
+  p.add(compute_op(s, 1e9, 0));
+  p.add(compute_op(s, 1e9, 1));
+  p.deps.push_back(1);  // op 0 waits for op 1, which waits for op 0 by stream order
+  p.ops[0].dep_begin = 0;
+  p.ops[0].dep_count = 1;
+  EXPECT_THROW(simulate_schedule(star.plan, star.topology, s), ScheduleError);
+}
+
+TEST(SimulatorSemantics, MessagesPostedInDifferentOrdersAreAScheduleError) {
+  Star star;
+  Schedule s = test::empty_schedule(2);
+  s.ranks[0].add(send_op(1, 1, 1024, 0));
+  s.ranks[0].add(send_op(1, 2, 1024, 1));
+  s.ranks[1].add(recv_op(0, 2, 1024, 1));
+  s.ranks[1].add(recv_op(0, 1, 1024, 0));
+  try {
+    simulate_schedule(star.plan, star.topology, s);
+    FAIL() << "expected a ScheduleError";
+  } catch (const ScheduleError& e) {
+    EXPECT_NE(std::string(e.what()).find("different orders"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SimulatorSemantics, BadOptionsAndPlacementsAreInputErrors) {
+  Star star;
+  SimOptions options;
+  options.network_model = "NoSuchModel";
+  EXPECT_THROW(simulate_schedule(star.plan, star.topology, test::empty_schedule(2), options), InputError);
+  Plan far = test::placement_plan(star.topology, 2);
+  far.ranks[1].gpu = 9;
+  EXPECT_THROW(simulate_schedule(far, star.topology, test::empty_schedule(2)), InputError);
+}
+
+TEST(SimulatorSemantics, OtherNetworkModelsAreSelectable) {
+  Star star;
+  const int64_t bytes = 64 << 20;
+  Schedule s = test::empty_schedule(2);
+  s.ranks[0].add(send_op(1, 0, bytes, 0));
+  s.ranks[1].add(recv_op(0, 0, bytes, 0));
+  SimResult cm02 = simulate_schedule(star.plan, star.topology, s);
+  SimOptions options;
+  options.network_model = "LV08";
+  SimResult lv08 = simulate_schedule(star.plan, star.topology, s, options);
+  // LV08 scales latency up (x13.01) and bandwidth down (x0.97): strictly slower here.
+  EXPECT_GT(lv08.step_ms, cm02.step_ms * 1.02);
+  EXPECT_NEAR(cm02.step_ms, star.hop(bytes) * 1e3, star.hop(bytes) * 1e3 * kRel);
+}
+
+TEST(SimulatorSemantics, RepeatedSimulationsInOneProcessAreIndependent) {
+  Star star;
+  const int64_t bytes = 8 << 20;
+  Schedule s = test::empty_schedule(2);
+  s.ranks[0].add(send_op(1, 0, bytes, 0));
+  s.ranks[1].add(recv_op(0, 0, bytes, 0));
+  SimResult first = simulate_schedule(star.plan, star.topology, s);
+  SimResult second = simulate_schedule(star.plan, star.topology, s);
+  EXPECT_EQ(first.step_ms, second.step_ms);  // the clock starts at 0 every time
+  EXPECT_NEAR(first.step_ms, star.hop(bytes) * 1e3, star.hop(bytes) * 1e3 * kRel);
+  EXPECT_EQ(first.ranks[1].comm_ms, second.ranks[1].comm_ms);
+}
+
+}  // namespace
+}  // namespace wallfacer

@@ -1,0 +1,134 @@
+// The Chrome trace: valid JSON with one process per rank, the four stream threads, one slice
+// per op and a flow arrow from every send to its receive; byte-identical across runs.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "planner/errors.hpp"
+#include "simulator/simulator.hpp"
+#include "tests/simulator/sim_test_util.hpp"
+
+namespace wallfacer {
+namespace {
+
+using test::compute_op;
+using test::recv_op;
+using test::send_op;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("wallfacer-sim-" + std::to_string(::getpid()) + "-" + name))
+      .string();
+}
+
+// Every rank sends to its successor, receives from its predecessor, and computes, for 3 steps.
+struct RingTraceCase {
+  int ranks = 4, steps = 3;
+  Topology topology = Topology::parse(test::star_topology_yaml(4, 100, 1), "star.yaml");
+  Plan plan = test::placement_plan(topology, 4);
+  Schedule schedule = build();
+  Schedule build() {
+    Schedule s = test::empty_schedule(ranks);
+    for (int r = 0; r < ranks; ++r)
+      for (int t = 0; t < steps; ++t) {
+        RankProgram& p = s.ranks[size_t(r)];
+        int32_t recv = p.add(recv_op((r + ranks - 1) % ranks, t, 1 << 20, t));
+        p.add(send_op((r + 1) % ranks, t, 1 << 20, t));
+        p.add(compute_op(s, 1e10, t), {recv});
+      }
+    return s;
+  }
+  std::string simulate_to(const std::string& name) {
+    SimOptions options;
+    options.trace_path = temp_path(name);
+    simulate_schedule(plan, topology, schedule, options);
+    std::string text = read_file(options.trace_path);
+    std::filesystem::remove(options.trace_path);
+    return text;
+  }
+};
+
+TEST(SimulatorTrace, TwoRunsWriteByteIdenticalFiles) {
+  RingTraceCase c;
+  std::string first = c.simulate_to("a.json");
+  std::string second = c.simulate_to("b.json");
+  ASSERT_FALSE(first.empty());
+  EXPECT_EQ(first, second);
+}
+
+TEST(SimulatorTrace, HasRankProcessesStreamThreadsSlicesAndFlows) {
+  RingTraceCase c;
+  nlohmann::json trace = nlohmann::json::parse(c.simulate_to("c.json"));
+  ASSERT_TRUE(trace.contains("traceEvents"));
+  std::map<int, std::string> process_names;
+  std::map<int, std::set<std::string>> threads;
+  std::map<std::string, int> slices_by_cat;
+  std::map<int64_t, std::pair<int, int>> flow_ends;  // id -> (sender pid, receiver pid)
+  std::map<int64_t, int> flow_starts, flow_finishes;
+  for (const auto& e : trace["traceEvents"]) {
+    std::string ph = e.at("ph");
+    if (ph == "M" && e.at("name") == "process_name") process_names[e.at("pid")] = e.at("args").at("name");
+    if (ph == "M" && e.at("name") == "thread_name") threads[e.at("pid")].insert(e.at("args").at("name"));
+    if (ph == "X") {
+      ++slices_by_cat[e.at("cat")];
+      EXPECT_GE(e.at("dur").get<double>(), 0.0);
+      std::string name = e.at("name");
+      EXPECT_NE(name.find("step"), std::string::npos) << name;
+    }
+    if (ph == "s") {
+      ++flow_starts[e.at("id")];
+      flow_ends[e.at("id")].first = e.at("pid");
+    }
+    if (ph == "f") {
+      ++flow_finishes[e.at("id")];
+      EXPECT_EQ(e.at("bp"), "e");
+      flow_ends[e.at("id")].second = e.at("pid");
+    }
+  }
+  ASSERT_EQ(process_names.size(), 4u);
+  EXPECT_EQ(process_names[2], "rank 2 (n0/gpu2)");
+  for (const auto& [pid, names] : threads)
+    EXPECT_EQ(names, (std::set<std::string>{"compute", "send", "recv", "collective"})) << pid;
+  EXPECT_EQ(slices_by_cat["compute"], c.ranks * c.steps);
+  EXPECT_EQ(slices_by_cat["p2p"], 2 * c.ranks * c.steps);  // a send slice and a receive slice each
+  ASSERT_EQ(flow_starts.size(), size_t(c.ranks * c.steps));
+  for (const auto& [id, ends] : flow_ends) {
+    EXPECT_EQ(flow_starts[id], 1);
+    EXPECT_EQ(flow_finishes[id], 1);
+    EXPECT_EQ(ends.second, (ends.first + 1) % c.ranks) << "flow " << id;  // to the ring successor
+  }
+}
+
+TEST(SimulatorTrace, SliceTimesMatchTheSimulation) {
+  RingTraceCase c;
+  nlohmann::json trace = nlohmann::json::parse(c.simulate_to("d.json"));
+  double last_end_us = 0;
+  for (const auto& e : trace["traceEvents"])
+    if (e.at("ph") == "X") last_end_us = std::max(last_end_us, e.at("ts").get<double>() + e.at("dur").get<double>());
+  SimResult result = simulate_schedule(c.plan, c.topology, c.schedule);
+  EXPECT_NEAR(last_end_us, result.step_ms * 1e3, 2e-3);  // microseconds printed to the nanosecond
+  EXPECT_NEAR(trace["otherData"]["step_us"].get<double>(), result.step_ms * 1e3, 1e-3);
+}
+
+TEST(SimulatorTrace, UnwritablePathIsAnInputError) {
+  RingTraceCase c;
+  SimOptions options;
+  options.trace_path = "/nonexistent-dir/trace.json";
+  EXPECT_THROW(simulate_schedule(c.plan, c.topology, c.schedule, options), InputError);
+}
+
+}  // namespace
+}  // namespace wallfacer
