@@ -26,6 +26,8 @@ struct SimulateFlags {
   std::string calibration_path;
   std::string network_model = "CM02";
   std::string trace_path;
+  std::string all_to_all = "pairwise";
+  int max_ring_steps = 64;
   bool comm_slowdown = false;
   bool tcp_effects = false;
   bool json = false;
@@ -96,23 +98,24 @@ void run(const SimulateFlags& flags) {
   options.tcp_effects = flags.tcp_effects;
   options.trace_path = flags.trace_path;
   options.comm_slowdown = flags.comm_slowdown;
+  options.all_to_all = flags.all_to_all;
+  options.max_ring_steps = flags.max_ring_steps;
   if (!flags.calibration_path.empty()) options.calibration = Calibration::load(flags.calibration_path);
   SimResult result;
   try {
     result = simulate(plan, topology, options);
-  } catch (const ScheduleError& e) {
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {  // a schedule that cannot run, or the simulation process died
     fmt::print(stderr, "{}: error: {}\n", flags.plan_path, e.what());
     exit_code() = 1;
     return;
   }
   if (flags.json) {
     nlohmann::json json = nlohmann::json::parse(to_json(result));
-    json["plan"] = {{"file", flags.plan_path},
-                    {"strategy", to_string(plan.strategy)},
-                    {"ranks", plan.num_ranks()},
-                    {"topology", topology.name()},
-                    {"nodes", topology.num_nodes()},
-                    {"network_model", flags.network_model}};
+    json["plan"] = {{"file", flags.plan_path},       {"strategy", to_string(plan.strategy)},
+                    {"ranks", plan.num_ranks()},     {"topology", topology.name()},
+                    {"nodes", topology.num_nodes()}, {"network_model", flags.network_model}};
     print_json(json);
   } else {
     print_summary(flags, plan, topology, result);
@@ -130,11 +133,22 @@ void register_simulate_command(CLI::App& app) {
   flags->topology_option->description("Topology preset or file (default: the one the plan names)")->default_str("");
   command->add_option("--trace", flags->trace_path, "Write a Chrome trace (Perfetto, chrome://tracing) to this file");
   command->add_flag("--json", flags->json, "Print the result as JSON on stdout");
-  command->add_option("--network-model", flags->network_model,
-                      "SimGrid network model: CM02 (exact latency + size/bandwidth), LV08, SMPI, IB, Constant")
+  command
+      ->add_option("--network-model", flags->network_model,
+                   "SimGrid network model: CM02 (exact latency + size/bandwidth), LV08, SMPI, IB, Constant")
       ->capture_default_str();
   command->add_option("--calibration", flags->calibration_path,
                       "Kernel throughput calibration file (default: the built-in table, docs/calibration.md)");
+  command
+      ->add_option("--all-to-all", flags->all_to_all,
+                   "All-to-all as point-to-point steps: pairwise (p-1 exchange steps) or direct (all at once)")
+      ->check(CLI::IsMember({"pairwise", "direct"}))
+      ->capture_default_str();
+  command
+      ->add_option("--max-ring-steps", flags->max_ring_steps,
+                   "Longer rings (an all-reduce over many ranks) run as this many merged steps; 0 = never merge")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   command->add_flag("--comm-slowdown", flags->comm_slowdown,
                     "Slow compute while the rank communicates, by the calibration's compute_slowdown_under_comm");
   command->add_flag("--tcp-effects", flags->tcp_effects,

@@ -17,7 +17,7 @@ int32_t common_heads(const HeadRange& a, const HeadRange& b) {
 // tokens x heads of a member's slice: the unit the schedule's bytes are proportional to.
 double slice_weight(const std::vector<int32_t>& tokens, const std::vector<HeadRange>& heads, size_t member,
                     const TokenSetPool& pool) {
-  if (member >= tokens.size() || tokens[member] < 0) return 0;
+  if (member >= tokens.size() || tokens[member] < 0 || size_t(tokens[member]) >= pool.size()) return 0;
   double head_count = member < heads.size() ? double(heads[member].size()) : 1.0;
   return double(token_count(pool.get(tokens[member]))) * head_count;
 }
@@ -61,7 +61,8 @@ std::vector<CollectiveTransfer> merge_steps(const std::vector<CollectiveTransfer
     CollectiveTransfer t = steps[begin];
     t.bytes = 0;
     t.merged = int(end - begin);
-    for (size_t k = begin; k < end; ++k) t.bytes += steps[k].bytes;
+    for (size_t k = begin; k < end; ++k)
+      t.bytes += steps[k].bytes;
     merged.push_back(t);
   }
   return merged;
@@ -69,6 +70,8 @@ std::vector<CollectiveTransfer> merge_steps(const std::vector<CollectiveTransfer
 
 // Tokens x heads member `from` sends to member `to` in an all-to-all.
 double all_to_all_weight(const CollectiveSpec& spec, size_t from, size_t to, const TokenSetPool& pool) {
+  auto valid = [&](int32_t id) { return id >= 0 && size_t(id) < pool.size(); };
+  if (!valid(spec.in_tokens[from]) || !valid(spec.out_tokens[to])) return 0;
   int64_t tokens = common_tokens(pool.get(spec.in_tokens[from]), pool.get(spec.out_tokens[to]));
   return double(tokens) * double(common_heads(spec.in_heads[from], spec.out_heads[to]));
 }
@@ -102,7 +105,8 @@ CollectiveSteps all_to_all_steps(const CollectiveSpec& spec, double member_bytes
 int64_t common_tokens(const TokenSet& a, const TokenSet& b) {
   int64_t total = 0;
   for (const TokenRange& x : a)
-    for (const TokenRange& y : b) total += std::max<int64_t>(0, std::min(x.end, y.end) - std::max(x.begin, y.begin));
+    for (const TokenRange& y : b)
+      total += std::max<int64_t>(0, std::min(x.end, y.end) - std::max(x.begin, y.begin));
   return total;
 }
 
@@ -110,8 +114,8 @@ CollectiveSteps expand_collective(const CollectiveSpec& spec, double member_byte
                                   int self, const TokenSetPool& pool, const ExpandOptions& options) {
   auto it = std::find(group.begin(), group.end(), self);
   if (it == group.end())
-    throw ScheduleError(fmt::format("rank {} runs a {} on group {} without being a member", self,
-                                    to_string(spec.kind), spec.group));
+    throw ScheduleError(
+        fmt::format("rank {} runs a {} on group {} without being a member", self, to_string(spec.kind), spec.group));
   size_t pos = size_t(it - group.begin());
   if (group.size() < 2) return {};
   switch (spec.kind) {

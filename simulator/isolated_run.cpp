@@ -103,8 +103,8 @@ std::string run_in_child_process(const std::function<std::string()>& work) {
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
   if (WIFSIGNALED(status))
-    throw std::runtime_error(fmt::format("simulation process died of signal {} ({})", WTERMSIG(status),
-                                         strsignal(WTERMSIG(status))));
+    throw std::runtime_error(
+        fmt::format("simulation process died of signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status))));
   if (message.empty() || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw std::runtime_error(fmt::format("simulation process failed (exit status {})", WEXITSTATUS(status)));
   if (Outcome(message[0]) != Outcome::Ok) rethrow(message);

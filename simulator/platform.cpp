@@ -24,17 +24,19 @@ PlatformLayout declare_platform(SimEngine& engine, const Topology& topology, con
   return layout;
 }
 
-void declare_routes(SimEngine& engine, const Topology& topology, const PlatformLayout& layout,
-                    std::vector<std::pair<int, int>> gpu_pairs) {
+size_t declare_routes(SimEngine& engine, const Topology& topology, const PlatformLayout& layout,
+                      std::vector<std::pair<int, int>> gpu_pairs) {
   std::sort(gpu_pairs.begin(), gpu_pairs.end());
   gpu_pairs.erase(std::unique(gpu_pairs.begin(), gpu_pairs.end()), gpu_pairs.end());
   std::vector<LinkUse> uses;
   for (const auto& [src, dst] : gpu_pairs) {
     uses.clear();
     if (src != dst)
-      for (const Hop& hop : topology.route(src, dst).hops) uses.push_back({hop.link, hop.forward});
+      for (const Hop& hop : topology.route(src, dst).hops)
+        uses.push_back({hop.link, hop.forward});
     engine.add_route(layout.host_of_gpu[size_t(src)], layout.host_of_gpu[size_t(dst)], uses);
   }
+  return gpu_pairs.size();
 }
 
 std::string resource_name(const Topology& topology, ResourceId resource) {
@@ -47,6 +49,8 @@ std::string resource_name(const Topology& topology, ResourceId resource) {
   return forward ? fmt::format("{}->{}", a, b) : fmt::format("{}->{}", b, a);
 }
 
-size_t resource_count(const Topology& topology) { return topology.links().size() * 2; }
+size_t resource_count(const Topology& topology) {
+  return topology.links().size() * 2;
+}
 
 }  // namespace wallfacer::sim

@@ -23,9 +23,10 @@ struct PlatformLayout {
 // Hosts for all GPUs (speeds per power state, FLOP/s) and every link.
 PlatformLayout declare_platform(SimEngine& engine, const Topology& topology, const std::vector<double>& gpu_speeds);
 
-// One-way routes from each pair's first GPU to its second (duplicates are skipped).
-void declare_routes(SimEngine& engine, const Topology& topology, const PlatformLayout& layout,
-                    std::vector<std::pair<int, int>> gpu_pairs);
+// One-way routes from each pair's first GPU to its second (duplicates are skipped); returns how
+// many were declared.
+size_t declare_routes(SimEngine& engine, const Topology& topology, const PlatformLayout& layout,
+                      std::vector<std::pair<int, int>> gpu_pairs);
 
 // "n0/gpu3->n0/nvswitch0" for one direction of a full-duplex link, "a<->b" for a shared one.
 std::string resource_name(const Topology& topology, ResourceId resource);

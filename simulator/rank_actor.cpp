@@ -27,8 +27,9 @@ RankActor::RankActor(Replay& replay, int rank)
       host_(replay.host_of_rank(rank)),
       program_(replay.schedule().ranks[size_t(rank)]),
       outcome_(replay.outcome(rank)) {
-  done_.assign(program_.ops.size(), 0);
-  for (size_t i = 0; i < program_.ops.size(); ++i) queue_[size_t(program_.ops[i].stream)].push_back(int32_t(i));
+  for (size_t i = 0; i < program_.ops.size(); ++i)
+    queue_[size_t(program_.ops[i].stream)].push_back(int32_t(i));
+  index_dependencies();
   if (replay_.records_ops()) outcome_.records.reserve(program_.ops.size());
 }
 
@@ -51,10 +52,27 @@ void RankActor::loop() {
   outcome_.finish = SimEngine::now();
 }
 
-bool RankActor::dependencies_done(const Op& op) const {
-  for (const int32_t* dep = program_.deps_begin(op); dep != program_.deps_end(op); ++dep)
-    if (*dep < 0 || size_t(*dep) >= done_.size() || !done_[size_t(*dep)]) return false;
-  return true;
+void RankActor::index_dependencies() {
+  const size_t ops = program_.ops.size();
+  pending_deps_.assign(ops, 0);
+  dependents_begin_.assign(ops + 1, 0);
+  for (size_t i = 0; i < ops; ++i) {
+    const Op& op = program_.ops[i];
+    pending_deps_[i] = op.dep_count;
+    // A dependency that is no op of this rank never finishes: the op waits forever and the
+    // replay reports the deadlock.
+    for (const int32_t* dep = program_.deps_begin(op); dep != program_.deps_end(op); ++dep)
+      if (*dep >= 0 && size_t(*dep) < ops) ++dependents_begin_[size_t(*dep) + 1];
+  }
+  for (size_t i = 0; i < ops; ++i)
+    dependents_begin_[i + 1] += dependents_begin_[i];
+  dependents_.resize(dependents_begin_[ops]);
+  std::vector<uint32_t> next(dependents_begin_.begin(), dependents_begin_.end() - 1);
+  for (size_t i = 0; i < ops; ++i) {
+    const Op& op = program_.ops[i];
+    for (const int32_t* dep = program_.deps_begin(op); dep != program_.deps_end(op); ++dep)
+      if (*dep >= 0 && size_t(*dep) < ops) dependents_[next[size_t(*dep)]++] = int32_t(i);
+  }
 }
 
 // Starting an op can complete it on the spot (an empty collective), which may free other
@@ -66,7 +84,7 @@ void RankActor::start_ready() {
     for (size_t s = 0; s < size_t(kNumStreams); ++s) {
       if (busy_[s] || head_[s] >= queue_[s].size()) continue;
       int32_t index = queue_[s][head_[s]];
-      if (!dependencies_done(program_.ops[size_t(index)])) continue;
+      if (!dependencies_done(index)) continue;
       busy_[s] = true;
       start_op(index);
       progress = true;
@@ -118,8 +136,7 @@ void RankActor::advance_collective() {
   const CollectiveSteps& steps = *c.steps;
   const bool direct = steps.order == StepOrder::Direct, ring = steps.order == StepOrder::Ring;
   while (c.recvs_posted < steps.recvs.size() && (direct || c.recvs_posted == c.recvs_done)) {
-    activities_.recv(steps.recvs[c.recvs_posted].channel,
-                     make_tag(TagKind::CollectiveRecv, c.recvs_posted));
+    activities_.recv(steps.recvs[c.recvs_posted].channel, make_tag(TagKind::CollectiveRecv, c.recvs_posted));
     ++c.recvs_posted;
     transfer_started();
   }
@@ -182,9 +199,10 @@ void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& 
     const auto* sent = static_cast<const Op*>(done.payload);
     const RankProgram& sender = replay_.schedule().ranks[size_t(op.peer)];
     if (sent == nullptr || sent->tag != op.tag || sent->peer != rank_)
-      throw ScheduleError(fmt::format("op {} (recv tag {} from rank {}) paired with a send of tag {}: the ranks "
-                                      "post their messages in different orders",
-                                      index, op.tag, op.peer, sent ? sent->tag : -1));
+      throw ScheduleError(
+          fmt::format("op {} (recv tag {} from rank {}) paired with a send of tag {}: the ranks "
+                      "post their messages in different orders",
+                      index, op.tag, op.peer, sent ? sent->tag : -1));
     record(RecordKind::Recv, int32_t(index), done.start, done.finish, flow_id(op.peer, sent - sender.ops.data()));
     complete_op(int32_t(index));
   } else {
@@ -196,9 +214,10 @@ void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& 
     } else {
       uint64_t step = c.steps->order == StepOrder::Ring ? index : 0;
       if (done.payload != collective_payload(c.sequence, step))
-        throw ScheduleError(fmt::format("op {}: collective transfer from rank {} belongs to another collective "
-                                        "or step; the group's members run its collectives in different orders",
-                                        c.op, c.steps->recvs[index].peer));
+        throw ScheduleError(
+            fmt::format("op {}: collective transfer from rank {} belongs to another collective "
+                        "or step; the group's members run its collectives in different orders",
+                        c.op, c.steps->recvs[index].peer));
       ++c.recvs_done;
     }
     advance_collective();
@@ -207,7 +226,8 @@ void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& 
 
 void RankActor::complete_op(int32_t index) {
   const Op& op = program_.ops[size_t(index)];
-  done_[size_t(index)] = 1;
+  for (uint32_t k = dependents_begin_[size_t(index)]; k < dependents_begin_[size_t(index) + 1]; ++k)
+    --pending_deps_[size_t(dependents_[k])];
   ++completed_;
   size_t stream = size_t(op.stream);
   busy_[stream] = false;
@@ -252,9 +272,9 @@ std::string RankActor::describe_wait() const {
     if (head_[s] >= queue_[s].size()) continue;
     int32_t index = queue_[s][head_[s]];
     const Op& op = program_.ops[size_t(index)];
-    text += fmt::format(" {} stream at op {} ({} step {}{}{})", to_string(Stream(s)), index, to_string(op.kind),
-                        op.step, op.peer >= 0 ? fmt::format(" peer {}", op.peer) : "",
-                        busy_[s] ? "" : ", dependencies pending");
+    text +=
+        fmt::format(" {} stream at op {} ({} step {}{}{})", to_string(Stream(s)), index, to_string(op.kind), op.step,
+                    op.peer >= 0 ? fmt::format(" peer {}", op.peer) : "", busy_[s] ? "" : ", dependencies pending");
   }
   return text;
 }

@@ -35,7 +35,7 @@ class RankActor {
 
   void loop();
   void start_ready();
-  bool dependencies_done(const Op& op) const;
+  bool dependencies_done(int32_t index) const { return pending_deps_[size_t(index)] == 0; }
   void start_op(int32_t index);
   void start_collective(int32_t index);
   void advance_collective();
@@ -55,7 +55,12 @@ class RankActor {
   const RankProgram& program_;
   RankOutcome& outcome_;
   ActivitySet activities_;
-  std::vector<uint8_t> done_;
+  // Unfinished explicit dependencies per op, and who depends on each op (CSR), so that checking
+  // whether an op may start costs O(1) however many dependencies it has.
+  std::vector<uint32_t> pending_deps_;
+  std::vector<uint32_t> dependents_begin_;
+  std::vector<int32_t> dependents_;
+  void index_dependencies();
   std::array<std::vector<int32_t>, kNumStreams> queue_;
   std::array<size_t, kNumStreams> head_{};
   std::array<bool, kNumStreams> busy_{};
@@ -68,6 +73,8 @@ class RankActor {
 };
 
 // Flow id shared by a send and its receive: the sending rank and the send op's index.
-inline int64_t flow_id(int src_rank, int64_t send_op) { return (int64_t(src_rank) << 32) | send_op; }
+inline int64_t flow_id(int src_rank, int64_t send_op) {
+  return (int64_t(src_rank) << 32) | send_op;
+}
 
 }  // namespace wallfacer::sim

@@ -43,22 +43,23 @@ Replay::Replay(const Plan& plan, const Topology& topology, const Schedule& sched
   op_channels_.resize(ranks);
   outcomes_.resize(ranks);
   resource_bytes_.assign(topology.links().size() * 2, 0.0);
-  for (int rank = 0; rank < int(ranks); ++rank) prepare_rank(rank);
+  for (int rank = 0; rank < int(ranks); ++rank)
+    prepare_rank(rank);
 }
 
 Replay::~Replay() = default;
 
 void Replay::validate_schedule() const {
   if (schedule_.ranks.size() != size_t(plan_.num_ranks()))
-    throw ScheduleError(fmt::format("schedule has {} rank programs for a plan of {} ranks", schedule_.ranks.size(),
-                                    plan_.num_ranks()));
+    throw ScheduleError(
+        fmt::format("schedule has {} rank programs for a plan of {} ranks", schedule_.ranks.size(), plan_.num_ranks()));
   for (size_t i = 0; i < schedule_.ranks.size(); ++i) {
     if (schedule_.ranks[i].rank != int(i))
       throw ScheduleError(fmt::format("rank program {} is numbered {}", i, schedule_.ranks[i].rank));
     int gpu = plan_.ranks[i].gpu;
     if (gpu < 0 || gpu >= topology_.num_gpus())
-      throw InputError(fmt::format("plan places rank {} on GPU {}, but the topology has {} GPUs", i, gpu,
-                                   topology_.num_gpus()));
+      throw InputError(
+          fmt::format("plan places rank {} on GPU {}, but the topology has {} GPUs", i, gpu, topology_.num_gpus()));
   }
 }
 
@@ -93,7 +94,8 @@ void Replay::prepare_rank(int rank) {
     const Op& op = program.ops[i];
     if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
       if (op.peer < 0 || op.peer >= ranks)
-        throw ScheduleError(fmt::format("rank {} op {}: {} peer {} out of range", rank, i, to_string(op.kind), op.peer));
+        throw ScheduleError(
+            fmt::format("rank {} op {}: {} peer {} out of range", rank, i, to_string(op.kind), op.peer));
       bool send = op.kind == OpKind::Send;
       int src = send ? rank : op.peer, dst = send ? op.peer : rank;
       op_channels_[size_t(rank)][i] = add_channel(src, dst, -1);
@@ -104,16 +106,16 @@ void Replay::prepare_rank(int rank) {
       const CollectiveSpec& spec = program.collectives[size_t(op.coll)];
       if (spec.group < 0 || spec.group >= int(plan_.groups.size()))
         throw ScheduleError(fmt::format("rank {} op {}: group {} out of range", rank, i, spec.group));
-      CollectiveSteps steps =
-          expand_collective(spec, double(op.bytes), plan_.groups[size_t(spec.group)].ranks, rank, schedule_.tokens,
-                            expand_options_);
+      CollectiveSteps steps = expand_collective(spec, double(op.bytes), plan_.groups[size_t(spec.group)].ranks, rank,
+                                                schedule_.tokens, expand_options_);
       for (auto& send : steps.sends) {
         send.channel = add_channel(rank, send.peer, spec.group);
         int src = gpu_of_rank(rank), dst = gpu_of_rank(send.peer);
         gpu_pairs_.emplace_back(src, dst);
         if (send.merged > 1 && src != dst) send.delay = (send.merged - 1) * topology_.route(src, dst).latency_us * 1e-6;
       }
-      for (auto& recv : steps.recvs) recv.channel = add_channel(recv.peer, rank, spec.group);
+      for (auto& recv : steps.recvs)
+        recv.channel = add_channel(recv.peer, rank, spec.group);
       steps_[size_t(rank)][size_t(op.coll)] = std::move(steps);
     } else if (!is_compute(op.kind)) {
       throw ScheduleError(fmt::format("rank {} op {}: unknown op kind", rank, i));
@@ -126,14 +128,16 @@ double Replay::op_seconds(const Op& op) {
   const ScheduleDims& dims = schedule_.dims;
   if (op.kind == OpKind::AttnFwd || op.kind == OpKind::AttnBwd) {
     if (op.flops <= 0) return 0;
-    int64_t q = op.tok[0] >= 0 ? token_count(schedule_.tokens.get(op.tok[0])) : 0;
-    int64_t k = op.tok[1] >= 0 ? token_count(schedule_.tokens.get(op.tok[1])) : 0;
+    auto tokens = [&](int32_t id) {
+      return id >= 0 && size_t(id) < schedule_.tokens.size() ? token_count(schedule_.tokens.get(id)) : 0;
+    };
+    int64_t q = tokens(op.tok[0]), k = tokens(op.tok[1]);
     uint64_t key = (uint64_t(op.kind == OpKind::AttnBwd) << 62) | (uint64_t(q) << 31) | uint64_t(k);
     auto [it, inserted] = seconds_per_flop_.try_emplace(key, 0.0);
     if (inserted) {
       KernelOp kernel = op.kind == OpKind::AttnFwd ? KernelOp::AttnFwd : KernelOp::AttnBwd;
-      double tflops = options_.calibration.tflops(topology_.gpu().name, kernel, plan_.workload.dtype, dims.head_dim,
-                                                   q, k, peak_flops_ / 1e12);
+      double tflops = options_.calibration.tflops(topology_.gpu().name, kernel, plan_.workload.dtype, dims.head_dim, q,
+                                                  k, peak_flops_ / 1e12);
       if (!(tflops > 0)) throw InputError(fmt::format("calibration gives {} TFLOP/s for a {}x{} block", tflops, q, k));
       it->second = 1.0 / (tflops * 1e12);
     }
@@ -146,7 +150,9 @@ double Replay::op_seconds(const Op& op) {
   return (op.kind == OpKind::Copy ? 2.0 : 1.0) * double(op.bytes) / hbm;
 }
 
-double Replay::exec_amount(const Op& op) { return op_seconds(op) * peak_flops_; }
+double Replay::exec_amount(const Op& op) {
+  return op_seconds(op) * peak_flops_;
+}
 
 void Replay::fail(const std::string& message) {
   if (failure_.empty()) failure_ = message;

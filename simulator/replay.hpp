@@ -93,10 +93,10 @@ class Replay {
   double peak_flops_ = 0;
   ExpandOptions expand_options_;
   std::vector<std::vector<CollectiveSteps>> steps_;  // [rank][collective]
-  std::unordered_map<uint64_t, int> channels_;             // (src, dst, group) -> channel
-  std::vector<std::pair<int, int>> channel_ends_;           // (src rank, dst rank) per channel
-  std::vector<double> channel_bytes_;                       // bytes sent per channel
-  std::vector<std::vector<int32_t>> op_channels_;           // [rank][op]
+  std::unordered_map<uint64_t, int> channels_;       // (src, dst, group) -> channel
+  std::vector<std::pair<int, int>> channel_ends_;    // (src rank, dst rank) per channel
+  std::vector<double> channel_bytes_;                // bytes sent per channel
+  std::vector<std::vector<int32_t>> op_channels_;    // [rank][op]
   std::vector<std::pair<int, int>> gpu_pairs_;
   std::unordered_map<uint64_t, double> seconds_per_flop_;  // by kernel op and block shape
   std::vector<RankOutcome> outcomes_;

@@ -1,7 +1,9 @@
 // SimGrid calls for the simulator, for 3.32 (the Debian 12 package) and the renamed 4.x API.
 #include "simulator/simgrid_adapter.hpp"
 
+// s4u.hpp first: version.h and log.h rely on the macros it defines.
 #include <simgrid/s4u.hpp>
+
 #include <simgrid/version.h>
 #include <xbt/log.h>
 
@@ -113,7 +115,8 @@ Completion ActivitySet::wait_any() {
 #if SIMGRID_VERSION >= 33500
   // 3.35 replaced the vector form by ActivitySet; a linear scan keeps the slot bookkeeping.
   sg4::ActivitySet pending;
-  for (auto const& activity : impl_->activities) pending.push(activity);
+  for (auto const& activity : impl_->activities)
+    pending.push(activity);
   sg4::ActivityPtr done = pending.wait_any();
   auto it = std::find(impl_->activities.begin(), impl_->activities.end(), done);
   size_t index = size_t(it - impl_->activities.begin());
@@ -134,8 +137,12 @@ Completion ActivitySet::wait_any() {
   return done_info;
 }
 
-bool ActivitySet::empty() const { return impl_->activities.empty(); }
-size_t ActivitySet::size() const { return impl_->activities.size(); }
+bool ActivitySet::empty() const {
+  return impl_->activities.empty();
+}
+size_t ActivitySet::size() const {
+  return impl_->activities.size();
+}
 
 // ---- SimEngine --------------------------------------------------------------------------------
 
@@ -202,7 +209,8 @@ int SimEngine::add_link(const LinkSpec& spec) {
 void SimEngine::add_route(int src_host, int dst_host, const std::vector<LinkUse>& links) {
   std::vector<sg4::LinkInRoute> route;
   route.reserve(links.size());
-  for (const LinkUse& use : links) route.push_back(link_in_route(use));
+  for (const LinkUse& use : links)
+    route.push_back(link_in_route(use));
   sg4::Host* src = impl_->state.hosts.at(size_t(src_host));
   sg4::Host* dst = impl_->state.hosts.at(size_t(dst_host));
 #if SIMGRID_VERSION >= 33500
@@ -212,7 +220,9 @@ void SimEngine::add_route(int src_host, int dst_host, const std::vector<LinkUse>
 #endif
 }
 
-void SimEngine::seal() { impl_->state.zone->seal(); }
+void SimEngine::seal() {
+  impl_->state.zone->seal();
+}
 
 int SimEngine::add_channel(const std::string& name) {
   impl_->state.channels.push_back(sg4::Mailbox::by_name(name));
@@ -235,7 +245,9 @@ bool SimEngine::run() {
   return !impl_->state.deadlocked;
 }
 
-double SimEngine::now() { return sg4::Engine::get_clock(); }
+double SimEngine::now() {
+  return sg4::Engine::get_clock();
+}
 
 void SimEngine::set_power_state(int host, int state) {
   g_state->hosts.at(size_t(host))->set_pstate(static_cast<unsigned long>(state));
@@ -247,7 +259,8 @@ std::vector<std::string> SimEngine::resolved_route(int src_host, int dst_host, d
   impl_->state.hosts.at(size_t(src_host))->route_to(impl_->state.hosts.at(size_t(dst_host)), links, &latency);
   if (latency_s) *latency_s = latency;
   std::vector<std::string> names;
-  for (const sg4::Link* link : links) names.push_back(link->get_name());
+  for (const sg4::Link* link : links)
+    names.push_back(link->get_name());
   return names;
 }
 

@@ -46,10 +46,10 @@ struct LinkUse {
 
 // Where an activity of an actor ended.
 struct Completion {
-  uint64_t tag = 0;          // the caller's tag given when starting the activity
-  double start = 0;          // simulated seconds: when it started transferring / computing
-  double finish = 0;         // simulated seconds
-  void* payload = nullptr;   // receives: the sender's payload pointer
+  uint64_t tag = 0;         // the caller's tag given when starting the activity
+  double start = 0;         // simulated seconds: when it started transferring / computing
+  double finish = 0;        // simulated seconds
+  void* payload = nullptr;  // receives: the sender's payload pointer
 };
 
 // The activities one actor has in flight. Only usable inside that actor's body.

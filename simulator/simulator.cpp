@@ -52,10 +52,12 @@ void summarize_links(const Topology& topology, const std::vector<double>& resour
       if (bytes > 0) used.push_back({sim::resource_name(topology, resource), link.kind, bytes, utilization});
     }
   }
-  for (auto& c : classes) c.mean_utilization /= std::max(1, c.links);
+  for (auto& c : classes)
+    c.mean_utilization /= std::max(1, c.links);
   std::sort(classes.begin(), classes.end(), [](const auto& a, const auto& b) { return a.kind < b.kind; });
   // Stable on insertion (link) order, so ties keep a fixed order.
-  std::stable_sort(used.begin(), used.end(), [](const auto& a, const auto& b) { return a.utilization > b.utilization; });
+  std::stable_sort(used.begin(), used.end(),
+                   [](const auto& a, const auto& b) { return a.utilization > b.utilization; });
   if (used.size() > 10) used.resize(10);
   result.link_classes = std::move(classes);
   result.busiest_links = std::move(used);
@@ -97,10 +99,10 @@ SimResult simulate_here(const Plan& plan, const Topology& topology, const Schedu
     speeds.push_back(peak * options.calibration.compute_slowdown_under_comm());
   sim::PlatformLayout layout = sim::declare_platform(engine, topology, speeds);
   sim::Replay replay(plan, topology, schedule, options, engine, layout.host_of_gpu);
-  sim::declare_routes(engine, topology, layout, replay.gpu_pairs());
+  size_t routes = sim::declare_routes(engine, topology, layout, replay.gpu_pairs());
   engine.seal();
   WF_LOG_INFO("simulator", "{} ranks, {} GPU pairs routed, model {}; platform and replay ready after {:.2f} s",
-              plan.num_ranks(), replay.gpu_pairs().size(), options.network_model, seconds_since(started));
+              plan.num_ranks(), routes, options.network_model, seconds_since(started));
   auto running = std::chrono::steady_clock::now();
   replay.run();
   WF_LOG_INFO("simulator", "simulation ran {:.2f} s", seconds_since(running));
@@ -121,8 +123,8 @@ void check_options(const SimOptions& options) {
     throw InputError(
         fmt::format("collective algorithm '{}' is not supported (only 'ring')", options.collective_algorithm));
   if (options.all_to_all != "pairwise" && options.all_to_all != "direct")
-    throw InputError(fmt::format("all-to-all algorithm '{}' is not supported ('pairwise' or 'direct')",
-                                 options.all_to_all));
+    throw InputError(
+        fmt::format("all-to-all algorithm '{}' is not supported ('pairwise' or 'direct')", options.all_to_all));
 }
 
 // Runs `schedule_of()`'s schedule in a child process and times the whole.
@@ -156,6 +158,8 @@ SimResult simulate_schedule(const Plan& plan, const Topology& topology, const Sc
   return simulate_isolated(plan, topology, options, [&]() -> const Schedule& { return schedule; });
 }
 
-std::string to_json(const SimResult& result) { return sim::result_to_json(result, false); }
+std::string to_json(const SimResult& result) {
+  return sim::result_to_json(result, false);
+}
 
 }  // namespace wallfacer

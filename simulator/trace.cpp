@@ -28,10 +28,14 @@ std::string json_string(const std::string& text) {
 }
 
 // Microseconds with nanosecond resolution: fixed digits keep the output byte-stable.
-std::string micros(double seconds) { return fmt::format("{:.3f}", seconds * 1e6); }
+std::string micros(double seconds) {
+  return fmt::format("{:.3f}", seconds * 1e6);
+}
 
 // " step 3", or nothing for ops outside the step loop (step -1).
-std::string step_suffix(int32_t step) { return step >= 0 ? fmt::format(" step {}", step) : std::string(); }
+std::string step_suffix(int32_t step) {
+  return step >= 0 ? fmt::format(" step {}", step) : std::string();
+}
 
 int tid_of(RecordKind kind) {
   switch (kind) {
@@ -56,8 +60,10 @@ class TraceWriter {
          << ",\"topology\":" << json_string(c_.topology.name()) << ",\"ranks\":" << c_.plan.num_ranks()
          << ",\"network_model\":" << json_string(c_.network_model) << ",\"step_us\":" << micros(c_.step_seconds)
          << "},\n\"traceEvents\":[\n";
-    for (int rank = 0; rank < int(c_.outcomes.size()); ++rank) write_metadata(rank);
-    for (int rank = 0; rank < int(c_.outcomes.size()); ++rank) write_rank(rank);
+    for (int rank = 0; rank < int(c_.outcomes.size()); ++rank)
+      write_metadata(rank);
+    for (int rank = 0; rank < int(c_.outcomes.size()); ++rank)
+      write_rank(rank);
     flush();
     out_ << "\n]}\n";
   }
@@ -84,35 +90,38 @@ class TraceWriter {
     for (int tid = kTraceTidCompute; tid <= kTraceTidCollective; ++tid) {
       event(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"{}"}}}})", rank, tid,
                         names[tid]));
-      event(fmt::format(R"({{"ph":"M","name":"thread_sort_index","pid":{},"tid":{},"args":{{"sort_index":{}}}}})",
-                        rank, tid, tid));
+      event(fmt::format(R"({{"ph":"M","name":"thread_sort_index","pid":{},"tid":{},"args":{{"sort_index":{}}}}})", rank,
+                        tid, tid));
     }
   }
 
   void write_rank(int rank) {
     std::vector<const Record*> slices;
-    for (const Record& r : c_.outcomes[size_t(rank)].records) slices.push_back(&r);
+    for (const Record& r : c_.outcomes[size_t(rank)].records)
+      slices.push_back(&r);
     std::stable_sort(slices.begin(), slices.end(), [](const Record* a, const Record* b) {
       int ta = tid_of(a->kind), tb = tid_of(b->kind);
       if (ta != tb) return ta < tb;
       if (a->start != b->start) return a->start < b->start;
       return a->op < b->op;
     });
-    for (const Record* r : slices) write_slice(rank, *r);
+    for (const Record* r : slices)
+      write_slice(rank, *r);
   }
 
   void write_slice(int rank, const Record& r) {
     const RankProgram& program = c_.schedule.ranks[size_t(rank)];
     const Op& op = program.ops[size_t(r.op)];
     int tid = tid_of(r.kind);
-    std::string common = fmt::format(R"("pid":{},"tid":{},"ts":{},"dur":{})", rank, tid, micros(r.start),
-                                     micros(r.finish - r.start));
+    std::string common =
+        fmt::format(R"("pid":{},"tid":{},"ts":{},"dur":{})", rank, tid, micros(r.start), micros(r.finish - r.start));
     std::string phase = json_string(to_string(op.phase));
     switch (r.kind) {
       case RecordKind::Compute:
         event(fmt::format(
             R"({{"ph":"X","name":{},"cat":"compute",{},"args":{{"op":{},"phase":{},"flops":{},"q_tokens":{},"k_tokens":{}}}}})",
-            json_string(fmt::format("{}{}", to_string(op.kind), step_suffix(op.step))), common, r.op, phase, op.flops, tokens(op.tok[0]), tokens(op.tok[1])));
+            json_string(fmt::format("{}{}", to_string(op.kind), step_suffix(op.step))), common, r.op, phase, op.flops,
+            tokens(op.tok[0]), tokens(op.tok[1])));
         break;
       case RecordKind::Send:
       case RecordKind::Recv: {
@@ -122,10 +131,10 @@ class TraceWriter {
             R"({{"ph":"X","name":{},"cat":"p2p",{},"args":{{"op":{},"phase":{},"bytes":{},"peer":{},"tag":{}}}}})",
             json_string(fmt::format("{} {} {} r{}{}", send ? "send" : "recv", fields, send ? "->" : "<-", op.peer,
                                     step_suffix(op.step))),
-            common, r.op, phase, op.bytes,
-            op.peer, op.tag));
+            common, r.op, phase, op.bytes, op.peer, op.tag));
         event(fmt::format(R"({{"ph":"{}","name":{},"cat":"flow","id":{},"pid":{},"tid":{},"ts":{}{}}})",
-                          send ? "s" : "f", json_string(fields), r.flow, rank, tid, micros(r.start), send ? "" : R"(,"bp":"e")"));
+                          send ? "s" : "f", json_string(fields), r.flow, rank, tid, micros(r.start),
+                          send ? "" : R"(,"bp":"e")"));
         break;
       }
       default: {
@@ -133,13 +142,15 @@ class TraceWriter {
         const CommGroup& group = c_.plan.groups[size_t(spec.group)];
         event(fmt::format(
             R"({{"ph":"X","name":{},"cat":"collective",{},"args":{{"op":{},"phase":{},"bytes":{},"group":{},"members":{},"fields":{}}}}})",
-            json_string(fmt::format("{} {}{}", to_string(op.kind), group.name, step_suffix(op.step))), common, r.op, phase,
-            op.bytes, json_string(group.name), group.ranks.size(), json_string(fields_to_string(spec.fields))));
+            json_string(fmt::format("{} {}{}", to_string(op.kind), group.name, step_suffix(op.step))), common, r.op,
+            phase, op.bytes, json_string(group.name), group.ranks.size(), json_string(fields_to_string(spec.fields))));
       }
     }
   }
 
-  int64_t tokens(int32_t id) const { return id >= 0 ? token_count(c_.schedule.tokens.get(id)) : 0; }
+  int64_t tokens(int32_t id) const {
+    return id >= 0 && size_t(id) < c_.schedule.tokens.size() ? token_count(c_.schedule.tokens.get(id)) : 0;
+  }
 
   std::ostream& out_;
   const TraceContext& c_;
@@ -149,7 +160,9 @@ class TraceWriter {
 
 }  // namespace
 
-void write_chrome_trace(std::ostream& out, const TraceContext& context) { TraceWriter(out, context).write(); }
+void write_chrome_trace(std::ostream& out, const TraceContext& context) {
+  TraceWriter(out, context).write();
+}
 
 void write_chrome_trace_file(const std::string& path, const TraceContext& context) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -83,7 +83,8 @@ TEST(SimulatorClosedForm, RingOverlapsComputeWithTransfers) {
     SimResult result = simulate_schedule(plan, topology, hand_ring(c.ranks, c.bytes, block * rate), options);
     double expected = std::max(c.ranks * block, (c.ranks - 1) * hop + block);
     expect_rel(result.step_ms, expected * 1e3);
-    for (const RankStats& r : result.ranks) expect_rel(r.compute_ms, c.ranks * block * 1e3);
+    for (const RankStats& r : result.ranks)
+      expect_rel(r.compute_ms, c.ranks * block * 1e3);
     EXPECT_EQ(result.activities, int64_t(c.ranks) * (2 * c.ranks - 1));
   }
 }

@@ -81,7 +81,8 @@ TEST(CollectiveSteps, AllReduceTakesTwiceTheRingSteps) {
   spec.elements = 1000;
   sim::CollectiveSteps steps = sim::expand_collective(spec, 600.0, {0, 1, 2, 3}, 2, pool);
   ASSERT_EQ(steps.sends.size(), 6u);
-  for (const auto& s : steps.sends) EXPECT_DOUBLE_EQ(s.bytes, 100);
+  for (const auto& s : steps.sends)
+    EXPECT_DOUBLE_EQ(s.bytes, 100);
 }
 
 TEST(CollectiveSteps, AllToAllSkipsPeersWithoutData) {
@@ -176,8 +177,7 @@ TEST(SimulatorCollectives, MergedRingStepsKeepTheUncontendedTime) {
   for (int merged : {2, 4}) {
     SimOptions options;
     options.max_ring_steps = merged;
-    SimResult r =
-        simulate_one_collective(OpKind::AllReduce, p, 2 * (p - 1) * block, 1024, 8, bw, lat_us, options);
+    SimResult r = simulate_one_collective(OpKind::AllReduce, p, 2 * (p - 1) * block, 1024, 8, bw, lat_us, options);
     EXPECT_NEAR(r.step_ms, expected, expected * kRel) << merged << " merged steps";
     // Each rank sends `merged` transfers; the two that stand for more than one step wait on a
     // latency timer first (3 + 3, or 1 + 2 + 1 + 2).
@@ -191,7 +191,8 @@ TEST(CollectiveSteps, MergingKeepsEveryByteAndStep) {
   spec.kind = OpKind::AllReduce;
   spec.group = 0;
   std::vector<int> group(10);
-  for (int i = 0; i < 10; ++i) group[size_t(i)] = i;
+  for (int i = 0; i < 10; ++i)
+    group[size_t(i)] = i;
   sim::ExpandOptions options;
   options.max_ring_steps = 4;
   sim::CollectiveSteps steps = sim::expand_collective(spec, 1800.0, group, 3, pool, options);

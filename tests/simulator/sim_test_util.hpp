@@ -29,7 +29,8 @@ inline std::string star_topology_yaml(int gpus, double bandwidth_GBps, double la
                                       double hbm_GBps = 1000) {
   std::string yaml = "name: test-star\ndescription: GPUs on one switch\n" + test_gpu_yaml(peak_tflops, hbm_GBps);
   yaml += "devices:\n  - {name: n0/nvs, kind: nvswitch, node: 0}\n";
-  for (int g = 0; g < gpus; ++g) yaml += fmt::format("  - {{name: n0/gpu{}, kind: gpu, node: 0}}\n", g);
+  for (int g = 0; g < gpus; ++g)
+    yaml += fmt::format("  - {{name: n0/gpu{}, kind: gpu, node: 0}}\n", g);
   yaml += "links:\n";
   for (int g = 0; g < gpus; ++g)
     yaml += fmt::format("  - {{ends: [n0/gpu{}, n0/nvs], kind: nvlink, bandwidth_GBps: {}, latency_us: {}}}\n", g,
@@ -49,8 +50,8 @@ inline std::string shared_nic_topology_yaml(const SharedNicFigures& f = {}) {
   std::string yaml = "name: test-shared-nic\ndescription: two GPUs per NIC\n" + test_gpu_yaml();
   yaml += "devices:\n";
   for (int n = 0; n < 2; ++n) {
-    yaml += fmt::format("  - {{name: n{0}/gpu0, kind: gpu, node: {0}}}\n  - {{name: n{0}/gpu1, kind: gpu, node: {0}}}\n",
-                        n);
+    yaml += fmt::format(
+        "  - {{name: n{0}/gpu0, kind: gpu, node: {0}}}\n  - {{name: n{0}/gpu1, kind: gpu, node: {0}}}\n", n);
     yaml += fmt::format("  - {{name: n{0}/pcie0, kind: pcie_switch, node: {0}}}\n", n);
     yaml += fmt::format("  - {{name: n{0}/nic0, kind: nic, node: {0}}}\n", n);
   }
@@ -84,8 +85,10 @@ inline Plan placement_plan(const Topology& topology, int ranks, std::vector<Comm
 // Schedule skeleton with one empty program per rank.
 inline Schedule empty_schedule(int ranks) {
   Schedule schedule;
-  for (int r = 0; r < ranks; ++r) schedule.ranks.push_back(RankProgram{});
-  for (int r = 0; r < ranks; ++r) schedule.ranks[size_t(r)].rank = r;
+  for (int r = 0; r < ranks; ++r)
+    schedule.ranks.push_back(RankProgram{});
+  for (int r = 0; r < ranks; ++r)
+    schedule.ranks[size_t(r)].rank = r;
   return schedule;
 }
 

@@ -95,9 +95,9 @@ TEST(SimulatorStrategies, CostModelAgreesOnWholeStepsWithoutCompetingFlows) {
   // Strategies whose backward too sends one flow per link at a time. (Pass-KV rings send K,V and
   // the dK,dV accumulators over the same ring edge at once; the simulator shares the link
   // between them, so those backward passes are not contention-free.)
-  for (const AgreementCase& c : {AgreementCase{StrategyKind::Ulysses, 8, true},
-                                 AgreementCase{StrategyKind::AllGather, 8, true},
-                                 AgreementCase{StrategyKind::Lss, 8, true}}) {
+  for (const AgreementCase& c :
+       {AgreementCase{StrategyKind::Ulysses, 8, true}, AgreementCase{StrategyKind::AllGather, 8, true},
+        AgreementCase{StrategyKind::Lss, 8, true}}) {
     SCOPED_TRACE(describe(c));
     Agreement a = compare(c);
     EXPECT_NEAR(a.analytic.step_ms, a.simulated.step_ms, 0.05 * a.simulated.step_ms);
