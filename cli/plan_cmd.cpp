@@ -59,34 +59,46 @@ SearchOptions search_options(const PlanFlags& flags) {
   return o;
 }
 
-// Simulates the best K fully priced candidates and moves them, by simulated step time, to the front.
-void simulate_best(Ranked& ranked, const Topology& topology, const Calibration& calibration, int k) {
+// Simulates the K best feasible candidates and moves them, ordered by simulated step time, to the
+// front. A candidate the heuristic search left partly priced is priced in full first; one the
+// closed-form screen left without a placement cannot be simulated and is passed over.
+void simulate_best(Ranked& ranked, const CostModel& model, int k) {
   auto& candidates = ranked.result.candidates;
   ranked.simulated_ms.assign(candidates.size(), std::nullopt);
-  size_t count = 0;
-  while (count < candidates.size() && int(count) < k && candidates[count].feasible && !candidates[count].pruned)
-    ++count;
-  SimOptions options;
-  options.calibration = calibration;
-  for (size_t i = 0; i < count; ++i) {
-    const SimResult r = simulate(candidates[i].plan, topology, options);
-    ranked.simulated_ms[i] = r.step_ms;
+  std::vector<size_t> chosen;
+  for (size_t i = 0; i < candidates.size() && int(chosen.size()) < k && candidates[i].feasible; ++i) {
+    Candidate& c = candidates[i];
+    if (c.plan.ranks.empty()) continue;
+    if (c.pruned) {
+      c.cost = model.evaluate(c.plan);
+      c.plan.prediction = c.cost.to_prediction();
+      c.pruned = false;
+      c.reason.clear();
+    }
+    chosen.push_back(i);
   }
-  std::vector<size_t> order(count);
-  for (size_t i = 0; i < count; ++i)
-    order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
+  SimOptions options;
+  options.calibration = model.calibration();
+  for (size_t i : chosen)
+    ranked.simulated_ms[i] = simulate(candidates[i].plan, model.topology(), options).step_ms;
+  std::stable_sort(chosen.begin(), chosen.end(),
                    [&](size_t a, size_t b) { return *ranked.simulated_ms[a] < *ranked.simulated_ms[b]; });
-  std::vector<Candidate> front;
+  // Simulated candidates first (by simulated time), then the rest in their analytic order.
+  std::vector<bool> is_chosen(candidates.size(), false);
+  std::vector<size_t> order = chosen;
+  for (size_t i : chosen)
+    is_chosen[i] = true;
+  for (size_t i = 0; i < candidates.size(); ++i)
+    if (!is_chosen[i]) order.push_back(i);
+  std::vector<Candidate> reordered;
   std::vector<std::optional<double>> sims;
   for (size_t i : order) {
-    front.push_back(std::move(candidates[i]));
+    reordered.push_back(std::move(candidates[i]));
     sims.push_back(ranked.simulated_ms[i]);
   }
-  for (size_t i = 0; i < count; ++i) {
-    candidates[i] = std::move(front[i]);
-    ranked.simulated_ms[i] = sims[i];
-  }
+  candidates = std::move(reordered);
+  ranked.simulated_ms = std::move(sims);
+  if (!chosen.empty()) ranked.result.best = 0;
 }
 
 nlohmann::json candidate_json(const Candidate& c, const std::optional<double>& simulated) {
@@ -201,7 +213,7 @@ int run_plan(const PlanFlags& flags) {
   const SearchOptions options = search_options(flags);
   Ranked ranked{search_plans(topology, workload, model, options), {}};
   const int gpus = options.ranks > 0 ? options.ranks : topology.num_gpus();
-  if (flags.simulate_top > 0) simulate_best(ranked, topology, calibration, flags.simulate_top);
+  if (flags.simulate_top > 0) simulate_best(ranked, model, flags.simulate_top);
 
   if (flags.json)
     print_json_result(ranked, workload, topology, gpus);

@@ -30,6 +30,7 @@ struct SimulateFlags {
   int max_ring_steps = 64;
   bool comm_slowdown = false;
   bool tcp_effects = false;
+  bool no_shortcuts = false;
   bool json = false;
 };
 
@@ -96,6 +97,7 @@ void run(const SimulateFlags& flags) {
   SimOptions options;
   options.network_model = flags.network_model;
   options.tcp_effects = flags.tcp_effects;
+  options.shortcuts = !flags.no_shortcuts;
   options.trace_path = flags.trace_path;
   options.comm_slowdown = flags.comm_slowdown;
   options.all_to_all = flags.all_to_all;
@@ -153,6 +155,9 @@ void register_simulate_command(CLI::App& app) {
                     "Slow compute while the rank communicates, by the calibration's compute_slowdown_under_comm");
   command->add_flag("--tcp-effects", flags->tcp_effects,
                     "Keep SimGrid's cross-traffic and TCP window cap (off by default, so transfers are exact)");
+  command->add_flag("--no-shortcuts", flags->no_shortcuts,
+                    "Model every physical link and compute op as its own SimGrid object (slower; the default merges "
+                    "link chains that carry the same routes and times full-speed compute exactly, same results)");
   command->callback([flags] { run(*flags); });
 }
 

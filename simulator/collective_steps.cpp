@@ -29,43 +29,47 @@ void distribute(std::vector<CollectiveTransfer>& sends, const std::vector<double
     sends[i].bytes = sum > 0 ? total * weights[i] / sum : total / double(sends.size());
 }
 
-CollectiveSteps ring_steps(OpKind kind, const CollectiveSpec& spec, double member_bytes, const std::vector<int>& group,
-                           size_t pos, const TokenSetPool& pool) {
-  size_t p = group.size();
-  CollectiveSteps steps;
+// Bytes of each ring step: all-reduce steps carry equal shares of the member's buffer; all-gather
+// forwards member (pos - k)'s block and reduce-scatter the partial of block (pos - k - 1), so the
+// last step hands each member its own block.
+std::vector<double> ring_step_bytes(OpKind kind, const CollectiveSpec& spec, double member_bytes, size_t p, size_t pos,
+                                    const TokenSetPool& pool) {
   size_t count = kind == OpKind::AllReduce ? 2 * (p - 1) : p - 1;
-  int next = group[(pos + 1) % p], prev = group[(pos + p - 1) % p];
   std::vector<double> weights(count, 1.0);
-  steps.sends.reserve(count);
-  steps.recvs.reserve(count);
   for (size_t k = 0; k < count; ++k) {
-    steps.sends.push_back({next, 0});
-    steps.recvs.push_back({prev, 0});
-    // All-gather forwards member (pos - k)'s block; reduce-scatter sends the partial of block
-    // (pos - k - 1), so the last step hands each member its own block.
     if (kind == OpKind::AllGather) weights[k] = slice_weight(spec.in_tokens, spec.in_heads, (pos + p - k) % p, pool);
     if (kind == OpKind::ReduceScatter)
       weights[k] = slice_weight(spec.out_tokens, spec.out_heads, (pos + 2 * p - k - 1) % p, pool);
   }
-  distribute(steps.sends, weights, member_bytes);
-  return steps;
+  double sum = std::accumulate(weights.begin(), weights.end(), 0.0);
+  for (double& w : weights)
+    w = sum > 0 ? member_bytes * w / sum : member_bytes / double(count);
+  return weights;
 }
 
-// Merges consecutive transfers into `limit` groups of near-equal step counts (the same partition
-// on every member, so merged sends still pair with merged receives).
-std::vector<CollectiveTransfer> merge_steps(const std::vector<CollectiveTransfer>& steps, size_t limit) {
-  size_t n = steps.size();
-  std::vector<CollectiveTransfer> merged;
-  for (size_t g = 0; g < limit; ++g) {
-    size_t begin = g * n / limit, end = (g + 1) * n / limit;
-    CollectiveTransfer t = steps[begin];
-    t.bytes = 0;
-    t.merged = int(end - begin);
-    for (size_t k = begin; k < end; ++k)
-      t.bytes += steps[k].bytes;
-    merged.push_back(t);
+// Steps [g·n/limit, (g+1)·n/limit) become merged transfer g: the same partition on every member,
+// so merged sends still pair with merged receives.
+CollectiveSteps ring_steps(OpKind kind, const CollectiveSpec& spec, double member_bytes, const std::vector<int>& group,
+                           size_t pos, const TokenSetPool& pool, size_t limit) {
+  size_t p = group.size();
+  int next = group[(pos + 1) % p], prev = group[(pos + p - 1) % p];
+  size_t count = kind == OpKind::AllReduce ? 2 * (p - 1) : p - 1;
+  size_t transfers = limit > 0 ? std::min(limit, count) : count;
+  // All-reduce steps are equal: no per-step table (8,190 of them per member at 4,096 ranks).
+  std::vector<double> bytes;
+  if (kind != OpKind::AllReduce) bytes = ring_step_bytes(kind, spec, member_bytes, p, pos, pool);
+  CollectiveSteps steps;
+  steps.sends.reserve(transfers);
+  steps.recvs.reserve(transfers);
+  for (size_t g = 0; g < transfers; ++g) {
+    size_t begin = g * count / transfers, end = (g + 1) * count / transfers;
+    double total = bytes.empty()
+                       ? member_bytes * double(end - begin) / double(count)
+                       : std::accumulate(bytes.begin() + ptrdiff_t(begin), bytes.begin() + ptrdiff_t(end), 0.0);
+    steps.sends.push_back({next, total, int(end - begin)});
+    steps.recvs.push_back({prev, 0, int(end - begin)});
   }
-  return merged;
+  return steps;
 }
 
 // Tokens x heads member `from` sends to member `to` in an all-to-all.
@@ -121,15 +125,8 @@ CollectiveSteps expand_collective(const CollectiveSpec& spec, double member_byte
   switch (spec.kind) {
     case OpKind::AllGather:
     case OpKind::ReduceScatter:
-    case OpKind::AllReduce: {
-      CollectiveSteps steps = ring_steps(spec.kind, spec, member_bytes, group, pos, pool);
-      size_t limit = size_t(options.max_ring_steps);
-      if (limit > 0 && steps.sends.size() > limit) {
-        steps.sends = merge_steps(steps.sends, limit);
-        steps.recvs = merge_steps(steps.recvs, limit);
-      }
-      return steps;
-    }
+    case OpKind::AllReduce:
+      return ring_steps(spec.kind, spec, member_bytes, group, pos, pool, size_t(options.max_ring_steps));
     case OpKind::AllToAll:
       return all_to_all_steps(spec, member_bytes, group, pos, pool, options.all_to_all);
     default:

@@ -3,40 +3,113 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <unordered_map>
 
 namespace wallfacer::sim {
+namespace {
 
-PlatformLayout declare_platform(SimEngine& engine, const Topology& topology, const std::vector<double>& gpu_speeds) {
+struct RouteSet {
+  std::vector<std::pair<int, int>> pairs;          // sorted, distinct; src == dst is a free loopback
+  std::vector<std::vector<ResourceId>> resources;  // per pair, along the route
+};
+
+RouteSet route_pairs(const Topology& topology, std::vector<std::pair<int, int>> gpu_pairs) {
+  std::sort(gpu_pairs.begin(), gpu_pairs.end());
+  gpu_pairs.erase(std::unique(gpu_pairs.begin(), gpu_pairs.end()), gpu_pairs.end());
+  RouteSet set;
+  for (const auto& pair : gpu_pairs) {
+    std::vector<ResourceId> resources;
+    if (pair.first != pair.second)
+      for (const Hop& hop : topology.route(pair.first, pair.second).hops)
+        resources.push_back(topology.resource_of(hop));
+    set.pairs.push_back(pair);
+    set.resources.push_back(std::move(resources));
+  }
+  return set;
+}
+
+LinkSpec resource_spec(const Topology& topology, ResourceId resource) {
+  const Link& link = topology.links()[size_t(resource / 2)];
+  return {resource_name(topology, resource), link.bandwidth_GBps * 1e9, link.latency_us * 1e-6, false};
+}
+
+// Engine link of every resource some route uses: its own, or the one of its merged chain.
+std::unordered_map<ResourceId, int> declare_links(SimEngine& engine, const Topology& topology, const RouteSet& set,
+                                                  LinkDetail detail) {
+  // Routes using each resource, in route order (so equal sets compare equal as vectors).
+  std::unordered_map<ResourceId, std::vector<uint32_t>> users;
+  std::vector<ResourceId> order;  // first-use order, for deterministic link numbering
+  for (size_t r = 0; r < set.resources.size(); ++r)
+    for (ResourceId resource : set.resources[r]) {
+      auto [it, inserted] = users.try_emplace(resource);
+      if (inserted) order.push_back(resource);
+      it->second.push_back(uint32_t(r));
+    }
+  std::unordered_map<ResourceId, int> engine_link;
+  std::map<std::vector<uint32_t>, std::vector<ResourceId>> chains;  // MergedChains: by route set
+  for (ResourceId resource : order) {
+    if (detail == LinkDetail::Physical)
+      engine_link[resource] = engine.add_link(resource_spec(topology, resource));
+    else
+      chains[users[resource]].push_back(resource);
+  }
+  if (detail == LinkDetail::Physical) return engine_link;
+  // Number the merged links by their first resource's first use.
+  std::vector<const std::vector<ResourceId>*> groups;
+  for (const auto& [routes, members] : chains)
+    groups.push_back(&members);
+  std::unordered_map<ResourceId, size_t> rank;
+  for (size_t i = 0; i < order.size(); ++i)
+    rank[order[i]] = i;
+  std::sort(groups.begin(), groups.end(), [&](auto* a, auto* b) { return rank[a->front()] < rank[b->front()]; });
+  for (const auto* members : groups) {
+    LinkSpec spec = resource_spec(topology, members->front());
+    for (size_t i = 1; i < members->size(); ++i) {
+      LinkSpec next = resource_spec(topology, (*members)[i]);
+      spec.bandwidth_Bps = std::min(spec.bandwidth_Bps, next.bandwidth_Bps);
+      spec.latency_s += next.latency_s;
+    }
+    if (members->size() > 1) spec.name += fmt::format("+{}", members->size() - 1);
+    int link = engine.add_link(spec);
+    for (ResourceId resource : *members)
+      engine_link[resource] = link;
+  }
+  return engine_link;
+}
+
+}  // namespace
+
+PlatformLayout declare_hosts(SimEngine& engine, const Topology& topology, const std::vector<double>& gpu_speeds) {
   PlatformLayout layout;
   const auto& devices = topology.devices();
   for (int gpu = 0; gpu < topology.num_gpus(); ++gpu)
     layout.host_of_gpu.push_back(engine.add_host({devices[size_t(topology.gpu_device(gpu))].name, gpu_speeds}));
-  const auto& links = topology.links();
-  for (size_t i = 0; i < links.size(); ++i) {
-    const Link& link = links[i];
-    LinkSpec spec;
-    spec.name = fmt::format("link{}:{}-{}", i, devices[size_t(link.a)].name, devices[size_t(link.b)].name);
-    spec.bandwidth_Bps = link.bandwidth_GBps * 1e9;
-    spec.latency_s = link.latency_us * 1e-6;
-    spec.split_duplex = link.full_duplex;
-    engine.add_link(spec);
-  }
   return layout;
 }
 
-size_t declare_routes(SimEngine& engine, const Topology& topology, const PlatformLayout& layout,
-                      std::vector<std::pair<int, int>> gpu_pairs) {
-  std::sort(gpu_pairs.begin(), gpu_pairs.end());
-  gpu_pairs.erase(std::unique(gpu_pairs.begin(), gpu_pairs.end()), gpu_pairs.end());
+NetworkDeclared declare_network(SimEngine& engine, const Topology& topology, const PlatformLayout& layout,
+                                std::vector<std::pair<int, int>> gpu_pairs, LinkDetail detail) {
+  RouteSet set = route_pairs(topology, std::move(gpu_pairs));
+  std::unordered_map<ResourceId, int> engine_link = declare_links(engine, topology, set, detail);
   std::vector<LinkUse> uses;
-  for (const auto& [src, dst] : gpu_pairs) {
+  for (size_t r = 0; r < set.pairs.size(); ++r) {
     uses.clear();
-    if (src != dst)
-      for (const Hop& hop : topology.route(src, dst).hops)
-        uses.push_back({hop.link, hop.forward});
+    for (ResourceId resource : set.resources[r]) {
+      int link = engine_link.at(resource);
+      // A merged chain is crossed once, at its first member.
+      if (std::none_of(uses.begin(), uses.end(), [&](const LinkUse& u) { return u.link == link; }))
+        uses.push_back({link, true});
+    }
+    const auto& [src, dst] = set.pairs[r];
     engine.add_route(layout.host_of_gpu[size_t(src)], layout.host_of_gpu[size_t(dst)], uses);
   }
-  return gpu_pairs.size();
+  std::vector<int> distinct;
+  for (const auto& [resource, link] : engine_link)
+    distinct.push_back(link);
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  return {set.pairs.size(), distinct.size()};
 }
 
 std::string resource_name(const Topology& topology, ResourceId resource) {

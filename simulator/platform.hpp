@@ -20,13 +20,29 @@ struct PlatformLayout {
   std::vector<int> host_of_gpu;  // engine host per topology GPU index
 };
 
-// Hosts for all GPUs (speeds per power state, FLOP/s) and every link.
-PlatformLayout declare_platform(SimEngine& engine, const Topology& topology, const std::vector<double>& gpu_speeds);
+// Hosts for all GPUs (speeds per power state, FLOP/s).
+PlatformLayout declare_hosts(SimEngine& engine, const Topology& topology, const std::vector<double>& gpu_speeds);
 
-// One-way routes from each pair's first GPU to its second (duplicates are skipped); returns how
-// many were declared.
-size_t declare_routes(SimEngine& engine, const Topology& topology, const PlatformLayout& layout,
-                      std::vector<std::pair<int, int>> gpu_pairs);
+enum class LinkDetail {
+  Physical,  // every link of the topology, as it is
+  // Resources (link directions) that carry exactly the same routes become one SimGrid link with
+  // their smallest bandwidth and summed latency. Under max-min sharing with unit weights (CM02
+  // without TCP effects) the allocation and every transfer's time are unchanged: identical
+  // constraints over the same flows bind together, and each route keeps its total latency. The
+  // sharing system shrinks, e.g. an inter-node DGX route from 8 links to 4 (GPU-PCIe-NIC-leaf
+  // chains merge), which is what makes thousands of GPUs affordable.
+  MergedChains,
+};
+
+struct NetworkDeclared {
+  size_t routes = 0;  // one-way GPU pairs routed
+  size_t links = 0;   // SimGrid links created
+};
+
+// Links and one-way routes from each pair's first GPU to its second (duplicates skipped). Only
+// links some route uses are created.
+NetworkDeclared declare_network(SimEngine& engine, const Topology& topology, const PlatformLayout& layout,
+                                std::vector<std::pair<int, int>> gpu_pairs, LinkDetail detail);
 
 // "n0/gpu3->n0/nvswitch0" for one direction of a full-duplex link, "a<->b" for a shared one.
 std::string resource_name(const Topology& topology, ResourceId resource);

@@ -113,7 +113,10 @@ void RankActor::start_op(int32_t index) {
     default:
       advance_clock();
       computing_ = true;
-      activities_.exec(host_, replay_.exec_amount(op), make_tag(TagKind::Compute, uint64_t(index)));
+      if (replay_.compute_runs_alone())
+        activities_.timer(host_, replay_.op_seconds(op), make_tag(TagKind::Compute, uint64_t(index)));
+      else
+        activities_.exec(host_, replay_.exec_amount(op), make_tag(TagKind::Compute, uint64_t(index)));
       ++outcome_.activities;
   }
 }

@@ -38,6 +38,11 @@ Replay::Replay(const Plan& plan, const Topology& topology, const Schedule& sched
   expand_options_.all_to_all = options.all_to_all == "direct" ? AllToAllAlgorithm::Direct : AllToAllAlgorithm::Pairwise;
   expand_options_.max_ring_steps = options.max_ring_steps;
   validate_schedule();
+  std::vector<int> gpus;
+  for (const auto& rank : plan.ranks)
+    gpus.push_back(rank.gpu);
+  std::sort(gpus.begin(), gpus.end());
+  compute_alone_ = options.shortcuts && !slowdown_ && std::adjacent_find(gpus.begin(), gpus.end()) == gpus.end();
   size_t ranks = schedule.ranks.size();
   steps_.resize(ranks);
   op_channels_.resize(ranks);
@@ -112,7 +117,7 @@ void Replay::prepare_rank(int rank) {
         send.channel = add_channel(rank, send.peer, spec.group);
         int src = gpu_of_rank(rank), dst = gpu_of_rank(send.peer);
         gpu_pairs_.emplace_back(src, dst);
-        if (send.merged > 1 && src != dst) send.delay = (send.merged - 1) * topology_.route(src, dst).latency_us * 1e-6;
+        if (send.merged > 1 && src != dst) send.delay = (send.merged - 1) * route_latency_s(src, dst);
       }
       for (auto& recv : steps.recvs)
         recv.channel = add_channel(recv.peer, rank, spec.group);
@@ -122,6 +127,12 @@ void Replay::prepare_rank(int rank) {
     }
     if (int(op.stream) >= kNumStreams) throw ScheduleError(fmt::format("rank {} op {}: bad stream", rank, i));
   }
+}
+
+double Replay::route_latency_s(int src_gpu, int dst_gpu) {
+  auto [it, inserted] = route_latency_s_.try_emplace((uint64_t(src_gpu) << 32) | uint32_t(dst_gpu), 0.0);
+  if (inserted) it->second = topology_.route(src_gpu, dst_gpu).latency_us * 1e-6;
+  return it->second;
 }
 
 double Replay::op_seconds(const Op& op) {

@@ -71,6 +71,12 @@ class Replay {
   // Counts bytes sent over a channel; spread over its route's links after the run.
   void account_transfer(int channel, double bytes) { channel_bytes_[size_t(channel)] += bytes; }
   bool slows_compute() const { return slowdown_; }
+  // True when a compute op always runs at the host's full speed (one rank per GPU, its compute
+  // stream running one op at a time, no slowdown under communication): it then lasts exactly
+  // its FLOPs over the peak rate and runs as a timer, without an activity in SimGrid's CPU model.
+  bool compute_runs_alone() const { return compute_alone_; }
+  // Seconds a compute op takes at the host's nominal speed (calibrated).
+  double op_seconds(const Op& op);
   bool records_ops() const { return !options_.trace_path.empty(); }
   SimEngine& engine() { return engine_; }
   RankOutcome& outcome(int rank) { return outcomes_[size_t(rank)]; }
@@ -81,7 +87,7 @@ class Replay {
   void prepare_rank(int rank);
   int add_channel(int src, int dst, int group);
   void spread_channel_bytes();
-  double op_seconds(const Op& op);
+  double route_latency_s(int src_gpu, int dst_gpu);  // cached: merged ring steps ask often
 
   const Plan& plan_;
   const Topology& topology_;
@@ -90,6 +96,7 @@ class Replay {
   SimEngine& engine_;
   std::vector<int> host_of_gpu_;
   bool slowdown_ = false;
+  bool compute_alone_ = false;
   double peak_flops_ = 0;
   ExpandOptions expand_options_;
   std::vector<std::vector<CollectiveSteps>> steps_;  // [rank][collective]
@@ -99,6 +106,7 @@ class Replay {
   std::vector<std::vector<int32_t>> op_channels_;    // [rank][op]
   std::vector<std::pair<int, int>> gpu_pairs_;
   std::unordered_map<uint64_t, double> seconds_per_flop_;  // by kernel op and block shape
+  std::unordered_map<uint64_t, double> route_latency_s_;   // by (source GPU, destination GPU)
   std::vector<RankOutcome> outcomes_;
   std::vector<double> resource_bytes_;
   std::vector<std::unique_ptr<RankActor>> actors_;

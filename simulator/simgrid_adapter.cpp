@@ -6,6 +6,7 @@
 
 #include <simgrid/version.h>
 #include <xbt/log.h>
+#include <simgrid/Exception.hpp>
 
 #include <algorithm>
 #include <stdexcept>
@@ -77,6 +78,27 @@ struct ActivitySet::Impl {
   };
   std::vector<sg4::ActivityPtr> activities;
   std::vector<Slot> slots;  // parallel to activities
+  struct Timer {
+    double deadline = 0, start = 0;
+    uint64_t tag = 0;
+    static bool later(const Timer& a, const Timer& b) {
+      return a.deadline > b.deadline || (a.deadline == b.deadline && a.tag > b.tag);
+    }
+  };
+  std::vector<Timer> timers;  // min-heap on deadline
+
+  Completion pop_timer() {
+    std::pop_heap(timers.begin(), timers.end(), Timer::later);
+    Timer timer = timers.back();
+    timers.pop_back();
+    Completion done;
+    done.tag = timer.tag;
+    done.start = timer.start;
+    done.finish = timer.deadline;
+    return done;
+  }
+  // Index of the activity that finished first, or -1 when `timeout` (seconds, < 0: none) ran out.
+  ptrdiff_t wait_for(double timeout);
 };
 
 ActivitySet::ActivitySet() : impl_(std::make_unique<Impl>()) {}
@@ -101,47 +123,71 @@ void ActivitySet::recv(int channel, uint64_t tag) {
 }
 
 void ActivitySet::timer(int host, double seconds, uint64_t tag) {
-  // 1,000 FLOP/s is 1e-12 of a GPU's speed: compute sharing the host loses nothing measurable.
-  constexpr double kRate = 1e3;
-  sg4::ExecPtr exec = g_state->hosts.at(size_t(host))->exec_init(seconds * kRate);
-  exec->set_bound(kRate);
-  exec->start();
-  impl_->activities.push_back(exec);
-  impl_->slots.push_back({tag, nullptr});
+  (void)host;
+  // Kept by the actor, not by SimGrid: wait_any() waits with a timeout up to the earliest one,
+  // which costs a kernel timer instead of an activity in the CPU model.
+  impl_->timers.push_back({sg4::Engine::get_clock() + seconds, sg4::Engine::get_clock(), tag});
+  std::push_heap(impl_->timers.begin(), impl_->timers.end(), Impl::Timer::later);
 }
 
-Completion ActivitySet::wait_any() {
-  WF_ASSERT(!impl_->activities.empty(), "wait_any on an empty activity set");
+ptrdiff_t ActivitySet::Impl::wait_for(double timeout) {
 #if SIMGRID_VERSION >= 33500
   // 3.35 replaced the vector form by ActivitySet; a linear scan keeps the slot bookkeeping.
   sg4::ActivitySet pending;
-  for (auto const& activity : impl_->activities)
+  for (auto const& activity : activities)
     pending.push(activity);
-  sg4::ActivityPtr done = pending.wait_any();
-  auto it = std::find(impl_->activities.begin(), impl_->activities.end(), done);
-  size_t index = size_t(it - impl_->activities.begin());
+  sg4::ActivityPtr done;
+  try {
+    done = timeout < 0 ? pending.wait_any() : pending.wait_any_for(timeout);
+  } catch (const simgrid::TimeoutException&) {
+    return -1;
+  }
+  if (!done) return -1;
+  return std::find(activities.begin(), activities.end(), done) - activities.begin();
 #else
-  size_t index = size_t(sg4::Activity::wait_any(impl_->activities));
+  return sg4::Activity::wait_any_for(activities, timeout);
 #endif
-  const sg4::ActivityPtr& activity = impl_->activities[index];
+}
+
+Completion ActivitySet::wait_any() {
+  WF_ASSERT(!empty(), "wait_any on an empty activity set");
+  Impl& set = *impl_;
+  if (!set.timers.empty()) {
+    double deadline = set.timers.front().deadline;
+    if (set.activities.empty()) {
+      sg4::this_actor::sleep_until(deadline);
+      return set.pop_timer();
+    }
+    double now = sg4::Engine::get_clock();
+    if (deadline <= now) return set.pop_timer();
+    ptrdiff_t index = set.wait_for(deadline - now);
+    if (index < 0) return set.pop_timer();
+    return take(size_t(index));
+  }
+  return take(size_t(set.wait_for(-1)));
+}
+
+Completion ActivitySet::take(size_t index) {
+  Impl& set = *impl_;
+  const sg4::ActivityPtr& activity = set.activities[index];
   Completion done_info;
-  done_info.tag = impl_->slots[index].tag;
+  done_info.tag = set.slots[index].tag;
   done_info.start = activity->get_start_time();
   done_info.finish = activity->get_finish_time();
-  if (impl_->slots[index].payload) done_info.payload = *impl_->slots[index].payload;
+  if (set.slots[index].payload) done_info.payload = *set.slots[index].payload;
   // Swap-remove: order inside the set carries no meaning.
-  std::swap(impl_->activities[index], impl_->activities.back());
-  std::swap(impl_->slots[index], impl_->slots.back());
-  impl_->activities.pop_back();
-  impl_->slots.pop_back();
+  std::swap(set.activities[index], set.activities.back());
+  std::swap(set.slots[index], set.slots.back());
+  set.activities.pop_back();
+  set.slots.pop_back();
   return done_info;
 }
 
 bool ActivitySet::empty() const {
-  return impl_->activities.empty();
+  return impl_->activities.empty() && impl_->timers.empty();
 }
 size_t ActivitySet::size() const {
-  return impl_->activities.size();
+  return impl_->activities.size() + impl_->timers.size();
 }
 
 // ---- SimEngine --------------------------------------------------------------------------------

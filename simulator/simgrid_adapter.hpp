@@ -64,8 +64,7 @@ class ActivitySet {
   // Posts a send on a channel; it pairs with the oldest pending receive there (FIFO).
   void send(int channel, double bytes, void* payload, uint64_t tag);
   void recv(int channel, uint64_t tag);
-  // Finishes after `seconds` without slowing anything down (a rate-bound exec on the host whose
-  // rate is negligible next to the host's speed).
+  // Finishes after `seconds` of simulated time, using no resource of `host`.
   void timer(int host, double seconds, uint64_t tag);
   // Blocks the calling actor until one activity finishes and removes it from the set.
   Completion wait_any();
@@ -73,6 +72,7 @@ class ActivitySet {
   size_t size() const;
 
  private:
+  Completion take(size_t index);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

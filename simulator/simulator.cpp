@@ -97,12 +97,17 @@ SimResult simulate_here(const Plan& plan, const Topology& topology, const Schedu
   std::vector<double> speeds = {peak};
   if (options.comm_slowdown && options.calibration.compute_slowdown_under_comm() < 1.0)
     speeds.push_back(peak * options.calibration.compute_slowdown_under_comm());
-  sim::PlatformLayout layout = sim::declare_platform(engine, topology, speeds);
+  sim::PlatformLayout layout = sim::declare_hosts(engine, topology, speeds);
   sim::Replay replay(plan, topology, schedule, options, engine, layout.host_of_gpu);
-  size_t routes = sim::declare_routes(engine, topology, layout, replay.gpu_pairs());
+  // Merging chains of links is exact only where sharing is plain max-min with unit weights.
+  bool exact_merge = options.shortcuts && options.network_model == "CM02" && !options.tcp_effects;
+  sim::NetworkDeclared network =
+      sim::declare_network(engine, topology, layout, replay.gpu_pairs(),
+                           exact_merge ? sim::LinkDetail::MergedChains : sim::LinkDetail::Physical);
   engine.seal();
-  WF_LOG_INFO("simulator", "{} ranks, {} GPU pairs routed, model {}; platform and replay ready after {:.2f} s",
-              plan.num_ranks(), routes, options.network_model, seconds_since(started));
+  WF_LOG_INFO("simulator",
+              "{} ranks, {} GPU pairs routed over {} links, model {}; platform and replay ready after {:.2f} s",
+              plan.num_ranks(), network.routes, network.links, options.network_model, seconds_since(started));
   auto running = std::chrono::steady_clock::now();
   replay.run();
   WF_LOG_INFO("simulator", "simulation ran {:.2f} s", seconds_since(running));

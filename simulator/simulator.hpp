@@ -34,6 +34,11 @@ struct SimOptions {
   // each carrying the bytes of the steps it replaces and waiting their latency: exact when
   // uncontended, and what keeps a 4,096-rank all-reduce (8,190 steps) simulable. 0 = never merge.
   int max_ring_steps = 64;
+  // Exact shortcuts (on by default): chains of links that carry the same routes become one
+  // SimGrid link (CM02 without TCP effects only, platform.hpp), and compute ops that always run
+  // at full speed are timers rather than SimGrid execs. Off: every physical link and every
+  // compute op is its own SimGrid object; slower, for cross-checking.
+  bool shortcuts = true;
 };
 
 struct RankStats {

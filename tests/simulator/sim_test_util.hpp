@@ -4,14 +4,18 @@
 #pragma once
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "planner/calibration.hpp"
 #include "planner/plan.hpp"
 #include "planner/schedule.hpp"
+#include "planner/strategy.hpp"
 #include "planner/topology.hpp"
+#include "planner/workload.hpp"
 
 namespace wallfacer::test {
 
@@ -132,6 +136,27 @@ inline Calibration flat_calibration(double efficiency, double slowdown = 1.0) {
                                         "compute_slowdown_under_comm: {}\n",
                                         efficiency, slowdown),
                             "test-calibration.yaml");
+}
+
+// Llama-3-8B with one sequence of `seq` tokens.
+inline Workload test_workload(int64_t seq, bool causal) {
+  WorkloadOverrides overrides;
+  overrides.seq = seq;
+  overrides.batch = 1;
+  overrides.causal = causal;
+  return load_workload("llama-3-8b", overrides);
+}
+
+// The first feasible sequence-parallel plan of `kind` (that `pick` accepts) on `ranks` GPUs.
+inline Plan plan_for(StrategyKind kind, const Workload& workload, const Topology& topology, int ranks,
+                     const std::function<bool(const StrategyParams&)>& pick = {}) {
+  for (const StrategyParams& params : enumerate_params(kind, workload, ranks)) {
+    if (params.data_parallel != 1 || !check_feasible(kind, params, workload, ranks).ok) continue;
+    if (pick && !pick(params)) continue;
+    return make_plan(kind, params, workload, topology, ranks);
+  }
+  ADD_FAILURE() << "no feasible " << to_string(kind) << " plan on " << ranks << " ranks";
+  return {};
 }
 
 }  // namespace wallfacer::test

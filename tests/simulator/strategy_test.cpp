@@ -13,24 +13,8 @@
 namespace wallfacer {
 namespace {
 
-Workload test_workload(int64_t seq, bool causal) {
-  WorkloadOverrides overrides;
-  overrides.seq = seq;
-  overrides.batch = 1;
-  overrides.causal = causal;
-  return load_workload("llama-3-8b", overrides);
-}
-
-Plan plan_for(StrategyKind kind, const Workload& workload, const Topology& topology, int ranks,
-              const std::function<bool(const StrategyParams&)>& pick = {}) {
-  for (const StrategyParams& params : enumerate_params(kind, workload, ranks)) {
-    if (params.data_parallel != 1 || !check_feasible(kind, params, workload, ranks).ok) continue;
-    if (pick && !pick(params)) continue;
-    return make_plan(kind, params, workload, topology, ranks);
-  }
-  ADD_FAILURE() << "no feasible " << to_string(kind) << " plan on " << ranks << " ranks";
-  return {};
-}
+using test::plan_for;
+using test::test_workload;
 
 TEST(SimulatorStrategies, RingForwardIsPMinusOneUncontendedKvHops) {
   const double bw = 200, lat_us = 1;

@@ -1,9 +1,12 @@
 # The SimGrid simulator: closed forms on hand-built topologies and schedules, collectives, the
-# schedule's execution rules, the Chrome trace, and real strategies against the cost model.
+# schedule's execution rules, the Chrome trace, real strategies against the cost model, the exact
+# shortcuts against the literal platform, and the plan/simulate commands.
 wallfacer_add_test(NAME test_simulator
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/closed_form_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/collective_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/semantics_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/trace_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/strategy_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/cli_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/shortcuts_test.cpp
   LIBS wallfacer::simulator wallfacer::planner fmt::fmt nlohmann_json::nlohmann_json)

@@ -1,7 +1,6 @@
 // `wallfacer topo check|show`: runs the built binary on every preset and on bad input, and
 // compares its JSON with the library's own answers. Skipped when the binary is not built.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -10,42 +9,27 @@
 #include <string>
 
 #include "planner/topology.hpp"
+#include "tests/common/cli_runner.hpp"
 
 namespace wallfacer {
 namespace {
 
-const std::string kBinary = std::string(WALLFACER_BINARY_DIR) + "/bin/wallfacer";
+using test::CliResult;
 
-struct Result {
-  int status = -1;
-  std::string output;
-};
-
-// Runs `wallfacer ARGS` through the shell; `streams` picks what is captured ("2>/dev/null" for
-// stdout only, "2>&1" for both).
-Result run(const std::string& args, const std::string& streams) {
-  const std::string command = kBinary + " " + args + " " + streams;
-  Result result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;)
-    result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+CliResult run(const std::string& args, const std::string& streams) {
+  return test::run_cli(args, streams);
 }
 
 class TopoCommand : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(kBinary)) GTEST_SKIP() << kBinary << " is not built";
+    if (!test::cli_built()) GTEST_SKIP() << test::cli_binary() << " is not built";
   }
 };
 
 TEST_F(TopoCommand, ShowJsonAgreesWithTheLibraryForEveryPreset) {
   for (const std::string& name : Topology::preset_names()) {
-    const Result result = run("topo show " + name + " --json", "2>/dev/null");
+    const CliResult result = run("topo show " + name + " --json", "2>/dev/null");
     ASSERT_EQ(result.status, 0) << name;
     const nlohmann::json json = nlohmann::json::parse(result.output);
     const Topology topo = Topology::load(name);
@@ -71,7 +55,7 @@ TEST_F(TopoCommand, ShowJsonAgreesWithTheLibraryForEveryPreset) {
 }
 
 TEST_F(TopoCommand, CheckPrintsTheCountsAndHonoursNodes) {
-  Result result = run("topo check dgx-h100", "2>&1");
+  CliResult result = run("topo check dgx-h100", "2>&1");
   EXPECT_EQ(result.status, 0);
   EXPECT_EQ(result.output, "dgx-h100: ok: 64 GPUs in 8 nodes\n");
   result = run("topo check summit --nodes 16", "2>&1");
@@ -80,7 +64,7 @@ TEST_F(TopoCommand, CheckPrintsTheCountsAndHonoursNodes) {
 }
 
 TEST_F(TopoCommand, ShowTextEndsWithTheHash) {
-  const Result result = run("topo show pcie-8gpu", "2>/dev/null");
+  const CliResult result = run("topo show pcie-8gpu", "2>/dev/null");
   EXPECT_EQ(result.status, 0);
   EXPECT_NE(result.output.find("content hash: " + Topology::load("pcie-8gpu").content_hash()), std::string::npos)
       << result.output;
@@ -94,7 +78,7 @@ TEST_F(TopoCommand, BadInputExitsWithStatusTwoAndTheMessage) {
     out << "name: bad\ngpu: {model: X, peak_bf16_tflops: 1, peak_fp16_tflops: 1, memory_GiB: 1, hbm_GBps: 1}\n"
            "nodes: 0\nnode: {gpus: 1}\n";
   }
-  Result result = run("topo check " + path.string(), "2>&1");
+  CliResult result = run("topo check " + path.string(), "2>&1");
   EXPECT_EQ(result.status, 2);
   EXPECT_EQ(result.output, path.string() + ":3: error: 'nodes' must be at least 1, got 0\n");
   std::filesystem::remove(path);
@@ -111,7 +95,7 @@ TEST_F(TopoCommand, BadInputExitsWithStatusTwoAndTheMessage) {
 }
 
 TEST_F(TopoCommand, HelpListsThePresetsAndOptions) {
-  const Result result = run("topo show --help", "2>&1");
+  const CliResult result = run("topo show --help", "2>&1");
   EXPECT_EQ(result.status, 0);
   EXPECT_NE(result.output.find("--nodes"), std::string::npos);
   EXPECT_NE(result.output.find("--json"), std::string::npos);

@@ -1,0 +1,111 @@
+// `wallfacer plan --simulate-top K` and `wallfacer simulate` through the built binary: every
+// strategy on every topology preset (two nodes of the compact ones), the simulated ranking, and
+// the agreement of the two commands on the plan they share. Skipped when the binary is not built.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "planner/topology.hpp"
+#include "tests/common/cli_runner.hpp"
+
+namespace wallfacer {
+namespace {
+
+using nlohmann::json;
+
+const std::vector<std::string> kStrategies = {"ring",        "zigzag",    "ulysses",   "usp",
+                                              "double-ring", "allgather", "wallfacer", "lss"};
+
+// A workload every preset can hold: fp16 (V100s have no bf16), ZeRO-3 (40 GB A100s), and a
+// sequence divisible by 2 x 12, 2 x 16 and 2 x 32 ranks (zigzag halves).
+const std::string kWorkload = "--seq 61440 --dtype fp16 --zero-stage 3";
+
+std::filesystem::path scratch(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("wallfacer-sim-cli-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir / name;
+}
+
+class SimulateCommand : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!test::cli_built()) GTEST_SKIP() << test::cli_binary() << " is not built";
+  }
+  std::string topology_args() const {
+    const std::string& preset = GetParam();
+    const bool compact = Topology::load(preset).fabric().type != "explicit";
+    return "--topology " + preset + (compact ? " --nodes 2" : "");
+  }
+};
+
+// What `simulate PLAN --json` must hold for a plan of `ranks` ranks.
+void expect_simulation_json(const json& sim, int ranks, const std::string& what) {
+  ASSERT_TRUE(sim.contains("step_ms") && sim.contains("forward_ms") && sim.contains("backward_ms")) << what;
+  EXPECT_GT(sim["forward_ms"].get<double>(), 0) << what;
+  EXPECT_GT(sim["backward_ms"].get<double>(), 0) << what;
+  EXPECT_NEAR(sim["forward_ms"].get<double>() + sim["backward_ms"].get<double>(), sim["step_ms"].get<double>(),
+              1e-9 * sim["step_ms"].get<double>())
+      << what;
+  ASSERT_TRUE(sim["ranks"].is_array()) << what;
+  EXPECT_EQ(int(sim["ranks"].size()), ranks) << what;
+  ASSERT_TRUE(sim.contains("links")) << what;
+}
+
+TEST_P(SimulateCommand, SimulateTopRanksByTimeAndSimulateAgrees) {
+  int simulated_strategies = 0;
+  for (const std::string& strategy : kStrategies) {
+    const std::string what = GetParam() + " " + strategy;
+    const auto plan_file = scratch(GetParam() + "-" + strategy + ".yaml");
+    const test::CliResult planned = test::run_cli("plan " + topology_args() + " " + kWorkload + " --strategy " +
+                                                      strategy + " --simulate-top 3 --json --out " + plan_file.string(),
+                                                  "2>/dev/null");
+    const json ranking = json::parse(planned.output, nullptr, false);
+    ASSERT_FALSE(ranking.is_discarded()) << what << ": " << planned.output;
+    if (planned.status == 1) {  // allowed only when nothing is feasible, each with its reason
+      EXPECT_TRUE(ranking["best"].is_null()) << what;
+      for (const auto& c : ranking["candidates"])
+        EXPECT_FALSE(c["reason"].get<std::string>().empty()) << what;
+      continue;
+    }
+    ASSERT_EQ(planned.status, 0) << what;
+    ASSERT_EQ(ranking["best"], 0) << what;
+    // The simulated candidates come first, by simulated step time.
+    std::vector<double> simulated;
+    for (const auto& c : ranking["candidates"])
+      if (c.contains("simulated_ms")) simulated.push_back(c["simulated_ms"].get<double>());
+    const auto& candidates = ranking["candidates"];
+    size_t feasible = 0;
+    for (const auto& c : candidates)
+      feasible += c["feasible"].get<bool>() ? 1 : 0;
+    ASSERT_EQ(simulated.size(), std::min<size_t>(3, feasible)) << what;
+    for (size_t i = 0; i < simulated.size(); ++i) {
+      EXPECT_TRUE(candidates[i].contains("simulated_ms")) << what << " candidate " << i;
+      if (i > 0) EXPECT_LE(simulated[i - 1], simulated[i]) << what;
+    }
+    // `simulate` on the written best plan gives the time the ranking showed for it.
+    const test::CliResult replayed = test::run_cli("simulate " + plan_file.string() + " --json", "2>/dev/null");
+    ASSERT_EQ(replayed.status, 0) << what << ": " << replayed.output;
+    const json sim = json::parse(replayed.output, nullptr, false);
+    ASSERT_FALSE(sim.is_discarded()) << what;
+    expect_simulation_json(sim, ranking["gpus"].get<int>(), what);
+    EXPECT_NEAR(sim["step_ms"].get<double>(), simulated.front(), 1e-9 * simulated.front()) << what;
+    ++simulated_strategies;
+  }
+  // Ulysses needs the head count divisible by the rank count; everything else fits every preset.
+  EXPECT_GE(simulated_strategies, int(kStrategies.size()) - 1) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, SimulateCommand, ::testing::ValuesIn(Topology::preset_names()), [](const auto& info) {
+  std::string name = info.param;
+  for (char& ch : name)
+    if (ch == '-') ch = '_';
+  return name;
+});
+
+}  // namespace
+}  // namespace wallfacer

@@ -1,0 +1,102 @@
+// The simulator's exact shortcuts (SimOptions::shortcuts): merged link chains and compute ops run
+// as timers must give the literal platform's answer. The platform test derives the merged routes
+// by hand on a small topology; the replay tests run real strategies both ways.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "planner/topology.hpp"
+#include "simulator/isolated_run.hpp"
+#include "simulator/platform.hpp"
+#include "simulator/simgrid_adapter.hpp"
+#include "simulator/simulator.hpp"
+#include "tests/simulator/sim_test_util.hpp"
+
+namespace wallfacer {
+namespace {
+
+// Routes GPU 0 -> 2 and GPU 1 -> 2 of the shared-NIC topology (n0/gpu0, n0/gpu1 -> n1/gpu0), as
+// "links latency_s" lines after declaring exactly those two pairs with `detail`.
+std::string declared_routes(sim::LinkDetail detail) {
+  return sim::run_in_child_process([detail] {
+    const test::SharedNicFigures figures;
+    Topology topology = Topology::parse(test::shared_nic_topology_yaml(figures), "nic.yaml");
+    sim::SimEngine engine(sim::EngineConfig{});
+    sim::PlatformLayout layout = sim::declare_hosts(engine, topology, {1e12});
+    sim::NetworkDeclared declared = sim::declare_network(engine, topology, layout, {{0, 2}, {1, 2}, {0, 2}}, detail);
+    engine.seal();
+    std::string text = fmt::format("{} routes {} links\n", declared.routes, declared.links);
+    for (int src : {0, 1}) {
+      double latency = 0;
+      auto names = engine.resolved_route(layout.host_of_gpu[size_t(src)], layout.host_of_gpu[2], &latency);
+      text += fmt::format("{} {:.17g}\n", names.size(), latency);
+    }
+    return text;
+  });
+}
+
+TEST(SimulatorShortcuts, LinkChainsCarryingTheSameRoutesMerge) {
+  const double latency = test::SharedNicFigures{}.route_latency_s();
+  // Physical: each route crosses gpu-pcie, pcie-nic, nic-tor, tor-nic, nic-pcie, pcie-gpu, and
+  // the two routes share the last five: 2 + 5 resources.
+  EXPECT_EQ(declared_routes(sim::LinkDetail::Physical),
+            fmt::format("2 routes 7 links\n6 {0:.17g}\n6 {0:.17g}\n", latency));
+  // Merged: each GPU's own uplink, then one link for the five shared resources; the latency of
+  // every route is kept.
+  EXPECT_EQ(declared_routes(sim::LinkDetail::MergedChains),
+            fmt::format("2 routes 3 links\n2 {0:.17g}\n2 {0:.17g}\n", latency));
+}
+
+void expect_same_result(const SimResult& fast, const SimResult& literal) {
+  // SimGrid dates events to 1 ns (precision/timing); allow a few of those.
+  const double tolerance_ms = 1e-5;
+  EXPECT_NEAR(fast.step_ms, literal.step_ms, tolerance_ms);
+  EXPECT_NEAR(fast.forward_ms, literal.forward_ms, tolerance_ms);
+  EXPECT_NEAR(fast.backward_ms, literal.backward_ms, tolerance_ms);
+  EXPECT_EQ(fast.activities, literal.activities);
+  ASSERT_EQ(fast.ranks.size(), literal.ranks.size());
+  for (size_t r = 0; r < fast.ranks.size(); ++r) {
+    EXPECT_NEAR(fast.ranks[r].compute_ms, literal.ranks[r].compute_ms, tolerance_ms) << "rank " << r;
+    EXPECT_NEAR(fast.ranks[r].comm_ms, literal.ranks[r].comm_ms, tolerance_ms) << "rank " << r;
+  }
+  ASSERT_EQ(fast.link_classes.size(), literal.link_classes.size());
+  for (size_t i = 0; i < fast.link_classes.size(); ++i)
+    EXPECT_DOUBLE_EQ(fast.link_classes[i].bytes, literal.link_classes[i].bytes);
+}
+
+SimResult run(const Plan& plan, const Topology& topology, bool shortcuts, const Calibration& calibration) {
+  SimOptions options;
+  options.calibration = calibration;
+  options.shortcuts = shortcuts;
+  return simulate(plan, topology, options);
+}
+
+TEST(SimulatorShortcuts, EveryStrategyOnTwoDgxH100NodesGivesTheLiteralResult) {
+  Topology topology = Topology::load("dgx-h100", 2);
+  Workload workload = test::test_workload(16 * 4096, true);
+  for (StrategyKind kind :
+       {StrategyKind::Ring, StrategyKind::Zigzag, StrategyKind::Ulysses, StrategyKind::Usp, StrategyKind::DoubleRing,
+        StrategyKind::AllGather, StrategyKind::WallFacer, StrategyKind::Lss}) {
+    SCOPED_TRACE(to_string(kind));
+    Plan plan = test::plan_for(kind, workload, topology, 16);
+    const Calibration calibration = Calibration::defaults();
+    SimResult fast = run(plan, topology, true, calibration);
+    SimResult literal = run(plan, topology, false, calibration);
+    EXPECT_GT(fast.step_ms, 0);
+    expect_same_result(fast, literal);
+  }
+}
+
+TEST(SimulatorShortcuts, ContendedNicGivesTheLiteralResult) {
+  // A ring over two GPUs per NIC: the inter-node hops of ranks 0 and 1 share their NIC.
+  Topology topology = Topology::parse(test::shared_nic_topology_yaml(), "nic.yaml");
+  Workload workload = test::test_workload(4 * 4096, false);
+  Plan plan = test::plan_for(StrategyKind::Ring, workload, topology, 4);
+  const Calibration calibration = test::flat_calibration(0.5);
+  SimResult fast = run(plan, topology, true, calibration);
+  SimResult literal = run(plan, topology, false, calibration);
+  expect_same_result(fast, literal);
+}
+
+}  // namespace
+}  // namespace wallfacer
