@@ -114,7 +114,7 @@ void RankActor::start_op(int32_t index) {
       advance_clock();
       computing_ = true;
       if (replay_.compute_runs_alone())
-        activities_.timer(host_, replay_.op_seconds(op), make_tag(TagKind::Compute, uint64_t(index)));
+        activities_.timer(replay_.op_seconds(op), make_tag(TagKind::Compute, uint64_t(index)));
       else
         activities_.exec(host_, replay_.exec_amount(op), make_tag(TagKind::Compute, uint64_t(index)));
       ++outcome_.activities;
@@ -148,7 +148,7 @@ void RankActor::advance_collective() {
     const CollectiveTransfer& send = steps.sends[c.sends_posted];
     // A merged ring step first spends the latency of the steps it replaces (bar its own).
     if (send.delay > 0) {
-      activities_.timer(host_, send.delay, make_tag(TagKind::CollectiveDelay, c.sends_posted));
+      activities_.timer(send.delay, make_tag(TagKind::CollectiveDelay, c.sends_posted));
       ++outcome_.activities;
     } else {
       post_collective_send(c.sends_posted);

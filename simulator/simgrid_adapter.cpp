@@ -122,8 +122,7 @@ void ActivitySet::recv(int channel, uint64_t tag) {
   impl_->slots.push_back({tag, std::move(cell)});
 }
 
-void ActivitySet::timer(int host, double seconds, uint64_t tag) {
-  (void)host;
+void ActivitySet::timer(double seconds, uint64_t tag) {
   // Kept by the actor, not by SimGrid: wait_any() waits with a timeout up to the earliest one,
   // which costs a kernel timer instead of an activity in the CPU model.
   impl_->timers.push_back({sg4::Engine::get_clock() + seconds, sg4::Engine::get_clock(), tag});

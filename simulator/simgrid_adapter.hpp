@@ -64,8 +64,8 @@ class ActivitySet {
   // Posts a send on a channel; it pairs with the oldest pending receive there (FIFO).
   void send(int channel, double bytes, void* payload, uint64_t tag);
   void recv(int channel, uint64_t tag);
-  // Finishes after `seconds` of simulated time, using no resource of `host`.
-  void timer(int host, double seconds, uint64_t tag);
+  // Finishes after `seconds` of simulated time, using no resource.
+  void timer(double seconds, uint64_t tag);
   // Blocks the calling actor until one activity finishes and removes it from the set.
   Completion wait_any();
   bool empty() const;
