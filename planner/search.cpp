@@ -187,14 +187,23 @@ struct Searcher {
     }
     auto by_estimate = [&](size_t a, size_t b) { return work[a].estimate < work[b].estimate; };
     std::stable_sort(priced.begin(), priced.end(), by_estimate);
-    std::map<StrategyKind, double> scale;
+    // The screen often cannot tell apart candidates that differ in what it models coarsely (a
+    // double ring's window when compute dominates its estimate): all candidates tied with their
+    // strategy's best estimate, up to screen_ties of them, are bounded, and the smallest
+    // bound-to-estimate ratio rescales the strategy.
+    std::map<StrategyKind, double> scale, best_estimate;
+    std::map<StrategyKind, int> tied;
     std::vector<bool> keep(work.size(), false);
     for (size_t i : priced) {
       const StrategyKind kind = work[i].candidate.plan.strategy;
-      if (scale.count(kind)) continue;
+      auto [best, first] = best_estimate.try_emplace(kind, work[i].estimate);
+      if (!first && (work[i].estimate > best->second * (1 + 1e-9) || tied[kind] >= options.screen_ties)) continue;
+      ++tied[kind];
       bound(work[i]);
       keep[i] = true;
-      scale[kind] = work[i].priced && work[i].estimate > 0 ? work[i].lower_bound / work[i].estimate : 1.0;
+      const double ratio = work[i].priced && work[i].estimate > 0 ? work[i].lower_bound / work[i].estimate : 1.0;
+      auto [it, inserted] = scale.try_emplace(kind, ratio);
+      if (!inserted) it->second = std::min(it->second, ratio);
     }
     for (size_t i : priced)
       work[i].estimate *= scale[work[i].candidate.plan.strategy];

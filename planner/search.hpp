@@ -29,6 +29,7 @@ struct SearchOptions {
   // others are listed with their (rescaled) screening estimate.
   int screen_above_gpus = 512;
   int screen_keep = 4;
+  int screen_ties = 8;  // candidates of one strategy tied for its best estimate that are bounded
 };
 
 struct Candidate {

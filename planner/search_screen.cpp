@@ -52,8 +52,12 @@ double live_fraction(const Workload& w, bool balanced) {
   return w.causal && balanced ? 0.5 : 1.0;
 }
 
+// Pass-KV ring of `ring` members `ring_stride` ranks apart, after a Ulysses all-to-all over
+// `ulysses` ranks. With window w > 1 (double ring) the ring runs as ring/w windows of w members:
+// (w-1) hops of each window stay on the window's links and one hop per window moves between
+// windows; block sizes are those of the whole ring either way.
 std::pair<double, double> ring_like(const Screen& c, int ring, int ring_stride, int ulysses, int a2a_stride,
-                                    bool balanced) {
+                                    bool balanced, int window = 0) {
   const Workload& w = c.w;
   const double batch = double(w.batch) / c.p.data_parallel;
   const double per_rank = double(w.seq) / (double(ring) * ulysses);  // tokens before the all-to-all
@@ -66,6 +70,12 @@ std::pair<double, double> ring_like(const Screen& c, int ring, int ring_stride, 
   const double bb = c.block(per_member, per_member, heads, live, true);
   double fwd = Screen::ring(fb, rl.time(kv), ring);
   double bwd = Screen::ring(bb, rl.time(3 * kv), ring);  // K,V plus fp32 dK,dV
+  if (window > 1 && window < ring) {
+    const LinkClass& wl = c.link(window, ring_stride);
+    const double windows = double(ring) / window, inner_hops = windows * (window - 1), outer_hops = windows - 1;
+    fwd = fb + inner_hops * std::max(fb, wl.time(kv)) + outer_hops * std::max(fb, rl.time(kv));
+    bwd = bb + inner_hops * std::max(bb, wl.time(3 * kv)) + outer_hops * std::max(bb, rl.time(3 * kv));
+  }
   if (ulysses > 1) {
     const LinkClass& al = c.link(ulysses, a2a_stride);
     const double slice = batch * per_rank * double(2 * w.q_width() + 2 * w.kv_width()) * c.s;
@@ -149,14 +159,8 @@ double screen_estimate_ms(StrategyKind strategy, const StrategyParams& params, c
     case StrategyKind::Usp:
     case StrategyKind::DoubleRing: {
       const int u = std::max(params.ulysses, 1), r = std::max(S / u, 1);
-      t = ring_like(c, r, context_first ? 1 : u, u, context_first ? r : 1, true);
-      if (strategy == StrategyKind::DoubleRing && params.window > 1 && params.window < r) {
-        // Inner windows on their own links; the window-to-window shift overlaps the inner ring.
-        const int wdw = params.window;
-        const auto inner = ring_like(c, wdw, context_first ? 1 : u, u, context_first ? r : 1, true);
-        const double outer_steps = double(r) / wdw;
-        t = {std::max(t.first, outer_steps * inner.first), std::max(t.second, outer_steps * inner.second)};
-      }
+      const int window = strategy == StrategyKind::DoubleRing ? params.window : 0;
+      t = ring_like(c, r, context_first ? 1 : u, u, context_first ? r : 1, true, window);
       break;
     }
     case StrategyKind::AllGather:

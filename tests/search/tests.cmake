@@ -1,5 +1,7 @@
-# The topology scheduler: heuristic against exhaustive search, determinism, filters, rejections.
+# The topology scheduler: heuristic against exhaustive search, determinism, filters, rejections,
+# and the closed-form screen of large clusters.
 wallfacer_add_test(NAME test_search
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/search_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/orders_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/screen_test.cpp
   LIBS wallfacer::planner)

@@ -1,0 +1,69 @@
+// The closed-form screen that picks which candidates the large-cluster search prices
+// (planner/search_screen.hpp): properties that follow from its formulas' meaning, independent of
+// their constants.
+#include <gtest/gtest.h>
+
+#include "planner/calibration.hpp"
+#include "planner/search_screen.hpp"
+#include "planner/topology.hpp"
+#include "planner/workload.hpp"
+
+namespace wallfacer {
+namespace {
+
+Workload workload_of(int64_t seq) {
+  WorkloadOverrides overrides;
+  overrides.seq = seq;
+  overrides.batch = 1;
+  overrides.causal = true;
+  return load_workload("llama-3-8b", overrides);
+}
+
+StrategyParams ring_params(int sequence_parallel, int ulysses, int window, Placement placement) {
+  StrategyParams p;
+  p.sequence_parallel = sequence_parallel;
+  p.ulysses = ulysses;
+  p.ring = sequence_parallel / ulysses;
+  p.window = window;
+  p.placement = placement;
+  return p;
+}
+
+double estimate(StrategyKind kind, const StrategyParams& p, const Workload& w, const Topology& t) {
+  return detail::screen_estimate_ms(kind, p, w, t, Calibration::defaults());
+}
+
+TEST(SearchScreen, WindowsOnOneLinkClassCostWhatThePlainRingCosts) {
+  // One node: every hop crosses the same kind of link, so cutting the ring into windows moves
+  // the same blocks over the same links in the same number of steps as USP's plain ring.
+  const Topology topology = Topology::load("dgx-h100", 1);
+  for (int64_t seq : {int64_t(16384), int64_t(1) << 20}) {
+    const Workload w = workload_of(seq);
+    for (int window : {2, 4}) {
+      const StrategyParams p = ring_params(8, 2, window, Placement::ContextFirst);
+      EXPECT_DOUBLE_EQ(estimate(StrategyKind::DoubleRing, p, w, topology),
+                       estimate(StrategyKind::Usp, ring_params(8, 2, 1, Placement::ContextFirst), w, topology))
+          << "seq " << seq << " window " << window;
+    }
+  }
+}
+
+TEST(SearchScreen, WindowsInsideANodeBeatThePlainRingWhenTransfersDominate) {
+  // Two DGX H100 nodes, a short sequence: K,V hops take longer than the blocks they overlap. A
+  // window of one node's 8 GPUs keeps 14 of the 15 hops on NVLink; the plain ring of 16 crosses
+  // the network every step (its hops all pay the inter-node class in the screen).
+  const Topology topology = Topology::load("dgx-h100", 2);
+  const Workload w = workload_of(16 * 256);
+  const double windowed = estimate(StrategyKind::DoubleRing, ring_params(16, 1, 8, Placement::Default), w, topology);
+  const double plain = estimate(StrategyKind::DoubleRing, ring_params(16, 1, 16, Placement::Default), w, topology);
+  EXPECT_LT(windowed, plain);
+  // Blocks are those of the whole ring either way, so a compute-bound sequence costs the same.
+  const Workload long_seq = workload_of(int64_t(1) << 20);
+  EXPECT_NEAR(
+      estimate(StrategyKind::DoubleRing, ring_params(16, 1, 8, Placement::Default), long_seq, topology),
+      estimate(StrategyKind::DoubleRing, ring_params(16, 1, 16, Placement::Default), long_seq, topology),
+      1e-9 * estimate(StrategyKind::DoubleRing, ring_params(16, 1, 16, Placement::Default), long_seq, topology));
+}
+
+}  // namespace
+}  // namespace wallfacer
