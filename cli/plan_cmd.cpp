@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <thread>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
@@ -20,6 +21,12 @@
 namespace wallfacer::cli {
 namespace {
 
+// Simulations to run at once: one per CPU (each is single-threaded and a 4,096-GPU one needs
+// about 0.5 GB).
+int default_jobs() {
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 struct PlanFlags {
   WorkloadFlags workload;
   TopologyFlags topology;
@@ -30,6 +37,7 @@ struct PlanFlags {
   bool json = false;
   bool check = false;
   int simulate_top = 0;
+  int jobs = default_jobs();
   std::string calibration;
   std::string search = "auto";
   double memory_fraction = 0.9;
@@ -62,7 +70,7 @@ SearchOptions search_options(const PlanFlags& flags) {
 // Simulates the K best feasible candidates and moves them, ordered by simulated step time, to the
 // front. A candidate the heuristic search left partly priced is priced in full first; one the
 // closed-form screen left without a placement cannot be simulated and is passed over.
-void simulate_best(Ranked& ranked, const CostModel& model, int k) {
+void simulate_best(Ranked& ranked, const CostModel& model, int k, int jobs) {
   auto& candidates = ranked.result.candidates;
   ranked.simulated_ms.assign(candidates.size(), std::nullopt);
   std::vector<size_t> chosen;
@@ -79,8 +87,12 @@ void simulate_best(Ranked& ranked, const CostModel& model, int k) {
   }
   SimOptions options;
   options.calibration = model.calibration();
+  std::vector<Plan> plans;
   for (size_t i : chosen)
-    ranked.simulated_ms[i] = simulate(candidates[i].plan, model.topology(), options).step_ms;
+    plans.push_back(candidates[i].plan);
+  const std::vector<SimResult> results = simulate_many(plans, model.topology(), options, jobs);
+  for (size_t j = 0; j < chosen.size(); ++j)
+    ranked.simulated_ms[chosen[j]] = results[j].step_ms;
   std::stable_sort(chosen.begin(), chosen.end(),
                    [&](size_t a, size_t b) { return *ranked.simulated_ms[a] < *ranked.simulated_ms[b]; });
   // Simulated candidates first (by simulated time), then the rest in their analytic order.
@@ -213,7 +225,7 @@ int run_plan(const PlanFlags& flags) {
   const SearchOptions options = search_options(flags);
   Ranked ranked{search_plans(topology, workload, model, options), {}};
   const int gpus = options.ranks > 0 ? options.ranks : topology.num_gpus();
-  if (flags.simulate_top > 0) simulate_best(ranked, model, flags.simulate_top);
+  if (flags.simulate_top > 0) simulate_best(ranked, model, flags.simulate_top, flags.jobs);
 
   if (flags.json)
     print_json_result(ranked, workload, topology, gpus);
@@ -285,6 +297,10 @@ void register_plan_command(CLI::App& app) {
                    "Simulate the best K candidates (SimGrid) and re-rank them by simulated step time")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
+      ->group(output);
+  command->add_option("--jobs", flags->jobs, "Simulations --simulate-top runs at once (default: one per CPU)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
       ->group(output);
   command->callback([flags] {
     if (flags->strategy != "auto") {

@@ -79,7 +79,7 @@ std::string encode_input_error(const InputError& e) {
 
 }  // namespace
 
-std::string run_in_child_process(const std::function<std::string()>& work) {
+ChildProcess start_child_process(const std::function<std::string()>& work) {
   int fds[2];
   if (::pipe(fds) != 0) throw std::runtime_error(fmt::format("simulate: pipe failed: {}", std::strerror(errno)));
   // Buffered output would otherwise be written twice, once by each process.
@@ -97,11 +97,18 @@ std::string run_in_child_process(const std::function<std::string()>& work) {
     child_main(fds[1], work);
   }
   ::close(fds[1]);
-  std::string message = read_all(fds[0]);
-  ::close(fds[0]);
+  return {int(child), fds[0]};
+}
+
+std::string finish_child_process(ChildProcess& child) {
+  // A child blocked on a full pipe waits until its turn comes here; it cannot deadlock.
+  std::string message = read_all(child.result_fd);
+  ::close(child.result_fd);
+  child.result_fd = -1;
   int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  while (::waitpid(pid_t(child.pid), &status, 0) < 0 && errno == EINTR) {
   }
+  child.pid = -1;
   if (WIFSIGNALED(status))
     throw std::runtime_error(
         fmt::format("simulation process died of signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status))));
@@ -109,6 +116,11 @@ std::string run_in_child_process(const std::function<std::string()>& work) {
     throw std::runtime_error(fmt::format("simulation process failed (exit status {})", WEXITSTATUS(status)));
   if (Outcome(message[0]) != Outcome::Ok) rethrow(message);
   return message.substr(1);
+}
+
+std::string run_in_child_process(const std::function<std::string()>& work) {
+  ChildProcess child = start_child_process(work);
+  return finish_child_process(child);
 }
 
 }  // namespace wallfacer::sim

@@ -15,4 +15,14 @@ namespace wallfacer::sim {
 // std::runtime_error naming the signal.
 std::string run_in_child_process(const std::function<std::string()>& work);
 
+// The same in two halves, so that several children can run at once: start_child_process forks
+// and returns at once; finish_child_process waits for that child and returns its result or
+// rethrows its error, as run_in_child_process does. Every started child must be finished.
+struct ChildProcess {
+  int pid = -1;
+  int result_fd = -1;
+};
+ChildProcess start_child_process(const std::function<std::string()>& work);
+std::string finish_child_process(ChildProcess& child);
+
 }  // namespace wallfacer::sim

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 
 #include "planner/cost_model.hpp"
 #include "planner/errors.hpp"
@@ -145,17 +146,68 @@ SimResult simulate_isolated(const Plan& plan, const Topology& topology, const Si
   return result;
 }
 
+// Built in the child: a large schedule never occupies the caller's memory.
+Schedule build_in_child(const Plan& plan) {
+  auto started = std::chrono::steady_clock::now();
+  Schedule schedule = ScheduleBuilder(plan).build();
+  WF_LOG_INFO("simulator", "schedule of {} ranks built in {:.2f} s", plan.num_ranks(), seconds_since(started));
+  return schedule;
+}
+
+struct Running {
+  size_t index = 0;
+  sim::ChildProcess child;
+  std::chrono::steady_clock::time_point started;
+};
+
+SimResult finish(Running& run) {
+  SimResult result = sim::result_from_json(sim::finish_child_process(run.child));
+  result.wall_seconds = seconds_since(run.started);
+  return result;
+}
+
 }  // namespace
 
 SimResult simulate(const Plan& plan, const Topology& topology, const SimOptions& options) {
   check_plan_against_topology(plan, topology, "plan");
-  // Built in the child: a large schedule never occupies the caller's memory.
-  return simulate_isolated(plan, topology, options, [&] {
-    auto started = std::chrono::steady_clock::now();
-    Schedule schedule = ScheduleBuilder(plan).build();
-    WF_LOG_INFO("simulator", "schedule of {} ranks built in {:.2f} s", plan.num_ranks(), seconds_since(started));
-    return schedule;
-  });
+  return simulate_isolated(plan, topology, options, [&] { return build_in_child(plan); });
+}
+
+std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topology& topology,
+                                     const SimOptions& options, int jobs) {
+  check_options(options);
+  if (!options.trace_path.empty() && plans.size() > 1)
+    throw InputError("a trace file takes one simulation; simulate the plans one by one to trace them");
+  for (const Plan& plan : plans)
+    check_plan_against_topology(plan, topology, "plan");
+  std::vector<SimResult> results(plans.size());
+  std::deque<Running> running;
+  try {
+    for (size_t i = 0; i < plans.size(); ++i) {
+      if (int(running.size()) >= std::max(jobs, 1)) {
+        results[running.front().index] = finish(running.front());
+        running.pop_front();
+      }
+      const Plan& plan = plans[i];
+      auto work = [&] {
+        return sim::result_to_json(simulate_here(plan, topology, build_in_child(plan), options), true);
+      };
+      running.push_back({i, sim::start_child_process(work), std::chrono::steady_clock::now()});
+    }
+    while (!running.empty()) {
+      results[running.front().index] = finish(running.front());
+      running.pop_front();
+    }
+  } catch (...) {
+    // Reap the children still running before the error leaves (their results do not matter).
+    for (Running& run : running)
+      if (run.child.pid >= 0) try {
+          sim::finish_child_process(run.child);
+        } catch (...) {
+        }
+    throw;
+  }
+  return results;
 }
 
 SimResult simulate_schedule(const Plan& plan, const Topology& topology, const Schedule& schedule,

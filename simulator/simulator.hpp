@@ -76,6 +76,11 @@ struct SimResult {
 // Each call runs SimGrid in a child process of its own (SimGrid keeps process-wide state), so
 // calls are independent and may be repeated.
 SimResult simulate(const Plan& plan, const Topology& topology, const SimOptions& options = {});
+// Simulates several plans on one topology, up to `jobs` child processes at a time (each
+// simulation is single-threaded); results in the order of `plans`. Errors as simulate(); a trace
+// path needs a single plan. wall_seconds runs from a child's start to when its result was read.
+std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topology& topology,
+                                     const SimOptions& options = {}, int jobs = 1);
 // Replays a given schedule instead of ScheduleBuilder(plan).build(): for schedules built by hand
 // (tests, experiments). The plan supplies the rank -> GPU mapping and the groups; its topology
 // name and hash are not checked.

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "planner/cost_model.hpp"
+#include "planner/errors.hpp"
 #include "planner/strategy.hpp"
 #include "planner/workload.hpp"
 #include "simulator/simulator.hpp"
@@ -86,6 +87,38 @@ TEST(SimulatorStrategies, CostModelAgreesOnWholeStepsWithoutCompetingFlows) {
     Agreement a = compare(c);
     EXPECT_NEAR(a.analytic.step_ms, a.simulated.step_ms, 0.05 * a.simulated.step_ms);
   }
+}
+
+TEST(SimulatorStrategies, SimulateManyGivesEachPlansOwnResultInOrder) {
+  Topology topology = Topology::load("dgx-h100", 2);
+  Workload workload = test_workload(16 * 2048, true);
+  std::vector<Plan> plans;
+  for (StrategyKind kind :
+       {StrategyKind::Ring, StrategyKind::Ulysses, StrategyKind::WallFacer, StrategyKind::Zigzag, StrategyKind::Lss})
+    plans.push_back(plan_for(kind, workload, topology, 16));
+  for (int jobs : {1, 2, 8}) {
+    SCOPED_TRACE(jobs);
+    std::vector<SimResult> many = simulate_many(plans, topology, {}, jobs);
+    ASSERT_EQ(many.size(), plans.size());
+    for (size_t i = 0; i < plans.size(); ++i) {
+      SimResult one = simulate(plans[i], topology);
+      EXPECT_EQ(many[i].step_ms, one.step_ms) << to_string(plans[i].strategy);
+      EXPECT_EQ(many[i].activities, one.activities) << to_string(plans[i].strategy);
+    }
+  }
+}
+
+TEST(SimulatorStrategies, SimulateManyRejectsBadInputBeforeStarting) {
+  Topology topology = Topology::load("dgx-h100", 2);
+  Workload workload = test_workload(16 * 2048, true);
+  std::vector<Plan> plans = {plan_for(StrategyKind::Ring, workload, topology, 16),
+                             plan_for(StrategyKind::Zigzag, workload, topology, 16)};
+  SimOptions traced;
+  traced.trace_path = "unused.json";
+  EXPECT_THROW(simulate_many(plans, topology, traced, 2), InputError);
+  plans[1].topology_nodes = 3;  // made for another cluster
+  EXPECT_THROW(simulate_many(plans, topology, {}, 2), InputError);
+  EXPECT_TRUE(simulate_many({}, topology, {}, 2).empty());
 }
 
 }  // namespace
