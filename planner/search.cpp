@@ -177,6 +177,10 @@ struct Searcher {
   // compares parameters of one strategy better than it compares strategies, so the best-screened
   // candidate of each strategy is bounded first, and the ratio of its bound to its estimate
   // rescales the estimates of its strategy before the overall choice.
+  // Estimates this close to a strategy's best count as tied with it: the screen is too rough to
+  // rank them.
+  static constexpr double kScreenTie = 0.01;
+
   void screen() {
     std::vector<size_t> priced;
     for (size_t i = 0; i < work.size(); ++i) {
@@ -197,7 +201,7 @@ struct Searcher {
     for (size_t i : priced) {
       const StrategyKind kind = work[i].candidate.plan.strategy;
       auto [best, first] = best_estimate.try_emplace(kind, work[i].estimate);
-      if (!first && (work[i].estimate > best->second * (1 + 1e-9) || tied[kind] >= options.screen_ties)) continue;
+      if (!first && (work[i].estimate > best->second * (1 + kScreenTie) || tied[kind] >= options.screen_ties)) continue;
       ++tied[kind];
       bound(work[i]);
       keep[i] = true;

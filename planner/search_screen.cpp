@@ -119,6 +119,17 @@ std::pair<double, double> wallfacer(const Screen& c) {
   return {fwd, bwd};
 }
 
+// The weight-gradient all-reduce of the attention projections (fp32) over `members` ranks, as a
+// ring of 2(p-1) steps. Every strategy but LSS runs it over all ranks after the backward pass; at
+// thousands of GPUs its step latencies alone are tens of milliseconds, the same for every
+// candidate, which a per-strategy rescaling would otherwise distort.
+double grad_allreduce(const Screen& c, int members) {
+  if (members < 2) return 0;
+  const LinkClass& l = c.link(members, 1);
+  const double bytes = 2.0 * (members - 1) / members * double(c.w.attention_parameters_per_layer()) * 4;
+  return 2.0 * (members - 1) * l.alpha_s + bytes / l.bytes_per_s;
+}
+
 LinkClass link_between(const Topology& topology, int a, int b) {
   const Route& r = topology.route(a, b);
   return {r.latency_us * 1e-6, r.bottleneck_GBps * 1e9};
@@ -173,6 +184,8 @@ double screen_estimate_ms(StrategyKind strategy, const StrategyParams& params, c
       t = wallfacer(c);
       break;
   }
+  const int D = std::max(params.data_parallel, 1);
+  t.second += strategy == StrategyKind::Lss ? grad_allreduce(c, S) + grad_allreduce(c, D) : grad_allreduce(c, S * D);
   return (t.first + t.second) * 1e3;
 }
 

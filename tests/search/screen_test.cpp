@@ -65,5 +65,24 @@ TEST(SearchScreen, WindowsInsideANodeBeatThePlainRingWhenTransfersDominate) {
       1e-9 * estimate(StrategyKind::DoubleRing, ring_params(16, 1, 16, Placement::Default), long_seq, topology));
 }
 
+TEST(SearchScreen, EveryRankWaitsForTheWeightGradientAllReduce) {
+  // 4,096 GPUs and a short sequence: blocks and K,V hops are tiny, and what remains is the ring
+  // all-reduce of the projections' fp32 gradients over all ranks, 2(P-1) steps that each cross
+  // the network at least once.
+  const Topology topology = Topology::load("dgx-h100", 512);
+  const Workload w = workload_of(4096 * 16);
+  const int P = topology.num_gpus();
+  const double step_s = topology.route(0, topology.gpus_per_node()).latency_us * 1e-6;
+  const double floor_ms = 2.0 * (P - 1) * step_s * 1e3;
+  const double usp = estimate(StrategyKind::Usp, ring_params(P, 8, 1, Placement::HeadFirst), w, topology);
+  EXPECT_GT(usp, floor_ms);
+  EXPECT_LT(usp, 2 * floor_ms);  // and it dominates
+  StrategyParams team;
+  team.sequence_parallel = P;
+  team.team = 16;
+  team.placement = Placement::CollectIntra;
+  EXPECT_GT(estimate(StrategyKind::WallFacer, team, w, topology), floor_ms);
+}
+
 }  // namespace
 }  // namespace wallfacer
