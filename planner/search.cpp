@@ -33,7 +33,8 @@ struct Work {
   Schedule schedule;       // timed ranks built so far
   double lower_bound = 0;  // step time of the first timed rank, best over orders
   bool bounded = false;
-  double estimate = 0;  // closed-form screen, rescaled per strategy
+  double estimate = 0;    // closed-form screen, rescaled per strategy
+  bool screened = false;  // left out by the screen: listed with its estimate, not priced
 };
 
 std::vector<std::vector<int>> choose_orders(const detail::NodeOrders& orders, SearchMode mode,
@@ -218,6 +219,7 @@ struct Searcher {
       if (keep[i]) continue;
       Work& w = work[i];
       w.priced = false;
+      w.screened = true;
       Candidate& c = w.candidate;
       c.feasible = true;
       c.pruned = true;
@@ -251,23 +253,52 @@ struct Searcher {
       std::stable_sort(visit.begin(), visit.end(),
                        [&](size_t a, size_t b) { return work[a].lower_bound < work[b].lower_bound; });
     double best_step = std::numeric_limits<double>::infinity();
-    for (size_t i : visit) {
-      Work& w = work[i];
-      if (!w.priced) continue;
-      Candidate& c = w.candidate;
-      if (mode == SearchMode::Heuristic && w.lower_bound > best_step) {
-        c.pruned = true;
-        c.reason = fmt::format("not fully timed: its first rank alone takes {:.2f} ms", w.lower_bound);
-      } else if (!guarded(w, [&] {
-                   model.build_timed(identity_plan(c), w.schedule);
-                   price_orders(w, orders, node_orders, topology, model, ranks);
-                 })) {
-        continue;
-      }
-      c.feasible = true;
-      check_memory(c, budget_GiB);
-      if (c.feasible && !c.pruned) best_step = std::min(best_step, c.cost.step_ms);
-      w.schedule = Schedule{};  // release the programs
+    for (size_t i : visit)
+      price(work[i], best_step);
+  }
+
+  // Prices one candidate in full, unless (heuristic) its bound already exceeds `best_step`.
+  void price(Work& w, double& best_step) {
+    if (!w.priced) return;
+    Candidate& c = w.candidate;
+    if (mode == SearchMode::Heuristic && w.lower_bound > best_step) {
+      c.pruned = true;
+      c.reason = fmt::format("not fully timed: its first rank alone takes {:.2f} ms", w.lower_bound);
+    } else if (!guarded(w, [&] {
+                 model.build_timed(identity_plan(c), w.schedule);
+                 price_orders(w, orders, node_orders, topology, model, ranks);
+               })) {
+      return;
+    }
+    c.feasible = true;
+    check_memory(c, budget_GiB);
+    if (c.feasible && !c.pruned) best_step = std::min(best_step, c.cost.step_ms);
+    w.schedule = Schedule{};  // release the programs
+  }
+
+  // A screened-out candidate whose estimate beats the best priced plan is priced after all, the
+  // most promising first, until none is left (at most screen_keep more rounds than the screen
+  // kept): the ranking never shows an unpriced estimate below the plan it chose.
+  void rescue_screened() {
+    for (int round = 0; round < 2 * options.screen_keep + options.screen_ties; ++round) {
+      double best_step = std::numeric_limits<double>::infinity();
+      for (const Work& w : work)
+        if (w.priced && w.candidate.feasible && !w.candidate.pruned)
+          best_step = std::min(best_step, w.candidate.cost.step_ms);
+      Work* next = nullptr;
+      for (Work& w : work)
+        if (w.screened && w.candidate.feasible && w.estimate < best_step && (!next || w.estimate < next->estimate))
+          next = &w;
+      if (next == nullptr) return;
+      Work& w = *next;
+      w.screened = false;
+      w.priced = true;
+      w.candidate.pruned = false;
+      w.candidate.feasible = false;
+      w.candidate.reason.clear();
+      w.candidate.cost = CostBreakdown{};
+      bound(w);
+      price(w, best_step);
     }
   }
 
@@ -310,11 +341,13 @@ SearchResult search_plans(const Topology& topology, const Workload& workload, co
   s.work = enumerate_candidates(topology, workload, options, ranks);
   WF_LOG_INFO(kLog, "{} candidates, {} node-local orders, {} mode", s.work.size(), s.orders.size(),
               mode == SearchMode::Exhaustive ? "exhaustive" : "heuristic");
+  const bool screening = mode == SearchMode::Heuristic && ranks > options.screen_above_gpus;
   if (mode == SearchMode::Heuristic) {
-    if (ranks > options.screen_above_gpus) s.screen();
+    if (screening) s.screen();
     s.bound_all();
   }
   s.price_all();
+  if (screening) s.rescue_screened();
   return s.ranked();
 }
 

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "planner/calibration.hpp"
+#include "planner/cost_model.hpp"
+#include "planner/search.hpp"
 #include "planner/search_screen.hpp"
 #include "planner/topology.hpp"
 #include "planner/workload.hpp"
@@ -82,6 +84,29 @@ TEST(SearchScreen, EveryRankWaitsForTheWeightGradientAllReduce) {
   team.team = 16;
   team.placement = Placement::CollectIntra;
   EXPECT_GT(estimate(StrategyKind::WallFacer, team, w, topology), floor_ms);
+}
+
+TEST(SearchScreen, NoScreenedOutEstimateBeatsTheChosenPlan) {
+  // Above 512 GPUs the search prices only what the screen keeps, then prices any candidate left
+  // out whose estimate is below the best price found; on 1,024 GPUs that finds the plan that
+  // bounding every candidate finds.
+  const Topology topology = Topology::load("dgx-h100", 128);
+  const Workload w = workload_of(int64_t(1) << 20);
+  const CostModel model(topology, Calibration::defaults());
+  const SearchResult screened = search_plans(topology, w, model, SearchOptions{});
+  ASSERT_EQ(screened.best, 0);
+  const double best = screened.candidates.front().cost.step_ms;
+  int screened_out = 0;
+  for (const Candidate& c : screened.candidates) {
+    if (c.reason.rfind("screened out", 0) != 0) continue;
+    ++screened_out;
+    EXPECT_GE(c.cost.step_ms, best) << c.describe_params() << " " << c.describe_placement();
+  }
+  EXPECT_GT(screened_out, 0);
+  SearchOptions everything;
+  everything.screen_above_gpus = 1 << 30;
+  const SearchResult full = search_plans(topology, w, model, everything);
+  EXPECT_DOUBLE_EQ(best, full.candidates.front().cost.step_ms);
 }
 
 }  // namespace
