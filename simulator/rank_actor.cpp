@@ -31,6 +31,7 @@ RankActor::RankActor(Replay& replay, int rank)
     queue_[size_t(program_.ops[i].stream)].push_back(int32_t(i));
   index_dependencies();
   if (replay_.records_ops()) outcome_.records.reserve(program_.ops.size());
+  activities_.keep_times(replay_.records_ops());
 }
 
 void RankActor::run() {

@@ -86,6 +86,7 @@ struct ActivitySet::Impl {
     }
   };
   std::vector<Timer> timers;  // min-heap on deadline
+  bool keep_times = false;
 
   Completion pop_timer() {
     std::pop_heap(timers.begin(), timers.end(), Timer::later);
@@ -171,8 +172,10 @@ Completion ActivitySet::take(size_t index) {
   const sg4::ActivityPtr& activity = set.activities[index];
   Completion done_info;
   done_info.tag = set.slots[index].tag;
-  done_info.start = activity->get_start_time();
-  done_info.finish = activity->get_finish_time();
+  if (set.keep_times) {
+    done_info.start = activity->get_start_time();
+    done_info.finish = activity->get_finish_time();
+  }
   if (set.slots[index].payload) done_info.payload = *set.slots[index].payload;
   // Swap-remove: order inside the set carries no meaning.
   std::swap(set.activities[index], set.activities.back());
@@ -180,6 +183,10 @@ Completion ActivitySet::take(size_t index) {
   set.activities.pop_back();
   set.slots.pop_back();
   return done_info;
+}
+
+void ActivitySet::keep_times(bool on) {
+  impl_->keep_times = on;
 }
 
 bool ActivitySet::empty() const {

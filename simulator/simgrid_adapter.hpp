@@ -68,6 +68,9 @@ class ActivitySet {
   void timer(double seconds, uint64_t tag);
   // Blocks the calling actor until one activity finishes and removes it from the set.
   Completion wait_any();
+  // Whether completions carry start and finish times (off by default: reading them costs time
+  // and only traces need them).
+  void keep_times(bool on);
   bool empty() const;
   size_t size() const;
 
