@@ -25,14 +25,21 @@ const std::vector<std::string> kStrategies = {"ring",        "zigzag",    "ulyss
 // sequence divisible by 2 x 12, 2 x 16 and 2 x 32 ranks (zigzag halves).
 const std::string kWorkload = "--seq 61440 --dtype fp16 --zero-stage 3";
 
+std::filesystem::path scratch_dir() {
+  return std::filesystem::temp_directory_path() / ("wallfacer-sim-cli-" + std::to_string(::getpid()));
+}
+
 std::filesystem::path scratch(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("wallfacer-sim-cli-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return dir / name;
+  std::filesystem::create_directories(scratch_dir());
+  return scratch_dir() / name;
 }
 
 class SimulateCommand : public ::testing::TestWithParam<std::string> {
  protected:
+  static void TearDownTestSuite() {
+    std::error_code ignored;
+    std::filesystem::remove_all(scratch_dir(), ignored);
+  }
   void SetUp() override {
     if (!test::cli_built()) GTEST_SKIP() << test::cli_binary() << " is not built";
   }
