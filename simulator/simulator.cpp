@@ -160,6 +160,17 @@ struct Running {
   std::chrono::steady_clock::time_point started;
 };
 
+// Waits for the children still running when another one failed; their results do not matter.
+void reap(std::deque<Running>& running) noexcept {
+  for (Running& run : running) {
+    if (run.child.pid < 0) continue;
+    try {
+      sim::finish_child_process(run.child);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one reported
+    }
+  }
+}
+
 SimResult finish(Running& run) {
   SimResult result = sim::result_from_json(sim::finish_child_process(run.child));
   result.wall_seconds = seconds_since(run.started);
@@ -199,12 +210,7 @@ std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topol
       running.pop_front();
     }
   } catch (...) {
-    // Reap the children still running before the error leaves (their results do not matter).
-    for (Running& run : running)
-      if (run.child.pid >= 0) try {
-          sim::finish_child_process(run.child);
-        } catch (...) {
-        }
+    reap(running);
     throw;
   }
   return results;

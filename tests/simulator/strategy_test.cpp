@@ -2,6 +2,10 @@
 // on uniform links, and the analytic cost model against the simulation on contention-free cases.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 
 #include "planner/cost_model.hpp"
@@ -119,6 +123,21 @@ TEST(SimulatorStrategies, SimulateManyRejectsBadInputBeforeStarting) {
   plans[1].topology_nodes = 3;  // made for another cluster
   EXPECT_THROW(simulate_many(plans, topology, {}, 2), InputError);
   EXPECT_TRUE(simulate_many({}, topology, {}, 2).empty());
+}
+
+TEST(SimulatorStrategies, SimulateManyReportsAFailedSimulationAndReapsTheOthers) {
+  Topology topology = Topology::load("dgx-h100", 2);
+  Workload workload = test_workload(16 * 2048, true);
+  std::vector<Plan> plans = {plan_for(StrategyKind::Ring, workload, topology, 16),
+                             plan_for(StrategyKind::Ring, workload, topology, 16),
+                             plan_for(StrategyKind::Zigzag, workload, topology, 16)};
+  // A ring group whose order no longer matches the ranks' positions: the schedule built from it
+  // cannot run (found in the child, where the schedule is built and replayed).
+  ASSERT_FALSE(plans[1].groups.empty());
+  std::reverse(plans[1].groups[0].ranks.begin() + 1, plans[1].groups[0].ranks.end());
+  EXPECT_ANY_THROW(simulate_many(plans, topology, {}, 3));
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);  // no child left behind
+  EXPECT_EQ(errno, ECHILD);
 }
 
 }  // namespace
