@@ -5,6 +5,8 @@
 
 #include <numeric>
 
+#include "tests/common/synthetic_workload.hpp"
+
 namespace wallfacer::testing {
 namespace {
 
@@ -58,20 +60,7 @@ HandCase start_case(const std::string& name, int ranks, const Workload& w) {
 }  // namespace
 
 Workload tiny_workload(int64_t seq, int heads, int kv_heads, int head_dim, int batch, bool causal) {
-  Workload w;
-  w.model = "test";
-  w.layers = 1;
-  w.heads = heads;
-  w.kv_heads = kv_heads;
-  w.head_dim = head_dim;
-  w.hidden = int64_t(heads) * head_dim;
-  w.ffn = 4 * w.hidden;
-  w.vocab = 128;
-  w.seq = seq;
-  w.batch = batch;
-  w.dtype = DType::FP32;
-  w.causal = causal;
-  return w;
+  return test::synthetic_workload({seq, heads, kv_heads, head_dim, batch, causal, DType::FP32, 128});
 }
 
 TokenSet contiguous_part(int64_t seq, int parts, int index) {

@@ -3,23 +3,12 @@
 
 #include <fmt/format.h>
 
+#include "tests/common/synthetic_workload.hpp"
+
 namespace wallfacer::testing {
 
 Workload small_workload(int64_t seq, int heads, int kv_heads, bool causal, int batch, int head_dim) {
-  Workload w;
-  w.model = "test";
-  w.layers = 1;
-  w.heads = heads;
-  w.kv_heads = kv_heads;
-  w.head_dim = head_dim;
-  w.hidden = int64_t(heads) * head_dim;
-  w.ffn = 4 * w.hidden;
-  w.vocab = 128;
-  w.seq = seq;
-  w.batch = batch;
-  w.dtype = DType::BF16;
-  w.causal = causal;
-  return w;
+  return test::synthetic_workload({seq, heads, kv_heads, head_dim, batch, causal, DType::BF16, 128});
 }
 
 StrategyParams seq_params(int S, int D) {

@@ -2,24 +2,12 @@
 #include "tests/strategies_team/team_plans.hpp"
 
 #include "planner/checker.hpp"
+#include "tests/common/synthetic_workload.hpp"
 
 namespace wallfacer::team_testing {
 
 Workload workload(int64_t seq, int heads, int kv_heads, bool causal, int batch, int head_dim) {
-  Workload w;
-  w.model = "test";
-  w.layers = 1;
-  w.heads = heads;
-  w.kv_heads = kv_heads;
-  w.head_dim = head_dim;
-  w.hidden = int64_t(heads) * head_dim;
-  w.ffn = 4 * w.hidden;
-  w.vocab = 64;
-  w.seq = seq;
-  w.batch = batch;
-  w.dtype = DType::BF16;
-  w.causal = causal;
-  return w;
+  return test::synthetic_workload({seq, heads, kv_heads, head_dim, batch, causal, DType::BF16, 64});
 }
 
 StrategyParams params_of(int S, int D, int C, Placement placement) {

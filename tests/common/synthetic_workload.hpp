@@ -1,0 +1,36 @@
+// A one-layer workload with hand-picked shapes, for tests that need exact small sizes rather than
+// a model preset.
+#pragma once
+
+#include <cstdint>
+
+#include "planner/workload.hpp"
+
+namespace wallfacer::test {
+
+struct WorkloadShape {
+  int64_t seq = 0;
+  int heads = 1, kv_heads = 1, head_dim = 8, batch = 1;
+  bool causal = true;
+  DType dtype = DType::BF16;
+  int64_t vocab = 128;
+};
+
+inline Workload synthetic_workload(const WorkloadShape& shape) {
+  Workload w;
+  w.model = "test";
+  w.layers = 1;
+  w.heads = shape.heads;
+  w.kv_heads = shape.kv_heads;
+  w.head_dim = shape.head_dim;
+  w.hidden = int64_t(shape.heads) * shape.head_dim;
+  w.ffn = 4 * w.hidden;
+  w.vocab = shape.vocab;
+  w.seq = shape.seq;
+  w.batch = shape.batch;
+  w.dtype = shape.dtype;
+  w.causal = shape.causal;
+  return w;
+}
+
+}  // namespace wallfacer::test
