@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -35,6 +36,25 @@ using FieldMask = uint16_t;
 constexpr FieldMask field_bit(Field f) {
   return FieldMask(1u << static_cast<int>(f));
 }
+constexpr FieldMask field_mask(std::initializer_list<Field> fields) {
+  FieldMask m = 0;
+  for (Field f : fields)
+    m |= field_bit(f);
+  return m;
+}
+// Field sets that travel or live together, named once for the strategies and the executor.
+namespace fieldset {
+inline constexpr FieldMask kQ = field_mask({Field::Q});
+inline constexpr FieldMask kKV = field_mask({Field::K, Field::V});
+inline constexpr FieldMask kOLse = field_mask({Field::O, Field::Lse});
+// What the backward needs of a query block besides K,V: Q, dO, Lse and D.
+inline constexpr FieldMask kQueryBundle = field_mask({Field::Q, Field::dO, Field::Lse, Field::D});
+// Everything a rank keeps of its own queries across both passes.
+inline constexpr FieldMask kLocal = field_mask({Field::Q, Field::O, Field::Lse, Field::dO, Field::D});
+inline constexpr FieldMask kDQ = field_mask({Field::dQ});
+inline constexpr FieldMask kDKV = field_mask({Field::dK, Field::dV});
+inline constexpr FieldMask kWeightGrad = field_mask({Field::WeightGrad});
+}  // namespace fieldset
 const char* to_string(Field f);
 std::string fields_to_string(FieldMask mask);  // "K|V"
 bool is_query_class(Field f);                  // Q, O, Lse, dO, D, dQ

@@ -12,18 +12,8 @@
 namespace wallfacer::runtime::detail {
 namespace {
 
-constexpr FieldMask bits(std::initializer_list<Field> fields) {
-  FieldMask m = 0;
-  for (Field f : fields)
-    m |= field_bit(f);
-  return m;
-}
-constexpr FieldMask kQ = bits({Field::Q});
-constexpr FieldMask kKV = bits({Field::K, Field::V});
-constexpr FieldMask kOLse = bits({Field::O, Field::Lse});
-constexpr FieldMask kBundle = bits({Field::Q, Field::dO, Field::Lse, Field::D});
-constexpr FieldMask kDQ = bits({Field::dQ});
-constexpr FieldMask kDKV = bits({Field::dK, Field::dV});
+using namespace fieldset;
+constexpr FieldMask kBundle = kQueryBundle;
 
 // Offsets of batch element b inside packed vector and per-row scalar fields.
 int64_t vec_at(const Storage& s, Field f, int b) {
@@ -178,15 +168,15 @@ void Executor::backward_prep(const Op& op, int32_t i) {
   const TokenSet& set = tokens(op.tok[0], i);
   const HeadRange heads = op_heads(op, buf);
   const int64_t n = token_count(set);
-  RowRuns runs = readable(buf, set, bits({Field::O, Field::dO}), i);
-  PackedBlock in = pack(buf, runs, bits({Field::O, Field::dO}), n, heads, true);
-  PackedBlock out = make_packed(backend, bits({Field::D}), n, heads, true, batches, head_dim, group, type);
+  RowRuns runs = readable(buf, set, field_mask({Field::O, Field::dO}), i);
+  PackedBlock in = pack(buf, runs, field_mask({Field::O, Field::dO}), n, heads, true);
+  PackedBlock out = make_packed(backend, field_mask({Field::D}), n, heads, true, batches, head_dim, group, type);
   if (type == ElemType::F32)
     prep_batches<float>(backend, in.shape, out.shape);
   else
     prep_batches<double>(backend, in.shape, out.shape);
-  RowRuns d_runs = prepare_write(buf, set, bits({Field::D}), nullptr, i);
-  copy_rows(backend, out.shape, identity_runs(n), buf.storage, d_runs, bits({Field::D}), heads, true);
+  RowRuns d_runs = prepare_write(buf, set, field_mask({Field::D}), nullptr, i);
+  copy_rows(backend, out.shape, identity_runs(n), buf.storage, d_runs, field_mask({Field::D}), heads, true);
 }
 
 void Executor::copy(const Op& op, int32_t i) {

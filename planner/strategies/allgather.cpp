@@ -14,17 +14,7 @@ namespace wallfacer::detail {
 
 namespace {
 
-constexpr FieldMask bits(std::initializer_list<Field> fields) {
-  FieldMask m = 0;
-  for (Field f : fields)
-    m |= field_bit(f);
-  return m;
-}
-constexpr FieldMask kKV = bits({Field::K, Field::V});
-constexpr FieldMask kOLse = bits({Field::O, Field::Lse});
-constexpr FieldMask kLocal = bits({Field::Q, Field::O, Field::Lse, Field::dO, Field::D});
-constexpr FieldMask kDQ = bits({Field::dQ});
-constexpr FieldMask kDKV = bits({Field::dK, Field::dV});
+using namespace fieldset;
 
 TokenSet shard_of(const Workload& w, int S, int y) {
   return w.causal ? zigzag_shard(w.seq, S, y) : contiguous_shard(w.seq, S, y);

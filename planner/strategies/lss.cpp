@@ -16,18 +16,7 @@ namespace wallfacer::detail {
 
 namespace {
 
-constexpr FieldMask bits(std::initializer_list<Field> fields) {
-  FieldMask m = 0;
-  for (Field f : fields)
-    m |= field_bit(f);
-  return m;
-}
-constexpr FieldMask kKV = bits({Field::K, Field::V});
-constexpr FieldMask kOLse = bits({Field::O, Field::Lse});
-constexpr FieldMask kLocal = bits({Field::Q, Field::O, Field::Lse, Field::dO, Field::D});
-constexpr FieldMask kDQ = bits({Field::dQ});
-constexpr FieldMask kDKV = bits({Field::dK, Field::dV});
-constexpr FieldMask kWeightGrad = bits({Field::WeightGrad});
+using namespace fieldset;
 
 // Canonical groups: sequence groups ("seq", "d<d>.seq" when D > 1) for S > 1, then data groups
 // ("data<s>") for D > 1. No world group: gradient averaging is two-staged.

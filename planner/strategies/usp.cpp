@@ -13,13 +13,8 @@ namespace wallfacer::detail {
 
 namespace {
 
-constexpr FieldMask bits(std::initializer_list<Field> fields) {
-  FieldMask m = 0;
-  for (Field f : fields)
-    m |= field_bit(f);
-  return m;
-}
-constexpr FieldMask kBundle = bits({Field::Q, Field::O, Field::Lse, Field::dO, Field::D});
+using namespace fieldset;
+constexpr FieldMask kBundle = kLocal;
 
 // Per-member token and head maps of one Ulysses group.
 struct UlyssesGroup {
@@ -85,8 +80,8 @@ RankProgram build_context_rank(const ContextConfig& cfg, const Plan& plan, int r
   const int64_t rows = token_count(block);
   r.kv_capacity = token_count(context_tokens(cfg, w.seq, 0));  // block 0 is never shorter
   r.q = b.buffer("q", kBundle, r.q_heads, rows);
-  r.kv = b.buffer("kv", bits({Field::K, Field::V}), r.kv_heads, rows);
-  r.acc = b.buffer("acc", bits({Field::O, Field::Lse}), r.q_heads, rows, true);
+  r.kv = b.buffer("kv", field_mask({Field::K, Field::V}), r.kv_heads, rows);
+  r.acc = b.buffer("acc", field_mask({Field::O, Field::Lse}), r.q_heads, rows, true);
 
   const bool ulysses = cfg.u > 1;
   const TokenSet shard = sequence_shard(cfg, w.seq, s);
@@ -97,7 +92,7 @@ RankProgram build_context_rank(const ContextConfig& cfg, const Plan& plan, int r
   if (ulysses) {
     group = ulysses_group(b, cfg, r.x);
     q_in = b.buffer("q.in", field_bit(Field::Q), all_q, shard_rows);
-    kv_in = b.buffer("kv.in", bits({Field::K, Field::V}), all_kv, shard_rows);
+    kv_in = b.buffer("kv.in", field_mask({Field::K, Field::V}), all_kv, shard_rows);
     do_in = b.buffer("do.in", field_bit(Field::dO), all_q, shard_rows);
     b.input(q_in, Field::Q, shard, all_q);
     b.input(kv_in, Field::K, shard, all_kv);
@@ -113,13 +108,13 @@ RankProgram build_context_rank(const ContextConfig& cfg, const Plan& plan, int r
   // Forward.
   if (ulysses) {
     ulysses_exchange(b, group, true, false, q_in, r.q, field_bit(Field::Q));
-    ulysses_exchange(b, group, true, true, kv_in, r.kv, bits({Field::K, Field::V}));
+    ulysses_exchange(b, group, true, true, kv_in, r.kv, field_mask({Field::K, Field::V}));
   }
   context_forward(b, cfg, r);
-  b.copy(r.acc, r.q, block, bits({Field::O, Field::Lse}));  // fp32 -> dtype, once
+  b.copy(r.acc, r.q, block, field_mask({Field::O, Field::Lse}));  // fp32 -> dtype, once
   if (ulysses) {
-    const int32_t o_out = b.buffer("o.out", bits({Field::O, Field::Lse}), all_q, shard_rows);
-    ulysses_exchange(b, group, false, false, r.q, o_out, bits({Field::O, Field::Lse}));
+    const int32_t o_out = b.buffer("o.out", field_mask({Field::O, Field::Lse}), all_q, shard_rows);
+    ulysses_exchange(b, group, false, false, r.q, o_out, field_mask({Field::O, Field::Lse}));
     bind_outputs(b, o_out, {Field::O, Field::Lse}, shard, all_q);
   } else {
     bind_outputs(b, r.q, {Field::O, Field::Lse}, block, r.q_heads);
@@ -132,7 +127,7 @@ RankProgram build_context_rank(const ContextConfig& cfg, const Plan& plan, int r
   r.dq = b.buffer("dq", field_bit(Field::dQ), r.q_heads, rows, true);
   const int32_t dkv = context_backward(b, cfg, r);
   if (ulysses) {
-    const FieldMask dkv_fields = bits({Field::dK, Field::dV});
+    const FieldMask dkv_fields = field_mask({Field::dK, Field::dV});
     const int32_t dq_cast = b.buffer("dq.cast", field_bit(Field::dQ), r.q_heads, rows);
     const int32_t dkv_cast = b.buffer("dkv.cast", dkv_fields, r.kv_heads, rows);
     b.copy(r.dq, dq_cast, block, field_bit(Field::dQ));

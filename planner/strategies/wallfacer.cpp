@@ -28,19 +28,8 @@ namespace wallfacer::detail {
 
 namespace {
 
-constexpr FieldMask bits(std::initializer_list<Field> fields) {
-  FieldMask m = 0;
-  for (Field f : fields)
-    m |= field_bit(f);
-  return m;
-}
-constexpr FieldMask kQ = bits({Field::Q});
-constexpr FieldMask kKV = bits({Field::K, Field::V});
-constexpr FieldMask kOLse = bits({Field::O, Field::Lse});
-constexpr FieldMask kBundle = bits({Field::Q, Field::dO, Field::Lse, Field::D});
-constexpr FieldMask kLocal = bits({Field::Q, Field::O, Field::Lse, Field::dO, Field::D});
-constexpr FieldMask kDQ = bits({Field::dQ});
-constexpr FieldMask kDKV = bits({Field::dK, Field::dV});
+using namespace fieldset;
+constexpr FieldMask kBundle = kQueryBundle;
 
 // Tag channels (make_tag): one per message stream between a pair of ranks.
 enum Channel { kPlaceForward = 1, kKvShift = 2, kPlaceBackward = 3, kBundleShift = 4, kDqShift = 5, kDkvReturn = 6 };

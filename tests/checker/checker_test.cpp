@@ -11,14 +11,8 @@
 namespace wallfacer {
 namespace {
 
-constexpr FieldMask bits(std::initializer_list<Field> fields) {
-  FieldMask m = 0;
-  for (Field f : fields)
-    m |= field_bit(f);
-  return m;
-}
-const FieldMask kKV = bits({Field::K, Field::V});
-const FieldMask kOLse = bits({Field::O, Field::Lse});
+const FieldMask kKV = field_mask({Field::K, Field::V});
+const FieldMask kOLse = field_mask({Field::O, Field::Lse});
 
 // Two ranks, 8 tokens, 1 head of dimension 2: rank r holds tokens [4r, 4r + 4).
 struct Tiny {
@@ -38,7 +32,7 @@ struct Tiny {
     for (int r = 0; r < ranks; ++r) {
       RankProgram& p = sched.ranks[size_t(r)];
       p.rank = r;
-      p.buffers = {{"q", bits({Field::Q, Field::O, Field::Lse}), {0, 1}, 4, false},
+      p.buffers = {{"q", field_mask({Field::Q, Field::O, Field::Lse}), {0, 1}, 4, false},
                    {"kv", kKV, {0, 1}, 4, false},
                    {"kv.rx", kKV, {0, 1}, 4, false},
                    {"acc", kOLse, {0, 1}, 4, true}};

@@ -10,16 +10,10 @@
 namespace wallfacer::testing {
 namespace {
 
-constexpr FieldMask bits(std::initializer_list<Field> fields) {
-  FieldMask m = 0;
-  for (Field f : fields)
-    m |= field_bit(f);
-  return m;
-}
-constexpr FieldMask kKV = bits({Field::K, Field::V});
-constexpr FieldMask kDKV = bits({Field::dK, Field::dV});
-constexpr FieldMask kOLse = bits({Field::O, Field::Lse});
-constexpr FieldMask kBundle = bits({Field::Q, Field::O, Field::Lse, Field::dO, Field::D});
+constexpr FieldMask kKV = field_mask({Field::K, Field::V});
+constexpr FieldMask kDKV = field_mask({Field::dK, Field::dV});
+constexpr FieldMask kOLse = field_mask({Field::O, Field::Lse});
+constexpr FieldMask kBundle = field_mask({Field::Q, Field::O, Field::Lse, Field::dO, Field::D});
 
 int mod(int a, int m) {
   return ((a % m) + m) % m;
@@ -407,13 +401,14 @@ HandCase hand_key_split(int P, const Workload& w) {
     parts.push_back(contiguous_part(w.seq, P, i));
   const std::vector<HeadRange> heads(size_t(P), hq);
   const Mask mask = w.causal ? Mask::Causal : Mask::None;
-  const FieldMask query_side = bits({Field::Q, Field::dO, Field::Lse, Field::D});
+  const FieldMask query_side = field_mask({Field::Q, Field::dO, Field::Lse, Field::D});
   for (int r = 0; r < P; ++r) {
     HandBuilder b(c.schedule, r, w.batch);
     const TokenSet& own = parts[size_t(r)];
-    const int32_t q_in = b.buffer("q.in", bits({Field::Q, Field::dO}), hq, cap), kv = b.buffer("kv", kKV, hkv, cap);
+    const int32_t q_in = b.buffer("q.in", field_mask({Field::Q, Field::dO}), hq, cap),
+                  kv = b.buffer("kv", kKV, hkv, cap);
     const int32_t q_all = b.buffer("q.all", query_side, hq, w.seq), acc = b.buffer("acc", kOLse, hq, w.seq);
-    const int32_t mine = b.buffer("o", bits({Field::O, Field::Lse, Field::dO, Field::D}), hq, cap);
+    const int32_t mine = b.buffer("o", field_mask({Field::O, Field::Lse, Field::dO, Field::D}), hq, cap);
     const int32_t dq_all = b.buffer("dq.all", field_bit(Field::dQ), hq, w.seq);
     const int32_t dq = b.buffer("dq", field_bit(Field::dQ), hq, cap), dkv = b.buffer("dkv", kDKV, hkv, cap);
     b.input(q_in, Field::Q, own, hq);
@@ -429,8 +424,8 @@ HandCase hand_key_split(int P, const Workload& w) {
     b.output(mine, Field::Lse, own, hq);
     int32_t moved = b.copy(q_in, mine, own, field_bit(Field::dO), hq, {merged});
     int32_t prepared = b.prep(mine, own, hq, {moved});
-    int32_t g2 = b.collective(OpKind::AllGather, 1, mine, q_all, bits({Field::dO, Field::Lse, Field::D}), sum, parts,
-                              alls, heads, heads, {prepared});
+    int32_t g2 = b.collective(OpKind::AllGather, 1, mine, q_all, field_mask({Field::dO, Field::Lse, Field::D}), sum,
+                              parts, alls, heads, heads, {prepared});
     int32_t computed = b.bwd(q_all, kv, dq_all, dkv, all, own, hq, mask, {g2});
     b.collective(OpKind::ReduceScatter, 1, dq_all, dq, field_bit(Field::dQ), sum, alls, parts, heads, heads,
                  {computed});
