@@ -21,8 +21,8 @@
 namespace wallfacer::cli {
 namespace {
 
-// Simulations to run at once: one per CPU (each is single-threaded and a 4,096-GPU one needs
-// about 0.5 GB).
+// Simulations to run at once: one per CPU (each is single-threaded; a 4,096-GPU one needs 0.4 to
+// 1.1 GB).
 int default_jobs() {
   return int(std::max(1u, std::thread::hardware_concurrency()));
 }
