@@ -1,9 +1,9 @@
 // Replays a plan's schedule in a SimGrid discrete-event simulation of its topology: one actor per
 // rank runs its compute, send, receive and collective streams concurrently, honouring the
 // schedule's dependencies; flows share the topology's links max-min fairly (chains of links that
-// carry the same flows merged, an exact reduction), so they contend like real traffic. Reports step, forward and
-// backward time, per-rank compute/communication/idle time, per-link bytes and utilisation, and optionally a Chrome
-// trace (Perfetto).
+// carry the same flows merged, an exact reduction), so they contend like real traffic. Reports
+// step, forward and backward time, per-rank compute/communication/idle time, per-link bytes and
+// utilisation, and optionally a Chrome trace (Perfetto).
 #pragma once
 
 #include <cstdint>
