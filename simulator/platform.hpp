@@ -2,9 +2,9 @@
 // power state at the slowed rate when compute slows down under communication), a SimGrid link
 // per resource a route uses (each direction of a full-duplex link, a half-duplex link once, as
 // in Topology::resource_of), or per chain of resources carrying the same routes, and one
-// explicit route per GPU pair the schedule uses, made of Topology::route's hops. Switches, CPUs and NICs are
-// the joints between hops and need no SimGrid object: a Full zone's routing table grows with the
-// square of its members, and 4,096 GPUs plus their switches would not fit.
+// explicit route per GPU pair the schedule uses, made of Topology::route's hops. Switches, CPUs
+// and NICs are the joints between hops and need no SimGrid object: a Full zone's routing table
+// grows with the square of its members, and 4,096 GPUs plus their switches would not fit.
 #pragma once
 
 #include <string>
