@@ -70,4 +70,23 @@ void print_json(const nlohmann::json& value, std::ostream& out) {
   out << value.dump(2) << "\n";
 }
 
+CLI::Validator at_least(long long minimum) {
+  return CLI::Validator(
+      [minimum](std::string& text) -> std::string {
+        long long value = 0;
+        try {
+          size_t used = 0;
+          value = std::stoll(text, &used);
+          if (used != text.size()) return "not an integer: " + text;
+        } catch (const std::exception&) {
+          return "not an integer: " + text;
+        }
+        if (value < minimum) return fmt::format("must be at least {} (got {})", minimum, value);
+        return {};
+      },
+      minimum == 0   ? "NONNEGATIVE"
+      : minimum == 1 ? "POSITIVE"
+                     : fmt::format("AT LEAST {}", minimum));
+}
+
 }  // namespace wallfacer::cli

@@ -22,6 +22,9 @@ struct WorkloadFlags {
   WorkloadOverrides overrides;
 };
 void add_workload_flags(CLI::App* app, WorkloadFlags& flags);
+
+// Validator for integer flags with a lower bound: "--jobs: must be at least 1 (got 0)".
+CLI::Validator at_least(long long minimum);
 // Loads the model and applies the overrides; InputError names the file line or the flag.
 Workload resolve(const WorkloadFlags& flags);
 

@@ -260,7 +260,7 @@ void register_plan_command(CLI::App& app) {
   const std::string group = "Search";
   command->add_option("--gpus", flags->gpus, "GPUs to use, filling nodes in order (0 = every GPU)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->group(group);
   std::string strategies = "auto";
   for (StrategyKind k : all_strategies())
@@ -284,7 +284,7 @@ void register_plan_command(CLI::App& app) {
   const std::string output = "Output";
   command->add_option("--top", flags->top, "Rows of the ranking to print (feasible, then rejected)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->group(output);
   command
       ->add_option("--out", flags->out,
@@ -296,11 +296,11 @@ void register_plan_command(CLI::App& app) {
       ->add_option("--simulate-top", flags->simulate_top,
                    "Simulate the best K candidates (SimGrid) and re-rank them by simulated step time")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->group(output);
   command->add_option("--jobs", flags->jobs, "Simulations --simulate-top runs at once (default: one per CPU)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->group(output);
   command->callback([flags] {
     if (flags->strategy != "auto") {

@@ -198,13 +198,13 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--topology", flags->topology,
                   "Topology preset or file the plan must have been made for (checked by name, nodes and hash)");
   cmd->add_option("--nodes", flags->nodes, "Node count of a compact --topology file, as given to `wallfacer plan`")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_flag("--check", flags->check,
                 "Compare O, lse, dQ, dK, dV with the fp64 naive reference and the WeightGrad all-reduce with its "
                 "exact sum; exit status 1 when a tensor is off by more than the tolerance");
   cmd->add_option("--tolerance", flags->tolerance,
                   "Largest relative error max|a-b|/max|ref| that passes (default 1e-4, or 1e-10 with --fp64)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--load", flags->load,
                   "Directory with q.npy, k.npy, v.npy, do.npy (float32, [batch, seq, heads, head_dim])");
   cmd->add_option("--save", flags->save,
@@ -217,10 +217,10 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--progress-rows", flags->progress_rows,
                   "Query rows per compute slice between communication progress calls (0: whole blocks; default 256 "
                   "under MPI, 0 with threads)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_option("--stall-timeout", flags->stall_seconds,
                   "MPI: seconds without any completed transfer before a rank gives up and aborts the run (0: never)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->callback([flags] { exit_code() = run_command(*flags); });
 }
 

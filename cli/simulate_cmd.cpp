@@ -149,7 +149,7 @@ void register_simulate_command(CLI::App& app) {
   command
       ->add_option("--max-ring-steps", flags->max_ring_steps,
                    "Longer rings (an all-reduce over many ranks) run as this many merged steps; 0 = never merge")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   command->add_flag("--comm-slowdown", flags->comm_slowdown,
                     "Slow compute while the rank communicates, by the calibration's compute_slowdown_under_comm");
