@@ -107,6 +107,19 @@ TEST_P(SimulateCommand, SimulateTopRanksByTimeAndSimulateAgrees) {
   EXPECT_GE(simulated_strategies, int(kStrategies.size()) - 1) << GetParam();
 }
 
+TEST(SimulateCommandInput, BadCountsAreRejectedWithTheFlagAndStatus2) {
+  if (!test::cli_built()) GTEST_SKIP() << test::cli_binary() << " is not built";
+  const test::CliResult jobs = test::run_cli("plan --simulate-top 2 --jobs 0", "2>&1");
+  EXPECT_EQ(jobs.status, 2);
+  EXPECT_NE(jobs.output.find("--jobs: must be at least 1 (got 0)"), std::string::npos) << jobs.output;
+  const test::CliResult top = test::run_cli("plan --simulate-top x", "2>&1");
+  EXPECT_EQ(top.status, 2);
+  EXPECT_NE(top.output.find("--simulate-top: not an integer: x"), std::string::npos) << top.output;
+  const test::CliResult steps = test::run_cli("simulate plan.yaml --max-ring-steps -1", "2>&1");
+  EXPECT_EQ(steps.status, 2);
+  EXPECT_NE(steps.output.find("--max-ring-steps: must be at least 0 (got -1)"), std::string::npos) << steps.output;
+}
+
 INSTANTIATE_TEST_SUITE_P(Presets, SimulateCommand, ::testing::ValuesIn(Topology::preset_names()), [](const auto& info) {
   std::string name = info.param;
   for (char& ch : name)
