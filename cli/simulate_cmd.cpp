@@ -1,4 +1,4 @@
-// `wallfacer simulate PLAN [--topology T] [--nodes K] [--trace out.json] [--json]
+// `wallfacer simulate PLAN [--topology T] [--nodes K] [--trace out.json [--trace-ranks 0-7]] [--json]
 // [--network-model M] [--calibration FILE] [--comm-slowdown]` replays a plan's schedule in the
 // SimGrid simulator and prints step, forward and backward time, per-rank statistics, link
 // classes and the busiest links (or the same as JSON).
@@ -8,6 +8,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
@@ -26,6 +27,7 @@ struct SimulateFlags {
   std::string calibration_path;
   std::string network_model = "CM02";
   std::string trace_path;
+  std::string trace_ranks;
   std::string all_to_all = "pairwise";
   int max_ring_steps = 64;
   bool comm_slowdown = false;
@@ -33,6 +35,34 @@ struct SimulateFlags {
   bool no_shortcuts = false;
   bool json = false;
 };
+
+// "0-7,64" -> {0, ..., 7, 64}. Ranks past the plan's are reported by the simulator.
+std::vector<int> parse_rank_list(const std::string& text) {
+  std::vector<int> ranks;
+  auto bad = [&](const std::string& why) { return InputError("--trace-ranks", 0, fmt::format("'{}': {}", text, why)); };
+  auto number = [&](const std::string& part) {
+    size_t used = 0;
+    long value = -1;
+    try {
+      value = std::stol(part, &used);
+    } catch (const std::exception&) {
+      throw bad("'" + part + "' is not a rank");
+    }
+    if (used != part.size() || value < 0 || value > (1 << 24)) throw bad("'" + part + "' is not a rank");
+    return int(value);
+  };
+  std::stringstream items(text);
+  for (std::string item; std::getline(items, item, ',');) {
+    const size_t dash = item.find('-');
+    const int first = number(item.substr(0, dash));
+    const int last = dash == std::string::npos ? first : number(item.substr(dash + 1));
+    if (last < first) throw bad(fmt::format("range {}-{} runs backwards", first, last));
+    for (int rank = first; rank <= last; ++rank)
+      ranks.push_back(rank);
+  }
+  if (ranks.empty()) throw bad("no ranks listed");
+  return ranks;
+}
 
 // The plan's own topology unless --topology is given; a compact topology is scaled to the plan's
 // node count unless --nodes is given.
@@ -99,6 +129,10 @@ void run(const SimulateFlags& flags) {
   options.tcp_effects = flags.tcp_effects;
   options.shortcuts = !flags.no_shortcuts;
   options.trace_path = flags.trace_path;
+  if (!flags.trace_ranks.empty()) {
+    if (flags.trace_path.empty()) throw InputError("--trace-ranks", 0, "needs --trace FILE");
+    options.trace_ranks = parse_rank_list(flags.trace_ranks);
+  }
   options.comm_slowdown = flags.comm_slowdown;
   options.all_to_all = flags.all_to_all;
   options.max_ring_steps = flags.max_ring_steps;
@@ -134,6 +168,8 @@ void register_simulate_command(CLI::App& app) {
   flags->topology_option = command->get_option("--topology");
   flags->topology_option->description("Topology preset or file (default: the one the plan names)")->default_str("");
   command->add_option("--trace", flags->trace_path, "Write a Chrome trace (Perfetto, chrome://tracing) to this file");
+  command->add_option("--trace-ranks", flags->trace_ranks,
+                      "Ranks the trace shows, e.g. 0-7,64 (default: all; large runs open faster with a few)");
   command->add_flag("--json", flags->json, "Print the result as JSON on stdout");
   command
       ->add_option("--network-model", flags->network_model,

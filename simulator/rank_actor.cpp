@@ -30,8 +30,8 @@ RankActor::RankActor(Replay& replay, int rank)
   for (size_t i = 0; i < program_.ops.size(); ++i)
     queue_[size_t(program_.ops[i].stream)].push_back(int32_t(i));
   index_dependencies();
-  if (replay_.records_ops()) outcome_.records.reserve(program_.ops.size());
-  activities_.keep_times(replay_.records_ops());
+  if (replay_.records_ops(rank_)) outcome_.records.reserve(program_.ops.size());
+  activities_.keep_times(replay_.records_ops(rank_));
 }
 
 void RankActor::run() {
@@ -260,7 +260,7 @@ void RankActor::advance_clock() {
 }
 
 void RankActor::record(RecordKind kind, int32_t op, double start, double finish, int64_t flow) {
-  if (!replay_.records_ops()) return;
+  if (!replay_.records_ops(rank_)) return;
   Record r;
   r.start = start;
   r.finish = finish;

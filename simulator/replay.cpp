@@ -38,6 +38,15 @@ Replay::Replay(const Plan& plan, const Topology& topology, const Schedule& sched
   expand_options_.all_to_all = options.all_to_all == "direct" ? AllToAllAlgorithm::Direct : AllToAllAlgorithm::Pairwise;
   expand_options_.max_ring_steps = options.max_ring_steps;
   validate_schedule();
+  if (!options.trace_ranks.empty()) {
+    traced_.assign(size_t(plan.num_ranks()), false);
+    for (int rank : options.trace_ranks) {
+      if (rank < 0 || rank >= plan.num_ranks())
+        throw InputError("--trace-ranks", 0,
+                         fmt::format("rank {} does not exist (the plan has ranks 0..{})", rank, plan.num_ranks() - 1));
+      traced_[size_t(rank)] = true;
+    }
+  }
   std::vector<int> gpus;
   for (const auto& rank : plan.ranks)
     gpus.push_back(rank.gpu);

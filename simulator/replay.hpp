@@ -77,7 +77,9 @@ class Replay {
   bool compute_runs_alone() const { return compute_alone_; }
   // Seconds a compute op takes at the host's nominal speed (calibrated).
   double op_seconds(const Op& op);
-  bool records_ops() const { return !options_.trace_path.empty(); }
+  bool records_ops(int rank) const {
+    return !options_.trace_path.empty() && (traced_.empty() || traced_[size_t(rank)]);
+  }
   SimEngine& engine() { return engine_; }
   RankOutcome& outcome(int rank) { return outcomes_[size_t(rank)]; }
   void fail(const std::string& message);
@@ -97,6 +99,7 @@ class Replay {
   std::vector<int> host_of_gpu_;
   bool slowdown_ = false;
   bool compute_alone_ = false;
+  std::vector<bool> traced_;  // by rank, when only some ranks are traced
   double peak_flops_ = 0;
   ExpandOptions expand_options_;
   std::vector<std::vector<CollectiveSteps>> steps_;  // [rank][collective]

@@ -114,7 +114,11 @@ SimResult simulate_here(const Plan& plan, const Topology& topology, const Schedu
   WF_LOG_INFO("simulator", "simulation ran {:.2f} s", seconds_since(running));
   SimResult result = summarize(replay, topology);
   if (!options.trace_path.empty()) {
-    sim::TraceContext context{plan, topology, schedule, replay.outcomes(), options.network_model, result.step_ms / 1e3};
+    std::vector<int> ranks = options.trace_ranks;
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    sim::TraceContext context{plan, topology, schedule, replay.outcomes(), options.network_model, result.step_ms / 1e3,
+                              ranks};
     sim::write_chrome_trace_file(options.trace_path, context);
   }
   return result;

@@ -23,6 +23,9 @@ struct SimOptions {
   std::string network_model = "CM02";
   bool tcp_effects = false;  // cross-traffic and the TCP-gamma window cap (off for CM02 default)
   std::string trace_path;    // write a Chrome trace JSON here when not empty
+  // Ranks the trace shows (empty: all). A 4,096-rank trace has millions of events; a few ranks
+  // open quickly in Perfetto. Flow arrows are kept between traced ranks only.
+  std::vector<int> trace_ranks;
   Calibration calibration = Calibration::defaults();
   bool comm_slowdown = false;  // apply calibration's compute slowdown while communication runs
   // All-gather, reduce-scatter and all-reduce expand into point-to-point steps with this

@@ -52,17 +52,25 @@ int tid_of(RecordKind kind) {
 
 class TraceWriter {
  public:
-  TraceWriter(std::ostream& out, const TraceContext& context) : out_(out), c_(context) {}
+  TraceWriter(std::ostream& out, const TraceContext& context) : out_(out), c_(context) {
+    ranks_ = context.ranks;
+    if (ranks_.empty())
+      for (int rank = 0; rank < int(context.outcomes.size()); ++rank)
+        ranks_.push_back(rank);
+    traced_.assign(context.outcomes.size(), false);
+    for (int rank : ranks_)
+      traced_[size_t(rank)] = true;
+  }
 
   void write() {
     out_ << "{\"displayTimeUnit\":\"ns\",\"otherData\":{";
     out_ << "\"strategy\":" << json_string(to_string(c_.plan.strategy))
          << ",\"topology\":" << json_string(c_.topology.name()) << ",\"ranks\":" << c_.plan.num_ranks()
-         << ",\"network_model\":" << json_string(c_.network_model) << ",\"step_us\":" << micros(c_.step_seconds)
-         << "},\n\"traceEvents\":[\n";
-    for (int rank = 0; rank < int(c_.outcomes.size()); ++rank)
+         << ",\"traced_ranks\":" << ranks_.size() << ",\"network_model\":" << json_string(c_.network_model)
+         << ",\"step_us\":" << micros(c_.step_seconds) << "},\n\"traceEvents\":[\n";
+    for (int rank : ranks_)
       write_metadata(rank);
-    for (int rank = 0; rank < int(c_.outcomes.size()); ++rank)
+    for (int rank : ranks_)
       write_rank(rank);
     flush();
     out_ << "\n]}\n";
@@ -132,9 +140,11 @@ class TraceWriter {
             json_string(fmt::format("{} {} {} r{}{}", send ? "send" : "recv", fields, send ? "->" : "<-", op.peer,
                                     step_suffix(op.step))),
             common, r.op, phase, op.bytes, op.peer, op.tag));
-        event(fmt::format(R"({{"ph":"{}","name":{},"cat":"flow","id":{},"pid":{},"tid":{},"ts":{}{}}})",
-                          send ? "s" : "f", json_string(fields), r.flow, rank, tid, micros(r.start),
-                          send ? "" : R"(,"bp":"e")"));
+        // An arrow needs both ends in the trace.
+        if (traced_[size_t(op.peer)])
+          event(fmt::format(R"({{"ph":"{}","name":{},"cat":"flow","id":{},"pid":{},"tid":{},"ts":{}{}}})",
+                            send ? "s" : "f", json_string(fields), r.flow, rank, tid, micros(r.start),
+                            send ? "" : R"(,"bp":"e")"));
         break;
       }
       default: {
@@ -154,6 +164,8 @@ class TraceWriter {
 
   std::ostream& out_;
   const TraceContext& c_;
+  std::vector<int> ranks_;    // shown, ascending
+  std::vector<bool> traced_;  // by rank
   fmt::memory_buffer buffer_;
   bool first_ = true;
 };

@@ -23,6 +23,7 @@ struct TraceContext {
   const std::vector<RankOutcome>& outcomes;
   std::string network_model;
   double step_seconds = 0;
+  std::vector<int> ranks;  // ranks to show, ascending; empty: all
 };
 
 // Thread ids of the streams inside a rank's process.

@@ -51,9 +51,10 @@ struct RingTraceCase {
       }
     return s;
   }
-  std::string simulate_to(const std::string& name) {
+  std::string simulate_to(const std::string& name, std::vector<int> ranks = {}) {
     SimOptions options;
     options.trace_path = temp_path(name);
+    options.trace_ranks = std::move(ranks);
     simulate_schedule(plan, topology, schedule, options);
     std::string text = read_file(options.trace_path);
     std::filesystem::remove(options.trace_path);
@@ -121,6 +122,38 @@ TEST(SimulatorTrace, SliceTimesMatchTheSimulation) {
   SimResult result = simulate_schedule(c.plan, c.topology, c.schedule);
   EXPECT_NEAR(last_end_us, result.step_ms * 1e3, 2e-3);  // microseconds printed to the nanosecond
   EXPECT_NEAR(trace["otherData"]["step_us"].get<double>(), result.step_ms * 1e3, 1e-3);
+}
+
+TEST(SimulatorTrace, ChosenRanksOnlyWithArrowsBetweenThem) {
+  RingTraceCase c;
+  // Ranks 1 and 2 (listed twice and out of order): the ring edge 1 -> 2 keeps its arrows, the
+  // edges into 1 and out of 2 lead to ranks not shown and have none.
+  nlohmann::json trace = nlohmann::json::parse(c.simulate_to("e.json", {2, 1, 2}));
+  std::set<int> pids;
+  std::map<int64_t, std::pair<int, int>> flows;  // id -> (starts, finishes)
+  int p2p_slices = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    pids.insert(e.at("pid").get<int>());
+    if (e.at("ph") == "X" && e.at("cat") == "p2p") ++p2p_slices;
+    if (e.at("ph") == "s") {
+      ++flows[e.at("id")].first;
+      EXPECT_EQ(e.at("pid"), 1);
+    }
+    if (e.at("ph") == "f") {
+      ++flows[e.at("id")].second;
+      EXPECT_EQ(e.at("pid"), 2);
+    }
+  }
+  EXPECT_EQ(pids, (std::set<int>{1, 2}));
+  EXPECT_EQ(trace["otherData"]["traced_ranks"], 2);
+  EXPECT_EQ(p2p_slices, 2 * 2 * c.steps);  // every send and receive of both ranks
+  ASSERT_EQ(flows.size(), size_t(c.steps));
+  for (const auto& [id, ends] : flows)
+    EXPECT_EQ(ends, std::make_pair(1, 1)) << "flow " << id;
+  SimOptions options;
+  options.trace_path = temp_path("f.json");
+  options.trace_ranks = {4};
+  EXPECT_THROW(simulate_schedule(c.plan, c.topology, c.schedule, options), InputError);
 }
 
 TEST(SimulatorTrace, UnwritablePathIsAnInputError) {
