@@ -2,6 +2,7 @@
 // a topology (planner/search.hpp), prints the ranking (or JSON), and optionally writes the best
 // plan, checks its full schedule and re-ranks the best few by simulation.
 #include <fmt/format.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <fstream>
@@ -21,10 +22,14 @@
 namespace wallfacer::cli {
 namespace {
 
-// Simulations to run at once: one per CPU (each is single-threaded; a 4,096-GPU one needs 0.4 to
-// 1.1 GB).
+// Simulations to run at once: one per CPU this process may use (each is single-threaded), at most
+// 8 (a 4,096-GPU simulation needs 0.4 to 1.1 GB).
 int default_jobs() {
-  return int(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const int cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
+                                                                       : int(std::thread::hardware_concurrency());
+  return std::clamp(cpus, 1, 8);
 }
 
 struct PlanFlags {
@@ -298,7 +303,9 @@ void register_plan_command(CLI::App& app) {
       ->capture_default_str()
       ->check(at_least(0))
       ->group(output);
-  command->add_option("--jobs", flags->jobs, "Simulations --simulate-top runs at once (default: one per CPU)")
+  command
+      ->add_option("--jobs", flags->jobs,
+                   "Simulations --simulate-top runs at once (default: one per usable CPU, at most 8)")
       ->capture_default_str()
       ->check(at_least(1))
       ->group(output);
