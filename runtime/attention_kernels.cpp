@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -90,6 +89,21 @@ inline __attribute__((always_inline)) void store(float* p, f32x16 v) {
   std::memcpy(p, &v, sizeof v);
 }
 
+// Bit reinterpretation between the float and int vectors. memcpy rather than std::bit_cast: GCC
+// 12's UBSan reports a false null-pointer load for bit_cast on vector types; both compile to
+// nothing.
+inline __attribute__((always_inline)) i32x16 int_bits(f32x16 v) {
+  i32x16 r;
+  std::memcpy(&r, &v, sizeof r);
+  return r;
+}
+
+inline __attribute__((always_inline)) f32x16 float_bits(i32x16 v) {
+  f32x16 r;
+  std::memcpy(&r, &v, sizeof r);
+  return r;
+}
+
 // exp(x) to about 2 ulp (Cephes expf polynomial). x < -87 (including -inf) gives exactly 0, which
 // is how masked scores vanish; x is clamped at 88 so n + 127 stays a valid exponent.
 inline __attribute__((always_inline)) f32x16 exp16(f32x16 x) {
@@ -99,7 +113,7 @@ inline __attribute__((always_inline)) f32x16 exp16(f32x16 x) {
   const f32x16 magic = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
   const f32x16 t = x * splat(1.44269504088896341f) + magic;
   const f32x16 n = t - magic;
-  const i32x16 ni = std::bit_cast<i32x16>(t) - std::bit_cast<i32x16>(magic);
+  const i32x16 ni = int_bits(t) - int_bits(magic);
   f32x16 r = x - n * splat(0.693359375f);
   r = r - n * splat(-2.12194440e-4f);
   f32x16 y = splat(1.9875691500e-4f);
@@ -110,7 +124,7 @@ inline __attribute__((always_inline)) f32x16 exp16(f32x16 x) {
   y = y * r + splat(5.0000001201e-1f);
   y = y * (r * r) + r + splat(1.0f);
   const i32x16 pow2 = (ni + 127) << 23;
-  y = y * std::bit_cast<f32x16>(pow2);
+  y = y * float_bits(pow2);
   return underflow ? splat(0.0f) : y;
 }
 
