@@ -34,9 +34,13 @@ LinkSpec resource_spec(const Topology& topology, ResourceId resource) {
   return {resource_name(topology, resource), link.bandwidth_GBps * 1e9, link.latency_us * 1e-6, false};
 }
 
-// Engine link of every resource some route uses: its own, or the one of its merged chain.
-std::unordered_map<ResourceId, int> declare_links(SimEngine& engine, const Topology& topology, const RouteSet& set,
-                                                  LinkDetail detail) {
+// Engine links: one per chain; `of` maps every resource some route uses to its chain's link.
+struct EngineLinks {
+  std::unordered_map<ResourceId, int> of;
+  size_t count = 0;
+};
+
+EngineLinks declare_links(SimEngine& engine, const Topology& topology, const RouteSet& set, LinkDetail detail) {
   // Routes using each resource, in route order (so equal sets compare equal as vectors).
   std::unordered_map<ResourceId, std::vector<uint32_t>> users;
   std::vector<ResourceId> order;  // first-use order, for deterministic link numbering
@@ -46,36 +50,33 @@ std::unordered_map<ResourceId, int> declare_links(SimEngine& engine, const Topol
       if (inserted) order.push_back(resource);
       it->second.push_back(uint32_t(r));
     }
-  std::unordered_map<ResourceId, int> engine_link;
-  std::map<std::vector<uint32_t>, std::vector<ResourceId>> chains;  // MergedChains: by route set
+  // Chains in order of their first resource's first use, so links are numbered deterministically.
+  std::vector<std::vector<ResourceId>> chains;
+  std::map<std::vector<uint32_t>, size_t> chain_of;  // MergedChains: by route set
   for (ResourceId resource : order) {
-    if (detail == LinkDetail::Physical)
-      engine_link[resource] = engine.add_link(resource_spec(topology, resource));
-    else
-      chains[users[resource]].push_back(resource);
+    if (detail == LinkDetail::Physical) {
+      chains.push_back({resource});
+      continue;
+    }
+    auto [it, inserted] = chain_of.try_emplace(users[resource], chains.size());
+    if (inserted) chains.emplace_back();
+    chains[it->second].push_back(resource);
   }
-  if (detail == LinkDetail::Physical) return engine_link;
-  // Number the merged links by their first resource's first use.
-  std::vector<const std::vector<ResourceId>*> groups;
-  for (const auto& [routes, members] : chains)
-    groups.push_back(&members);
-  std::unordered_map<ResourceId, size_t> rank;
-  for (size_t i = 0; i < order.size(); ++i)
-    rank[order[i]] = i;
-  std::sort(groups.begin(), groups.end(), [&](auto* a, auto* b) { return rank[a->front()] < rank[b->front()]; });
-  for (const auto* members : groups) {
-    LinkSpec spec = resource_spec(topology, members->front());
-    for (size_t i = 1; i < members->size(); ++i) {
-      LinkSpec next = resource_spec(topology, (*members)[i]);
+  EngineLinks links;
+  links.count = chains.size();
+  for (const auto& members : chains) {
+    LinkSpec spec = resource_spec(topology, members.front());
+    for (size_t i = 1; i < members.size(); ++i) {
+      LinkSpec next = resource_spec(topology, members[i]);
       spec.bandwidth_Bps = std::min(spec.bandwidth_Bps, next.bandwidth_Bps);
       spec.latency_s += next.latency_s;
     }
-    if (members->size() > 1) spec.name += fmt::format("+{}", members->size() - 1);
+    if (members.size() > 1) spec.name += fmt::format("+{}", members.size() - 1);
     int link = engine.add_link(spec);
-    for (ResourceId resource : *members)
-      engine_link[resource] = link;
+    for (ResourceId resource : members)
+      links.of[resource] = link;
   }
-  return engine_link;
+  return links;
 }
 
 }  // namespace
@@ -91,12 +92,12 @@ PlatformLayout declare_hosts(SimEngine& engine, const Topology& topology, const 
 NetworkDeclared declare_network(SimEngine& engine, const Topology& topology, const PlatformLayout& layout,
                                 std::vector<std::pair<int, int>> gpu_pairs, LinkDetail detail) {
   RouteSet set = route_pairs(topology, std::move(gpu_pairs));
-  std::unordered_map<ResourceId, int> engine_link = declare_links(engine, topology, set, detail);
+  const EngineLinks links = declare_links(engine, topology, set, detail);
   std::vector<LinkUse> uses;
   for (size_t r = 0; r < set.pairs.size(); ++r) {
     uses.clear();
     for (ResourceId resource : set.resources[r]) {
-      int link = engine_link.at(resource);
+      int link = links.of.at(resource);
       // A merged chain is crossed once, at its first member.
       if (std::none_of(uses.begin(), uses.end(), [&](const LinkUse& u) { return u.link == link; }))
         uses.push_back({link, true});
@@ -104,12 +105,7 @@ NetworkDeclared declare_network(SimEngine& engine, const Topology& topology, con
     const auto& [src, dst] = set.pairs[r];
     engine.add_route(layout.host_of_gpu[size_t(src)], layout.host_of_gpu[size_t(dst)], uses);
   }
-  std::vector<int> distinct;
-  for (const auto& [resource, link] : engine_link)
-    distinct.push_back(link);
-  std::sort(distinct.begin(), distinct.end());
-  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  return {set.pairs.size(), distinct.size()};
+  return {set.pairs.size(), links.count};
 }
 
 std::string resource_name(const Topology& topology, ResourceId resource) {

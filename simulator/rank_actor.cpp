@@ -26,12 +26,13 @@ RankActor::RankActor(Replay& replay, int rank)
       rank_(rank),
       host_(replay.host_of_rank(rank)),
       program_(replay.schedule().ranks[size_t(rank)]),
-      outcome_(replay.outcome(rank)) {
+      outcome_(replay.outcome(rank)),
+      records_(replay.records_ops(rank)) {
   for (size_t i = 0; i < program_.ops.size(); ++i)
     queue_[size_t(program_.ops[i].stream)].push_back(int32_t(i));
   index_dependencies();
-  if (replay_.records_ops(rank_)) outcome_.records.reserve(program_.ops.size());
-  activities_.keep_times(replay_.records_ops(rank_));
+  if (records_) outcome_.records.reserve(program_.ops.size());
+  activities_.keep_times(records_);
 }
 
 void RankActor::run() {
@@ -260,7 +261,7 @@ void RankActor::advance_clock() {
 }
 
 void RankActor::record(RecordKind kind, int32_t op, double start, double finish, int64_t flow) {
-  if (!replay_.records_ops(rank_)) return;
+  if (!records_) return;
   Record r;
   r.start = start;
   r.finish = finish;

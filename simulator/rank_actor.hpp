@@ -54,6 +54,7 @@ class RankActor {
   int host_;
   const RankProgram& program_;
   RankOutcome& outcome_;
+  const bool records_;  // this rank's ops go into the trace
   ActivitySet activities_;
   // Unfinished explicit dependencies per op, and who depends on each op (CSR), so that checking
   // whether an op may start costs O(1) however many dependencies it has.

@@ -137,19 +137,6 @@ void check_options(const SimOptions& options) {
         fmt::format("all-to-all algorithm '{}' is not supported ('pairwise' or 'direct')", options.all_to_all));
 }
 
-// Runs `schedule_of()`'s schedule in a child process and times the whole.
-template <typename ScheduleOf>
-SimResult simulate_isolated(const Plan& plan, const Topology& topology, const SimOptions& options,
-                            ScheduleOf schedule_of) {
-  check_options(options);
-  auto started = std::chrono::steady_clock::now();
-  std::string text = sim::run_in_child_process(
-      [&] { return sim::result_to_json(simulate_here(plan, topology, schedule_of(), options), true); });
-  SimResult result = sim::result_from_json(text);
-  result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  return result;
-}
-
 // Built in the child: a large schedule never occupies the caller's memory.
 Schedule build_in_child(const Plan& plan) {
   auto started = std::chrono::steady_clock::now();
@@ -158,11 +145,27 @@ Schedule build_in_child(const Plan& plan) {
   return schedule;
 }
 
+// One simulation running in a child process.
 struct Running {
   size_t index = 0;
   sim::ChildProcess child;
   std::chrono::steady_clock::time_point started;
 };
+
+// Starts the simulation of `schedule_of()`'s schedule (called in the child) in a child process.
+template <typename ScheduleOf>
+Running start_simulation(size_t index, const Plan& plan, const Topology& topology, const SimOptions& options,
+                         ScheduleOf schedule_of) {
+  auto work = [&] { return sim::result_to_json(simulate_here(plan, topology, schedule_of(), options), true); };
+  return {index, sim::start_child_process(work), std::chrono::steady_clock::now()};
+}
+
+// Waits for the simulation's result; wall_seconds runs from its start.
+SimResult finish(Running& run) {
+  SimResult result = sim::result_from_json(sim::finish_child_process(run.child));
+  result.wall_seconds = seconds_since(run.started);
+  return result;
+}
 
 // Waits for the children still running when another one failed; their results do not matter.
 void reap(std::deque<Running>& running) noexcept {
@@ -175,10 +178,12 @@ void reap(std::deque<Running>& running) noexcept {
   }
 }
 
-SimResult finish(Running& run) {
-  SimResult result = sim::result_from_json(sim::finish_child_process(run.child));
-  result.wall_seconds = seconds_since(run.started);
-  return result;
+template <typename ScheduleOf>
+SimResult simulate_isolated(const Plan& plan, const Topology& topology, const SimOptions& options,
+                            ScheduleOf schedule_of) {
+  check_options(options);
+  Running run = start_simulation(0, plan, topology, options, schedule_of);
+  return finish(run);
 }
 
 }  // namespace
@@ -204,10 +209,7 @@ std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topol
         running.pop_front();
       }
       const Plan& plan = plans[i];
-      auto work = [&] {
-        return sim::result_to_json(simulate_here(plan, topology, build_in_child(plan), options), true);
-      };
-      running.push_back({i, sim::start_child_process(work), std::chrono::steady_clock::now()});
+      running.push_back(start_simulation(i, plan, topology, options, [&] { return build_in_child(plan); }));
     }
     while (!running.empty()) {
       results[running.front().index] = finish(running.front());

@@ -1,9 +1,11 @@
-// A one-layer workload with hand-picked shapes, for tests that need exact small sizes rather than
-// a model preset.
+// A one-layer workload with hand-picked shapes, and a plan for it that needs no topology, for tests
+// that need exact small sizes rather than a model preset.
 #pragma once
 
 #include <cstdint>
 
+#include "planner/plan.hpp"
+#include "planner/strategy.hpp"
 #include "planner/workload.hpp"
 
 namespace wallfacer::test {
@@ -31,6 +33,21 @@ inline Workload synthetic_workload(const WorkloadShape& shape) {
   w.dtype = shape.dtype;
   w.causal = shape.causal;
   return w;
+}
+
+// Rank r on GPU r of one node of topology "none", with the strategy's canonical groups.
+inline Plan topology_free_plan(StrategyKind kind, const StrategyParams& params, const Workload& workload) {
+  Plan plan;
+  plan.topology_name = "none";
+  plan.topology_nodes = 1;
+  plan.workload = workload;
+  plan.strategy = kind;
+  plan.params = params;
+  const int P = params.sequence_parallel * params.data_parallel;
+  for (int r = 0; r < P; ++r)
+    plan.ranks.push_back(RankSlot{r, r, 0, r, ""});
+  plan.groups = make_groups(kind, params, P);
+  return plan;
 }
 
 }  // namespace wallfacer::test

@@ -19,17 +19,7 @@ StrategyParams seq_params(int S, int D) {
 }
 
 Plan hand_plan(StrategyKind kind, const StrategyParams& params, const Workload& workload) {
-  Plan plan;
-  plan.topology_name = "none";
-  plan.topology_nodes = 1;
-  plan.workload = workload;
-  plan.strategy = kind;
-  plan.params = params;
-  const int P = params.sequence_parallel * params.data_parallel;
-  for (int r = 0; r < P; ++r)
-    plan.ranks.push_back(RankSlot{r, r, 0, r, ""});
-  plan.groups = make_groups(kind, params, P);
-  return plan;
+  return test::topology_free_plan(kind, params, workload);
 }
 
 namespace {
