@@ -481,27 +481,21 @@ int32_t ProgramBuilder::copy(int32_t src, int32_t dst, const TokenSet& tokens, F
 
 int32_t ProgramBuilder::send(int32_t buf, const TokenSet& tokens, FieldMask fields, int peer, int32_t tag,
                              int32_t flow_set, int step, const std::vector<int32_t>& deps) {
-  Op op;
-  op.kind = OpKind::Send;
-  op.stream = Stream::Send;
-  op.phase = phase_;
-  op.step = step;
-  op.peer = peer;
-  op.tag = tag;
-  op.flow_set = flow_set;
-  op.buf[0] = buf;
-  op.tok[0] = intern(tokens);
-  op.heads = decl(buf).heads;
-  op.fields = fields;
-  op.bytes = payload_bytes(dims_, fields, token_count(tokens), op.heads.size(), dims_.batch, decl(buf).fp32);
-  return append(std::move(op), {{buf, fields, false}}, deps);
+  return transfer(OpKind::Send, buf, tokens, fields, peer, tag, flow_set, step, deps);
 }
 
 int32_t ProgramBuilder::recv(int32_t buf, const TokenSet& tokens, FieldMask fields, int peer, int32_t tag,
                              int32_t flow_set, int step, const std::vector<int32_t>& deps) {
+  return transfer(OpKind::Recv, buf, tokens, fields, peer, tag, flow_set, step, deps);
+}
+
+// A send reads `buf`, a receive writes it; both move the same bytes.
+int32_t ProgramBuilder::transfer(OpKind kind, int32_t buf, const TokenSet& tokens, FieldMask fields, int peer,
+                                 int32_t tag, int32_t flow_set, int step, const std::vector<int32_t>& deps) {
+  const bool receive = kind == OpKind::Recv;
   Op op;
-  op.kind = OpKind::Recv;
-  op.stream = Stream::Recv;
+  op.kind = kind;
+  op.stream = receive ? Stream::Recv : Stream::Send;
   op.phase = phase_;
   op.step = step;
   op.peer = peer;
@@ -512,7 +506,7 @@ int32_t ProgramBuilder::recv(int32_t buf, const TokenSet& tokens, FieldMask fiel
   op.heads = decl(buf).heads;
   op.fields = fields;
   op.bytes = payload_bytes(dims_, fields, token_count(tokens), op.heads.size(), dims_.batch, decl(buf).fp32);
-  return append(std::move(op), {{buf, fields, true}}, deps);
+  return append(std::move(op), {{buf, fields, receive}}, deps);
 }
 
 int ProgramBuilder::member_of(int32_t group) const {

@@ -211,6 +211,8 @@ class ProgramBuilder {
   RankProgram finish() { return std::move(program_); }
 
  private:
+  int32_t transfer(OpKind kind, int32_t buf, const TokenSet& tokens, FieldMask fields, int peer, int32_t tag,
+                   int32_t flow_set, int step, const std::vector<int32_t>& deps);
   struct Access {
     int32_t buf;
     FieldMask fields;
