@@ -19,6 +19,24 @@ void* collective_payload(uint64_t sequence, uint64_t step) {
   return reinterpret_cast<void*>(uintptr_t(((sequence << 24) | step) + 1));
 }
 
+// What a point-to-point transfer carries: the send op's index and tag, packed into the pointer
+// so that the receiver checks the pairing without reading the sender's program (a cache miss per
+// transfer at thousands of ranks). A channel joins one sender to one receiver, so the peer is
+// known. The top bit keeps the value non-null.
+constexpr uint64_t kP2pPayloadBit = uint64_t(1) << 63;
+void* p2p_payload(int32_t send_op, int32_t tag) {
+  return reinterpret_cast<void*>(uintptr_t(kP2pPayloadBit | (uint64_t(uint32_t(send_op)) << 32) | uint32_t(tag)));
+}
+struct P2pPayload {
+  bool valid = false;
+  int32_t send_op = -1, tag = -1;
+};
+P2pPayload decode_p2p_payload(const void* payload) {
+  auto bits = uint64_t(reinterpret_cast<uintptr_t>(payload));
+  if (!(bits & kP2pPayloadBit)) return {};
+  return {true, int32_t(uint32_t(bits >> 32) & 0x7fffffffu), int32_t(uint32_t(bits))};
+}
+
 }  // namespace
 
 RankActor::RankActor(Replay& replay, int rank)
@@ -33,6 +51,7 @@ RankActor::RankActor(Replay& replay, int rank)
   index_dependencies();
   if (records_) outcome_.records.reserve(program_.ops.size());
   activities_.keep_times(records_);
+  if (replay_.compute_runs_alone()) activities_.set_wake_policy(&RankActor::wakes_for, this);
 }
 
 void RankActor::run() {
@@ -98,7 +117,7 @@ void RankActor::start_op(int32_t index) {
   const Op& op = program_.ops[size_t(index)];
   switch (op.kind) {
     case OpKind::Send:
-      activities_.send(replay_.op_channel(rank_, index), double(op.bytes), const_cast<Op*>(&op),
+      activities_.send(replay_.op_channel(rank_, index), double(op.bytes), p2p_payload(index, op.tag),
                        make_tag(TagKind::Send, uint64_t(index)));
       transfer_started();
       break;
@@ -113,7 +132,7 @@ void RankActor::start_op(int32_t index) {
       start_collective(index);
       break;
     default:
-      advance_clock();
+      advance_clock(SimEngine::now());
       computing_ = true;
       if (replay_.compute_runs_alone())
         activities_.timer(replay_.op_seconds(op), make_tag(TagKind::Compute, uint64_t(index)));
@@ -162,7 +181,7 @@ void RankActor::advance_collective() {
     record(RecordKind::Collective, c.op, c.posted_at, SimEngine::now());
     int32_t finished = c.op;
     c = Collective{};
-    complete_op(finished);
+    complete_op(finished, SimEngine::now());
   }
 }
 
@@ -178,10 +197,10 @@ void RankActor::handle(const Completion& done) {
   auto kind = TagKind(done.tag >> 56);
   uint64_t index = done.tag & ((uint64_t(1) << 56) - 1);
   if (kind == TagKind::Compute) {
-    advance_clock();
+    advance_clock(done.finish);
     computing_ = false;
     record(RecordKind::Compute, int32_t(index), done.start, done.finish);
-    complete_op(int32_t(index));
+    complete_op(int32_t(index), done.finish);
     return;
   }
   if (kind == TagKind::CollectiveDelay) {  // the transfer continues: still in flight
@@ -194,26 +213,22 @@ void RankActor::handle(const Completion& done) {
 void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& done) {
   transfer_finished();
   if (kind == TagKind::Send) {
-    const Op& op = program_.ops[index];
     record(RecordKind::Send, int32_t(index), done.start, done.finish, flow_id(rank_, int64_t(index)));
-    replay_.account_transfer(replay_.op_channel(rank_, int32_t(index)), double(op.bytes));
     ++outcome_.activities;
-    complete_op(int32_t(index));
+    complete_op(int32_t(index), done.finish);
   } else if (kind == TagKind::Recv) {
     const Op& op = program_.ops[index];
-    const auto* sent = static_cast<const Op*>(done.payload);
-    const RankProgram& sender = replay_.schedule().ranks[size_t(op.peer)];
-    if (sent == nullptr || sent->tag != op.tag || sent->peer != rank_)
+    const P2pPayload sent = decode_p2p_payload(done.payload);
+    if (!sent.valid || sent.tag != op.tag)
       throw ScheduleError(
           fmt::format("op {} (recv tag {} from rank {}) paired with a send of tag {}: the ranks "
                       "post their messages in different orders",
-                      index, op.tag, op.peer, sent ? sent->tag : -1));
-    record(RecordKind::Recv, int32_t(index), done.start, done.finish, flow_id(op.peer, sent - sender.ops.data()));
-    complete_op(int32_t(index));
+                      index, op.tag, op.peer, sent.valid ? sent.tag : -1));
+    record(RecordKind::Recv, int32_t(index), done.start, done.finish, flow_id(op.peer, sent.send_op));
+    complete_op(int32_t(index), done.finish);
   } else {
     Collective& c = collective_;
     if (kind == TagKind::CollectiveSend) {
-      replay_.account_transfer(c.steps->sends[index].channel, c.steps->sends[index].bytes);
       ++outcome_.activities;
       ++c.sends_done;
     } else {
@@ -229,7 +244,7 @@ void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& 
   }
 }
 
-void RankActor::complete_op(int32_t index) {
+void RankActor::complete_op(int32_t index, double at) {
   const Op& op = program_.ops[size_t(index)];
   for (uint32_t k = dependents_begin_[size_t(index)]; k < dependents_begin_[size_t(index) + 1]; ++k)
     --pending_deps_[size_t(dependents_[k])];
@@ -237,27 +252,49 @@ void RankActor::complete_op(int32_t index) {
   size_t stream = size_t(op.stream);
   busy_[stream] = false;
   ++head_[stream];
-  if (op.phase == Phase::Forward) outcome_.forward_finish = std::max(outcome_.forward_finish, SimEngine::now());
+  if (op.phase == Phase::Forward) outcome_.forward_finish = std::max(outcome_.forward_finish, at);
+}
+
+bool RankActor::wakes_for(const void* actor, uint64_t tag) {
+  // Merged-step delays post a send when they expire; only compute ops may finish unobserved.
+  if (TagKind(tag >> 56) != TagKind::Compute) return true;
+  return static_cast<const RankActor*>(actor)->completion_enables(int32_t(tag & ((uint64_t(1) << 56) - 1)));
+}
+
+bool RankActor::completion_enables(int32_t index) const {
+  if (completed_ + 1 == program_.ops.size()) return true;  // the program's end time
+  // An op waiting on this one starts if this is its last dependency and its stream is free at
+  // it; the op's own stream frees up too, so its next op may start.
+  const size_t own = size_t(program_.ops[size_t(index)].stream);
+  auto starts_after = [&](int32_t candidate, uint32_t deps_left) {
+    size_t s = size_t(program_.ops[size_t(candidate)].stream);
+    bool at_head = s == own ? head_[s] + 1 < queue_[s].size() && queue_[s][head_[s] + 1] == candidate
+                            : !busy_[s] && head_[s] < queue_[s].size() && queue_[s][head_[s]] == candidate;
+    return at_head && pending_deps_[size_t(candidate)] == deps_left;
+  };
+  for (uint32_t k = dependents_begin_[size_t(index)]; k < dependents_begin_[size_t(index) + 1]; ++k)
+    if (starts_after(dependents_[k], 1)) return true;
+  return head_[own] + 1 < queue_[own].size() && starts_after(queue_[own][head_[own] + 1], 0);
 }
 
 // Communication kernels occupy SMs from launch to completion, waiting included.
 void RankActor::transfer_started() {
-  advance_clock();
+  advance_clock(SimEngine::now());
   if (transfers_in_flight_++ == 0 && replay_.slows_compute()) SimEngine::set_power_state(host_, 1);
 }
 
 void RankActor::transfer_finished() {
-  advance_clock();
+  advance_clock(SimEngine::now());
   if (--transfers_in_flight_ == 0 && replay_.slows_compute()) SimEngine::set_power_state(host_, 0);
 }
 
 // The actor sees its own events in time order, so the counters integrate exactly.
-void RankActor::advance_clock() {
-  double now = SimEngine::now(), elapsed = now - last_change_;
+void RankActor::advance_clock(double at) {
+  double elapsed = at - last_change_;
   if (computing_) outcome_.compute_s += elapsed;
   if (transfers_in_flight_ > 0) outcome_.comm_s += elapsed;
   if (computing_ || transfers_in_flight_ > 0) outcome_.busy_s += elapsed;
-  last_change_ = now;
+  last_change_ = at;
 }
 
 void RankActor::record(RecordKind kind, int32_t op, double start, double finish, int64_t flow) {

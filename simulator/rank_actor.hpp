@@ -42,11 +42,16 @@ class RankActor {
   void post_collective_send(uint64_t index);
   void handle(const Completion& done);
   void handle_transfer(TagKind kind, uint64_t index, const Completion& done);
-  void complete_op(int32_t index);
+  void complete_op(int32_t index, double at);
+  // Whether finishing this op lets the rank start another op or end its program: only then must
+  // the actor wake when its timer expires (ActivitySet::set_wake_policy).
+  bool completion_enables(int32_t index) const;
+  static bool wakes_for(const void* actor, uint64_t tag);
   void transfer_started();
   void transfer_finished();
-  // Adds the time since the last change of what the rank is doing to its outcome's counters.
-  void advance_clock();
+  // Adds the time up to `at` since the last change of what the rank is doing to its outcome's
+  // counters (`at` may lie before the engine's clock for a timer handed out late).
+  void advance_clock(double at);
   void record(RecordKind kind, int32_t op, double start, double finish, int64_t flow = -1);
 
   Replay& replay_;

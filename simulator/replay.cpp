@@ -113,6 +113,7 @@ void Replay::prepare_rank(int rank) {
       bool send = op.kind == OpKind::Send;
       int src = send ? rank : op.peer, dst = send ? op.peer : rank;
       op_channels_[size_t(rank)][i] = add_channel(src, dst, -1);
+      if (send) channel_bytes_[size_t(op_channels_[size_t(rank)][i])] += double(op.bytes);
       gpu_pairs_.emplace_back(gpu_of_rank(src), gpu_of_rank(dst));
     } else if (is_collective(op.kind)) {
       if (op.coll < 0 || size_t(op.coll) >= program.collectives.size())
@@ -124,6 +125,7 @@ void Replay::prepare_rank(int rank) {
                                                 schedule_.tokens, expand_options_);
       for (auto& send : steps.sends) {
         send.channel = add_channel(rank, send.peer, spec.group);
+        channel_bytes_[size_t(send.channel)] += send.bytes;
         int src = gpu_of_rank(rank), dst = gpu_of_rank(send.peer);
         gpu_pairs_.emplace_back(src, dst);
         if (send.merged > 1 && src != dst) send.delay = (send.merged - 1) * route_latency_s(src, dst);

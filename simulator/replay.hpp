@@ -68,8 +68,6 @@ class Replay {
   const CollectiveSteps& collective_steps(int rank, int coll) const { return steps_[size_t(rank)][size_t(coll)]; }
   // Work of a compute op in FLOPs at the host's nominal speed: the calibrated time times peak.
   double exec_amount(const Op& op);
-  // Counts bytes sent over a channel; spread over its route's links after the run.
-  void account_transfer(int channel, double bytes) { channel_bytes_[size_t(channel)] += bytes; }
   bool slows_compute() const { return slowdown_; }
   // True when a compute op always runs at the host's full speed (one rank per GPU, its compute
   // stream running one op at a time, no slowdown under communication): it then lasts exactly
@@ -105,8 +103,10 @@ class Replay {
   std::vector<std::vector<CollectiveSteps>> steps_;  // [rank][collective]
   std::unordered_map<uint64_t, int> channels_;       // (src, dst, group) -> channel
   std::vector<std::pair<int, int>> channel_ends_;    // (src rank, dst rank) per channel
-  std::vector<double> channel_bytes_;                // bytes sent per channel
-  std::vector<std::vector<int32_t>> op_channels_;    // [rank][op]
+  // Bytes sent per channel: what the schedule sends, counted while preparing (a replay either
+  // runs every op or fails), spread over the channel's route after the run.
+  std::vector<double> channel_bytes_;
+  std::vector<std::vector<int32_t>> op_channels_;  // [rank][op]
   std::vector<std::pair<int, int>> gpu_pairs_;
   std::unordered_map<uint64_t, double> seconds_per_flop_;  // by kernel op and block shape
   std::unordered_map<uint64_t, double> route_latency_s_;   // by (source GPU, destination GPU)

@@ -9,6 +9,7 @@
 #include <simgrid/Exception.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 #include "planner/errors.hpp"
@@ -87,6 +88,20 @@ struct ActivitySet::Impl {
   };
   std::vector<Timer> timers;  // min-heap on deadline
   bool keep_times = false;
+  WakePolicy wake_policy = nullptr;
+  const void* wake_context = nullptr;
+  // A completion that came in while an unwoken timer had expired before it: handed out after it.
+  bool holding = false;
+  Completion held;
+
+  bool wakes_for(const Timer& timer) const { return wake_policy == nullptr || wake_policy(wake_context, timer.tag); }
+  // Earliest deadline of the timers the actor must be woken for (infinity when none).
+  double wake_deadline() const {
+    double earliest = std::numeric_limits<double>::infinity();
+    for (const Timer& timer : timers)
+      if (timer.deadline < earliest && wakes_for(timer)) earliest = timer.deadline;
+    return earliest;
+  }
 
   Completion pop_timer() {
     std::pop_heap(timers.begin(), timers.end(), Timer::later);
@@ -149,22 +164,36 @@ ptrdiff_t ActivitySet::Impl::wait_for(double timeout) {
 #endif
 }
 
+void ActivitySet::set_wake_policy(WakePolicy policy, const void* context) {
+  impl_->wake_policy = policy;
+  impl_->wake_context = context;
+}
+
 Completion ActivitySet::wait_any() {
   WF_ASSERT(!empty(), "wait_any on an empty activity set");
   Impl& set = *impl_;
-  if (!set.timers.empty()) {
-    double deadline = set.timers.front().deadline;
-    if (set.activities.empty()) {
-      sg4::this_actor::sleep_until(deadline);
-      return set.pop_timer();
-    }
+  for (;;) {
     double now = sg4::Engine::get_clock();
-    if (deadline <= now) return set.pop_timer();
-    ptrdiff_t index = set.wait_for(deadline - now);
-    if (index < 0) return set.pop_timer();
-    return take(size_t(index));
+    // Timers that expired while the actor waited for something else come first, in order.
+    if (!set.timers.empty() && set.timers.front().deadline <= now &&
+        (!set.holding || set.timers.front().deadline < set.held.finish))
+      return set.pop_timer();
+    if (set.holding) {
+      set.holding = false;
+      return set.held;
+    }
+    if (set.activities.empty()) {
+      sg4::this_actor::sleep_until(set.timers.front().deadline);
+      continue;
+    }
+    double wake_at = set.wake_deadline();
+    ptrdiff_t index = set.wait_for(wake_at == std::numeric_limits<double>::infinity() ? -1 : wake_at - now);
+    if (index < 0) continue;  // woken by a timer: handed out above
+    Completion done = take(size_t(index));
+    if (set.timers.empty() || set.timers.front().deadline >= done.finish) return done;
+    set.held = done;
+    set.holding = true;
   }
-  return take(size_t(set.wait_for(-1)));
 }
 
 Completion ActivitySet::take(size_t index) {
@@ -175,6 +204,8 @@ Completion ActivitySet::take(size_t index) {
   if (set.keep_times) {
     done_info.start = activity->get_start_time();
     done_info.finish = activity->get_finish_time();
+  } else {
+    done_info.finish = sg4::Engine::get_clock();  // the actor wakes when it finishes
   }
   if (set.slots[index].payload) done_info.payload = *set.slots[index].payload;
   // Swap-remove: order inside the set carries no meaning.
@@ -190,10 +221,10 @@ void ActivitySet::keep_times(bool on) {
 }
 
 bool ActivitySet::empty() const {
-  return impl_->activities.empty() && impl_->timers.empty();
+  return impl_->activities.empty() && impl_->timers.empty() && !impl_->holding;
 }
 size_t ActivitySet::size() const {
-  return impl_->activities.size() + impl_->timers.size();
+  return impl_->activities.size() + impl_->timers.size() + (impl_->holding ? 1 : 0);
 }
 
 // ---- SimEngine --------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ struct LinkUse {
 struct Completion {
   uint64_t tag = 0;         // the caller's tag given when starting the activity
   double start = 0;         // simulated seconds: when it started transferring / computing
-  double finish = 0;        // simulated seconds
+  double finish = 0;        // simulated seconds (always set; start only with keep_times)
   void* payload = nullptr;  // receives: the sender's payload pointer
 };
 
@@ -66,7 +66,14 @@ class ActivitySet {
   void recv(int channel, uint64_t tag);
   // Finishes after `seconds` of simulated time, using no resource.
   void timer(double seconds, uint64_t tag);
-  // Blocks the calling actor until one activity finishes and removes it from the set.
+  // Which timers the actor must be woken for when they expire. The others are handed out at the
+  // next wake-up, with their own finish times and before anything that finished later: for a
+  // timer whose completion lets the actor start nothing, that is the same simulation with one
+  // context switch and one kernel timer fewer.
+  using WakePolicy = bool (*)(const void* context, uint64_t tag);
+  void set_wake_policy(WakePolicy policy, const void* context);
+  // Blocks the calling actor until one activity finishes and removes it from the set. Completions
+  // come in the order of their finish times.
   Completion wait_any();
   // Whether completions carry start and finish times (off by default: reading them costs time
   // and only traces need them).
