@@ -3,3 +3,4 @@
 # tokens). Standalone driver; prints a table. Figures in docs/benchmarks.md.
 add_executable(bench_simulator ${CMAKE_CURRENT_LIST_DIR}/simulator_bench.cpp)
 target_link_libraries(bench_simulator PRIVATE wallfacer::simulator wallfacer::planner fmt::fmt)
+wallfacer_use_fast_malloc(bench_simulator)

@@ -6,6 +6,11 @@
 // process's CPU time (each simulation runs in a child process), steadier than wall time on a
 // shared machine; activities/s divides by the median CPU time.
 //
+// Side by side, the same run measures SimGrid's floor at each size: as many actors as GPUs pass
+// 1 MB messages around a ring of private links through the simulator's own adapter (post a send
+// and a receive, wait for both; no compute, no dependencies, no contention), and the table gives
+// its CPU microseconds per transfer. A replay cannot be cheaper per transfer than that.
+//
 //   bench_simulator [--gpus 64,512,4096] [--strategy wallfacer] [--seq TOKENS] [--repeats N]
 #include <fmt/format.h>
 #include <sys/resource.h>
@@ -22,6 +27,8 @@
 #include "planner/search.hpp"
 #include "planner/topology.hpp"
 #include "planner/workload.hpp"
+#include "simulator/isolated_run.hpp"
+#include "simulator/simgrid_adapter.hpp"
 #include "simulator/simulator.hpp"
 
 namespace {
@@ -66,12 +73,44 @@ double children_cpu_seconds() {
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
+// CPU microseconds per transfer of a bare ring of `actors` SimGrid actors (see the header).
+double simgrid_floor_us(int actors, int rounds) {
+  const double cpu_before = children_cpu_seconds();
+  wallfacer::sim::run_in_child_process([&] {
+    wallfacer::sim::SimEngine engine(wallfacer::sim::EngineConfig{});
+    for (int i = 0; i < actors; ++i) {
+      engine.add_host({fmt::format("h{}", i), {1e15}});
+      engine.add_link({fmt::format("l{}", i), 50e9, 1e-6, true});
+    }
+    for (int i = 0; i < actors; ++i)
+      engine.add_route(i, (i + 1) % actors, {{i, true}, {(i + 1) % actors, false}});
+    engine.seal();
+    for (int i = 0; i < actors; ++i)
+      engine.add_channel(fmt::format("ring{}", i));
+    for (int i = 0; i < actors; ++i)
+      engine.spawn("a", i, [i, actors, rounds] {
+        wallfacer::sim::ActivitySet set;
+        for (int r = 0; r < rounds; ++r) {
+          static int payload = 0;  // SimGrid refuses null payloads
+          set.send((i + 1) % actors, 1e6, &payload, 0);
+          set.recv(i, 1);
+          set.wait_any();
+          set.wait_any();
+        }
+      });
+    engine.run();
+    return std::string();
+  });
+  return (children_cpu_seconds() - cpu_before) / (double(actors) * rounds) * 1e6;
+}
+
 struct Row {
   int gpus = 0;
   std::string plan;
   double search_s = 0, predicted_ms = 0;
   std::vector<double> wall_s, cpu_s;  // one per repeat
   wallfacer::SimResult result;
+  double floor_us = 0;  // simgrid_floor_us at this size
 };
 
 double best(std::vector<double> v) {
@@ -109,6 +148,7 @@ Row run(int gpus, const wallfacer::Workload& workload, const Args& args) {
     row.cpu_s.push_back(children_cpu_seconds() - cpu_before);
     row.wall_s.push_back(row.result.wall_seconds);
   }
+  row.floor_us = simgrid_floor_us(gpus, 200);
   return row;
 }
 
@@ -123,16 +163,18 @@ int main(int argc, char** argv) {
       "simulator benchmark: dgx-h100, llama-3-8b, seq {} tokens, one attention layer fwd+bwd, {}, {} runs "
       "(best and median)\n",
       workload.seq, args.strategy ? wallfacer::to_string(*args.strategy) : "best plan of the search", args.repeats);
-  fmt::print("{:>6}  {:<26} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8} {:>12}\n", "GPUs", "plan", "search s",
-             "pred. ms", "sim. ms", "activities", "wall s", "median", "CPU s", "median", "activities/s");
+  fmt::print("{:>6}  {:<26} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8} {:>12} {:>10}\n", "GPUs", "plan",
+             "search s", "pred. ms", "sim. ms", "activities", "wall s", "median", "CPU s", "median", "activities/s",
+             "floor us");
   for (int gpus : args.gpus) {
     const Row r = run(gpus, workload, args);
     // Events per second of CPU time, over the median run.
     const double cpu = median(r.cpu_s);
     const double rate = cpu > 0 ? double(r.result.activities) / cpu : 0.0;
-    fmt::print("{:>6}  {:<26} {:>9.2f} {:>9.3f} {:>9.3f} {:>10} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>12.0f}\n",
-               r.gpus, r.plan, r.search_s, r.predicted_ms, r.result.step_ms, r.result.activities, best(r.wall_s),
-               median(r.wall_s), best(r.cpu_s), cpu, rate);
+    fmt::print(
+        "{:>6}  {:<26} {:>9.2f} {:>9.3f} {:>9.3f} {:>10} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>12.0f} {:>10.2f}\n",
+        r.gpus, r.plan, r.search_s, r.predicted_ms, r.result.step_ms, r.result.activities, best(r.wall_s),
+        median(r.wall_s), best(r.cpu_s), cpu, rate, r.floor_us);
     std::fflush(stdout);
   }
   return 0;

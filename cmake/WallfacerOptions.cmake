@@ -62,10 +62,37 @@ macro(wallfacer_resolve_gui)
   wallfacer_decide(WALLFACER_GUI _found "${_gui_why}")
 endmacro()
 
+# mimalloc replaces malloc in the executables that simulate: SimGrid allocates and frees several
+# objects per simulated transfer, and with thousands of actors glibc's allocator spends much of the
+# run there (docs/benchmarks.md, "Simulator"). Sanitizer builds keep their own allocator.
+macro(wallfacer_resolve_mimalloc)
+  set(_found OFF)
+  if(NOT WALLFACER_MIMALLOC STREQUAL "OFF" AND NOT WALLFACER_SANITIZE)
+    find_package(mimalloc 2.0 QUIET)
+    if(mimalloc_FOUND)
+      set(_found ON)
+    endif()
+  endif()
+  if(WALLFACER_SANITIZE)
+    set(_mimalloc_why "off under sanitizers")
+  else()
+    set(_mimalloc_why "mimalloc ${mimalloc_VERSION}")
+  endif()
+  wallfacer_decide(WALLFACER_MIMALLOC _found "${_mimalloc_why}")
+endmacro()
+
+# Links an executable with mimalloc when enabled; its malloc then serves every library, SimGrid's
+# included, because the executable's own dependencies are searched before libc.
+function(wallfacer_use_fast_malloc target)
+  if(WALLFACER_MIMALLOC_ENABLED)
+    target_link_libraries(${target} PRIVATE mimalloc)
+  endif()
+endfunction()
+
 function(wallfacer_print_summary)
   message(STATUS "wallfacer ${PROJECT_VERSION} configuration:")
   message(STATUS "  [x] CPU path: planner, simulator (SimGrid ${SIMGRID_VERSION}), runtime kernels")
-  foreach(part WALLFACER_MPI WALLFACER_CUDA WALLFACER_GUI)
+  foreach(part WALLFACER_MPI WALLFACER_CUDA WALLFACER_GUI WALLFACER_MIMALLOC)
     if(${part}_ENABLED)
       message(STATUS "  [x] ${part}: ${${part}_WHY}")
     else()
