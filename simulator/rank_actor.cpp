@@ -215,6 +215,7 @@ void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& 
   if (kind == TagKind::Send) {
     record(RecordKind::Send, int32_t(index), done.start, done.finish, flow_id(rank_, int64_t(index)));
     ++outcome_.activities;
+    ++outcome_.transfers;
     complete_op(int32_t(index), done.finish);
   } else if (kind == TagKind::Recv) {
     const Op& op = program_.ops[index];
@@ -230,6 +231,7 @@ void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& 
     Collective& c = collective_;
     if (kind == TagKind::CollectiveSend) {
       ++outcome_.activities;
+      ++outcome_.transfers;
       ++c.sends_done;
     } else {
       uint64_t step = c.steps->order == StepOrder::Ring ? index : 0;

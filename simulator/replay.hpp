@@ -38,6 +38,7 @@ struct RankOutcome {
   double finish = 0;          // when its last op completed
   double forward_finish = 0;  // when its last Forward op completed
   int64_t activities = 0;     // execs it ran and transfers it sent
+  int64_t transfers = 0;      // transfers it sent
   bool finished = false;
 };
 

@@ -36,6 +36,7 @@ std::string result_to_json(const SimResult& result, bool compact) {
                {"forward_ms", result.forward_ms},
                {"backward_ms", result.backward_ms},
                {"activities", result.activities},
+               {"transfers", result.transfers},
                {"wall_seconds", result.wall_seconds},
                {"ranks", ranks},
                {"links", {{"classes", classes}, {"busiest", busiest}}}};
@@ -49,6 +50,7 @@ SimResult result_from_json(const std::string& text) {
   result.forward_ms = json.at("forward_ms").get<double>();
   result.backward_ms = json.at("backward_ms").get<double>();
   result.activities = json.at("activities").get<int64_t>();
+  result.transfers = json.at("transfers").get<int64_t>();
   result.wall_seconds = json.at("wall_seconds").get<double>();
   for (const auto& r : json.at("ranks"))
     result.ranks.push_back({r.at("rank").get<int>(), r.at("compute_ms").get<double>(), r.at("comm_ms").get<double>(),

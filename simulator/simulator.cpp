@@ -71,6 +71,7 @@ SimResult summarize(const sim::Replay& replay, const Topology& topology) {
     step = std::max(step, outcome.finish);
     forward = std::max(forward, outcome.forward_finish);
     result.activities += outcome.activities;
+    result.transfers += outcome.transfers;
   }
   result.step_ms = step * 1e3;
   result.forward_ms = forward * 1e3;

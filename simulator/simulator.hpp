@@ -72,6 +72,7 @@ struct SimResult {
   std::vector<LinkClassStats> link_classes;
   std::vector<LinkStats> busiest_links;  // top 10 by utilisation
   int64_t activities = 0;                // SimGrid activities (execs + comms) run
+  int64_t transfers = 0;                 // of which transfers (P2P and collective steps), counted once
   double wall_seconds = 0;               // host time the simulation took
 };
 

@@ -86,6 +86,7 @@ TEST(SimulatorClosedForm, RingOverlapsComputeWithTransfers) {
     for (const RankStats& r : result.ranks)
       expect_rel(r.compute_ms, c.ranks * block * 1e3);
     EXPECT_EQ(result.activities, int64_t(c.ranks) * (2 * c.ranks - 1));
+    EXPECT_EQ(result.transfers, int64_t(c.ranks) * (c.ranks - 1));  // the P compute blocks are not
   }
 }
 

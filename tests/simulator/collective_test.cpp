@@ -167,6 +167,7 @@ TEST(SimulatorCollectives, RingCollectivesMatchTheAlphaBetaClosedForm) {
   SimResult ar = simulate_one_collective(OpKind::AllReduce, p, 2 * (p - 1) * block, 1024, 8, bw, lat_us);
   EXPECT_NEAR(ar.step_ms, 2 * (p - 1) * (alpha + block / beta) * 1e3, ar.step_ms * kRel);
   EXPECT_EQ(ar.activities, int64_t(p) * 2 * (p - 1));
+  EXPECT_EQ(ar.transfers, ar.activities);
 }
 
 TEST(SimulatorCollectives, MergedRingStepsKeepTheUncontendedTime) {
@@ -182,6 +183,7 @@ TEST(SimulatorCollectives, MergedRingStepsKeepTheUncontendedTime) {
     // Each rank sends `merged` transfers; the two that stand for more than one step wait on a
     // latency timer first (3 + 3, or 1 + 2 + 1 + 2).
     EXPECT_EQ(r.activities, int64_t(p) * (merged + 2));
+    EXPECT_EQ(r.transfers, int64_t(p) * merged);
   }
 }
 
