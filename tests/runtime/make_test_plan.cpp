@@ -14,6 +14,7 @@
 #include "planner/topology.hpp"
 #include "runtime/layer_runner.hpp"
 #include "runtime/npy.hpp"
+#include "tests/common/synthetic_workload.hpp"
 
 namespace {
 
@@ -33,20 +34,8 @@ void add_shape(CLI::App* app, Shape& s) {
 }
 
 wallfacer::Workload workload_of(const Shape& s) {
-  wallfacer::Workload w;
-  w.model = "runtime-test";
-  w.layers = 1;
-  w.heads = s.heads;
-  w.kv_heads = s.kv_heads;
-  w.head_dim = s.head_dim;
-  w.hidden = int64_t(s.heads) * s.head_dim;
-  w.ffn = 4 * w.hidden;
-  w.vocab = 128;
-  w.seq = s.seq;
-  w.batch = s.batch;
-  w.dtype = wallfacer::DType::FP32;
-  w.causal = !s.full;
-  return w;
+  return wallfacer::test::synthetic_workload(
+      {s.seq, s.heads, s.kv_heads, s.head_dim, s.batch, !s.full, wallfacer::DType::FP32, 128});
 }
 
 // The first feasible enumerated parameters that match the requested overrides.
