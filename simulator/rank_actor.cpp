@@ -9,9 +9,14 @@
 namespace wallfacer::sim {
 namespace {
 
+// An activity tag: what it is in the top byte, the op or step index below.
+constexpr int kTagKindShift = 56;
 template <typename Kind>
 uint64_t make_tag(Kind kind, uint64_t index) {
-  return (uint64_t(kind) << 56) | index;
+  return (uint64_t(kind) << kTagKindShift) | index;
+}
+uint64_t tag_index(uint64_t tag) {
+  return tag & ((uint64_t(1) << kTagKindShift) - 1);
 }
 
 // What a collective transfer carries, so the receiver can check it pairs with the right send.
@@ -194,8 +199,8 @@ void RankActor::post_collective_send(uint64_t index) {
 }
 
 void RankActor::handle(const Completion& done) {
-  auto kind = TagKind(done.tag >> 56);
-  uint64_t index = done.tag & ((uint64_t(1) << 56) - 1);
+  auto kind = TagKind(done.tag >> kTagKindShift);
+  uint64_t index = tag_index(done.tag);
   if (kind == TagKind::Compute) {
     advance_clock(done.finish);
     computing_ = false;
@@ -259,8 +264,8 @@ void RankActor::complete_op(int32_t index, double at) {
 
 bool RankActor::wakes_for(const void* actor, uint64_t tag) {
   // Merged-step delays post a send when they expire; only compute ops may finish unobserved.
-  if (TagKind(tag >> 56) != TagKind::Compute) return true;
-  return static_cast<const RankActor*>(actor)->completion_enables(int32_t(tag & ((uint64_t(1) << 56) - 1)));
+  if (TagKind(tag >> kTagKindShift) != TagKind::Compute) return true;
+  return static_cast<const RankActor*>(actor)->completion_enables(int32_t(tag_index(tag)));
 }
 
 bool RankActor::completion_enables(int32_t index) const {
