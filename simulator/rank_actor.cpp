@@ -51,9 +51,7 @@ RankActor::RankActor(Replay& replay, int rank)
       program_(replay.schedule().ranks[size_t(rank)]),
       outcome_(replay.outcome(rank)),
       records_(replay.records_ops(rank)) {
-  for (size_t i = 0; i < program_.ops.size(); ++i)
-    queue_[size_t(program_.ops[i].stream)].push_back(int32_t(i));
-  index_dependencies();
+  index_program();
   if (records_) outcome_.records.reserve(program_.ops.size());
   activities_.keep_times(records_);
   if (replay_.compute_runs_alone()) activities_.set_wake_policy(&RankActor::wakes_for, this);
@@ -65,39 +63,73 @@ void RankActor::run() {
   } catch (const std::exception& e) {
     replay_.fail(fmt::format("rank {}: {}", rank_, e.what()));
   }
+  publish_counters();
+}
+
+void RankActor::publish_counters() {
+  outcome_.compute_s = counters_.compute_s;
+  outcome_.comm_s = counters_.comm_s;
+  outcome_.busy_s = counters_.busy_s;
+  outcome_.forward_finish = counters_.forward_finish;
+  outcome_.activities = counters_.activities;
+  outcome_.transfers = counters_.transfers;
 }
 
 void RankActor::loop() {
+  now_ = SimEngine::now();
   start_ready();
   while (completed_ < program_.ops.size()) {
     if (activities_.empty()) return;  // waits on itself: describe_wait() reports it
-    handle(activities_.wait_any());
+    Completion done = activities_.wait_any();
+    now_ = activities_.woken_at();
+    handle(done);
     start_ready();
   }
   outcome_.finished = true;
-  outcome_.finish = SimEngine::now();
+  outcome_.finish = now_;
 }
 
-void RankActor::index_dependencies() {
-  const size_t ops = program_.ops.size();
-  pending_deps_.assign(ops, 0);
-  dependents_begin_.assign(ops + 1, 0);
-  for (size_t i = 0; i < ops; ++i) {
+void RankActor::index_program() {
+  const size_t count = program_.ops.size();
+  ops_.resize(count + 1);
+  std::vector<uint32_t> dependents_count(count + 1, 0);
+  for (size_t i = 0; i < count; ++i) {
     const Op& op = program_.ops[i];
-    pending_deps_[i] = op.dep_count;
+    RunOp& run = ops_[i];
+    run.pending = op.dep_count;
+    run.stream = uint8_t(op.stream);
+    run.forward = op.phase == Phase::Forward;
+    run.tag = op.tag;
+    if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
+      run.kind = op.kind == OpKind::Send ? RunKind::Send : RunKind::Recv;
+      run.target = replay_.op_channel(rank_, int32_t(i));
+      run.amount = double(op.bytes);
+    } else if (is_collective(op.kind)) {
+      run.kind = RunKind::Collective;
+      run.target = op.coll;
+    } else {
+      run.kind = RunKind::Compute;
+      run.amount = replay_.op_seconds(op);
+    }
+    queue_[size_t(op.stream)].push_back(int32_t(i));
     // A dependency that is no op of this rank never finishes: the op waits forever and the
     // replay reports the deadlock.
     for (const int32_t* dep = program_.deps_begin(op); dep != program_.deps_end(op); ++dep)
-      if (*dep >= 0 && size_t(*dep) < ops) ++dependents_begin_[size_t(*dep) + 1];
+      if (*dep >= 0 && size_t(*dep) < count) ++dependents_count[size_t(*dep) + 1];
   }
-  for (size_t i = 0; i < ops; ++i)
-    dependents_begin_[i + 1] += dependents_begin_[i];
-  dependents_.resize(dependents_begin_[ops]);
-  std::vector<uint32_t> next(dependents_begin_.begin(), dependents_begin_.end() - 1);
-  for (size_t i = 0; i < ops; ++i) {
+  for (size_t i = 0; i < count; ++i)
+    dependents_count[i + 1] += dependents_count[i];
+  for (size_t i = 0; i <= count; ++i)
+    ops_[i].dependents_begin = dependents_count[i];
+  dependents_.resize(dependents_count[count]);
+  for (size_t i = 0; i < count; ++i) {
     const Op& op = program_.ops[i];
     for (const int32_t* dep = program_.deps_begin(op); dep != program_.deps_end(op); ++dep)
-      if (*dep >= 0 && size_t(*dep) < ops) dependents_[next[size_t(*dep)]++] = int32_t(i);
+      if (*dep >= 0 && size_t(*dep) < count) dependents_[dependents_count[size_t(*dep)]++] = int32_t(i);
+  }
+  for (size_t s = 0; s < size_t(kNumStreams); ++s) {
+    next_[s] = queue_[s].data();
+    end_[s] = queue_[s].data() + queue_[s].size();
   }
 }
 
@@ -108,9 +140,9 @@ void RankActor::start_ready() {
   while (progress) {
     progress = false;
     for (size_t s = 0; s < size_t(kNumStreams); ++s) {
-      if (busy_[s] || head_[s] >= queue_[s].size()) continue;
-      int32_t index = queue_[s][head_[s]];
-      if (!dependencies_done(index)) continue;
+      if (busy_[s] || next_[s] == end_[s]) continue;
+      int32_t index = *next_[s];
+      if (ops_[size_t(index)].pending != 0) continue;
       busy_[s] = true;
       start_op(index);
       progress = true;
@@ -119,43 +151,39 @@ void RankActor::start_ready() {
 }
 
 void RankActor::start_op(int32_t index) {
-  const Op& op = program_.ops[size_t(index)];
+  const RunOp& op = ops_[size_t(index)];
   switch (op.kind) {
-    case OpKind::Send:
-      activities_.send(replay_.op_channel(rank_, index), double(op.bytes), p2p_payload(index, op.tag),
-                       make_tag(TagKind::Send, uint64_t(index)));
+    case RunKind::Send:
+      activities_.send(op.target, op.amount, p2p_payload(index, op.tag), make_tag(TagKind::Send, uint64_t(index)));
       transfer_started();
       break;
-    case OpKind::Recv:
-      activities_.recv(replay_.op_channel(rank_, index), make_tag(TagKind::Recv, uint64_t(index)));
+    case RunKind::Recv:
+      activities_.recv(op.target, make_tag(TagKind::Recv, uint64_t(index)));
       transfer_started();
       break;
-    case OpKind::AllGather:
-    case OpKind::ReduceScatter:
-    case OpKind::AllToAll:
-    case OpKind::AllReduce:
+    case RunKind::Collective:
       start_collective(index);
       break;
-    default:
-      advance_clock(SimEngine::now());
+    case RunKind::Compute:
+      advance_clock(now_);
       computing_ = true;
       if (replay_.compute_runs_alone())
-        activities_.timer(replay_.op_seconds(op), make_tag(TagKind::Compute, uint64_t(index)));
+        activities_.timer(op.amount, make_tag(TagKind::Compute, uint64_t(index)));
       else
-        activities_.exec(host_, replay_.exec_amount(op), make_tag(TagKind::Compute, uint64_t(index)));
-      ++outcome_.activities;
+        activities_.exec(host_, replay_.exec_amount(op.amount), make_tag(TagKind::Compute, uint64_t(index)));
+      ++counters_.activities;
   }
 }
 
 void RankActor::start_collective(int32_t index) {
-  const Op& op = program_.ops[size_t(index)];
-  int group = program_.collectives[size_t(op.coll)].group;
+  const int32_t coll = ops_[size_t(index)].target;
+  int group = program_.collectives[size_t(coll)].group;
   if (group_sequence_.size() <= size_t(group)) group_sequence_.resize(size_t(group) + 1, 0);
   collective_ = Collective{};
   collective_.op = index;
-  collective_.steps = &replay_.collective_steps(rank_, op.coll);
+  collective_.steps = &replay_.collective_steps(rank_, coll);
   collective_.sequence = group_sequence_[size_t(group)]++;
-  collective_.posted_at = SimEngine::now();
+  collective_.posted_at = now_;
   advance_collective();
 }
 
@@ -175,7 +203,7 @@ void RankActor::advance_collective() {
     // A merged ring step first spends the latency of the steps it replaces (bar its own).
     if (send.delay > 0) {
       activities_.timer(send.delay, make_tag(TagKind::CollectiveDelay, c.sends_posted));
-      ++outcome_.activities;
+      ++counters_.activities;
     } else {
       post_collective_send(c.sends_posted);
     }
@@ -183,10 +211,10 @@ void RankActor::advance_collective() {
     transfer_started();
   }
   if (c.sends_done == steps.sends.size() && c.recvs_done == steps.recvs.size()) {
-    record(RecordKind::Collective, c.op, c.posted_at, SimEngine::now());
+    record(RecordKind::Collective, c.op, c.posted_at, now_);
     int32_t finished = c.op;
     c = Collective{};
-    complete_op(finished, SimEngine::now());
+    complete_op(finished, now_);
   }
 }
 
@@ -219,24 +247,27 @@ void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& 
   transfer_finished();
   if (kind == TagKind::Send) {
     record(RecordKind::Send, int32_t(index), done.start, done.finish, flow_id(rank_, int64_t(index)));
-    ++outcome_.activities;
-    ++outcome_.transfers;
+    ++counters_.activities;
+    ++counters_.transfers;
     complete_op(int32_t(index), done.finish);
   } else if (kind == TagKind::Recv) {
-    const Op& op = program_.ops[index];
     const P2pPayload sent = decode_p2p_payload(done.payload);
-    if (!sent.valid || sent.tag != op.tag)
+    if (!sent.valid || sent.tag != ops_[index].tag) {
+      const Op& op = program_.ops[index];
       throw ScheduleError(
           fmt::format("op {} (recv tag {} from rank {}) paired with a send of tag {}: the ranks "
                       "post their messages in different orders",
                       index, op.tag, op.peer, sent.valid ? sent.tag : -1));
-    record(RecordKind::Recv, int32_t(index), done.start, done.finish, flow_id(op.peer, sent.send_op));
+    }
+    if (records_)
+      record(RecordKind::Recv, int32_t(index), done.start, done.finish,
+             flow_id(program_.ops[index].peer, sent.send_op));
     complete_op(int32_t(index), done.finish);
   } else {
     Collective& c = collective_;
     if (kind == TagKind::CollectiveSend) {
-      ++outcome_.activities;
-      ++outcome_.transfers;
+      ++counters_.activities;
+      ++counters_.transfers;
       ++c.sends_done;
     } else {
       uint64_t step = c.steps->order == StepOrder::Ring ? index : 0;
@@ -252,14 +283,13 @@ void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& 
 }
 
 void RankActor::complete_op(int32_t index, double at) {
-  const Op& op = program_.ops[size_t(index)];
-  for (uint32_t k = dependents_begin_[size_t(index)]; k < dependents_begin_[size_t(index) + 1]; ++k)
-    --pending_deps_[size_t(dependents_[k])];
+  const RunOp& op = ops_[size_t(index)];
+  for (uint32_t k = op.dependents_begin; k < ops_[size_t(index) + 1].dependents_begin; ++k)
+    --ops_[size_t(dependents_[k])].pending;
   ++completed_;
-  size_t stream = size_t(op.stream);
-  busy_[stream] = false;
-  ++head_[stream];
-  if (op.phase == Phase::Forward) outcome_.forward_finish = std::max(outcome_.forward_finish, at);
+  busy_[op.stream] = false;
+  ++next_[op.stream];
+  if (op.forward) counters_.forward_finish = std::max(counters_.forward_finish, at);
 }
 
 bool RankActor::wakes_for(const void* actor, uint64_t tag) {
@@ -272,35 +302,37 @@ bool RankActor::completion_enables(int32_t index) const {
   if (completed_ + 1 == program_.ops.size()) return true;  // the program's end time
   // An op waiting on this one starts if this is its last dependency and its stream is free at
   // it; the op's own stream frees up too, so its next op may start.
-  const size_t own = size_t(program_.ops[size_t(index)].stream);
+  const RunOp& op = ops_[size_t(index)];
+  const size_t own = op.stream;
   auto starts_after = [&](int32_t candidate, uint32_t deps_left) {
-    size_t s = size_t(program_.ops[size_t(candidate)].stream);
-    bool at_head = s == own ? head_[s] + 1 < queue_[s].size() && queue_[s][head_[s] + 1] == candidate
-                            : !busy_[s] && head_[s] < queue_[s].size() && queue_[s][head_[s]] == candidate;
-    return at_head && pending_deps_[size_t(candidate)] == deps_left;
+    const RunOp& next = ops_[size_t(candidate)];
+    size_t s = next.stream;
+    bool at_head = s == own ? next_[s] + 1 < end_[s] && next_[s][1] == candidate
+                            : !busy_[s] && next_[s] != end_[s] && *next_[s] == candidate;
+    return at_head && next.pending == deps_left;
   };
-  for (uint32_t k = dependents_begin_[size_t(index)]; k < dependents_begin_[size_t(index) + 1]; ++k)
+  for (uint32_t k = op.dependents_begin; k < ops_[size_t(index) + 1].dependents_begin; ++k)
     if (starts_after(dependents_[k], 1)) return true;
-  return head_[own] + 1 < queue_[own].size() && starts_after(queue_[own][head_[own] + 1], 0);
+  return next_[own] + 1 < end_[own] && starts_after(next_[own][1], 0);
 }
 
 // Communication kernels occupy SMs from launch to completion, waiting included.
 void RankActor::transfer_started() {
-  advance_clock(SimEngine::now());
+  advance_clock(now_);
   if (transfers_in_flight_++ == 0 && replay_.slows_compute()) SimEngine::set_power_state(host_, 1);
 }
 
 void RankActor::transfer_finished() {
-  advance_clock(SimEngine::now());
+  advance_clock(now_);
   if (--transfers_in_flight_ == 0 && replay_.slows_compute()) SimEngine::set_power_state(host_, 0);
 }
 
 // The actor sees its own events in time order, so the counters integrate exactly.
 void RankActor::advance_clock(double at) {
   double elapsed = at - last_change_;
-  if (computing_) outcome_.compute_s += elapsed;
-  if (transfers_in_flight_ > 0) outcome_.comm_s += elapsed;
-  if (computing_ || transfers_in_flight_ > 0) outcome_.busy_s += elapsed;
+  if (computing_) counters_.compute_s += elapsed;
+  if (transfers_in_flight_ > 0) counters_.comm_s += elapsed;
+  if (computing_ || transfers_in_flight_ > 0) counters_.busy_s += elapsed;
   last_change_ = at;
 }
 
@@ -318,8 +350,8 @@ void RankActor::record(RecordKind kind, int32_t op, double start, double finish,
 std::string RankActor::describe_wait() const {
   std::string text = fmt::format("rank {}:", rank_);
   for (size_t s = 0; s < size_t(kNumStreams); ++s) {
-    if (head_[s] >= queue_[s].size()) continue;
-    int32_t index = queue_[s][head_[s]];
+    if (next_[s] == end_[s]) continue;
+    int32_t index = *next_[s];
     const Op& op = program_.ops[size_t(index)];
     text +=
         fmt::format(" {} stream at op {} ({} step {}{}{})", to_string(Stream(s)), index, to_string(op.kind), op.step,

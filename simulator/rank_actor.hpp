@@ -33,9 +33,23 @@ class RankActor {
     double posted_at = 0;
   };
 
+  // What the actor needs of an op while it runs, packed so that handling an event touches few
+  // cache lines: with thousands of ranks, every wake-up finds the rank's state out of cache.
+  enum class RunKind : uint8_t { Compute, Send, Recv, Collective };
+  struct RunOp {
+    double amount = 0;              // Compute: seconds at nominal speed; Send: bytes
+    int32_t target = -1;            // Send/Recv: channel; Collective: index in the program's collectives
+    int32_t tag = -1;               // Send/Recv: the message tag
+    uint32_t dependents_begin = 0;  // dependents_[dependents_begin, next op's dependents_begin)
+    uint16_t pending = 0;           // explicit dependencies not finished yet
+    RunKind kind = RunKind::Compute;
+    uint8_t stream = 0;
+    bool forward = false;
+  };
+
   void loop();
+  void index_program();
   void start_ready();
-  bool dependencies_done(int32_t index) const { return pending_deps_[size_t(index)] == 0; }
   void start_op(int32_t index);
   void start_collective(int32_t index);
   void advance_collective();
@@ -49,33 +63,36 @@ class RankActor {
   static bool wakes_for(const void* actor, uint64_t tag);
   void transfer_started();
   void transfer_finished();
-  // Adds the time up to `at` since the last change of what the rank is doing to its outcome's
+  // Adds the time up to `at` since the last change of what the rank is doing to the busy
   // counters (`at` may lie before the engine's clock for a timer handed out late).
   void advance_clock(double at);
   void record(RecordKind kind, int32_t op, double start, double finish, int64_t flow = -1);
+  // Copies the counters kept in the actor into the rank's outcome.
+  void publish_counters();
+
+  // Hot state first: what every event reads or writes.
+  ActivitySet activities_;
+  std::vector<RunOp> ops_;  // one per op, plus a sentinel closing the dependents ranges
+  std::vector<int32_t> dependents_;
+  std::array<const int32_t*, kNumStreams> next_{};  // each stream's next op (index into its queue)
+  std::array<const int32_t*, kNumStreams> end_{};
+  std::array<bool, kNumStreams> busy_{};
+  bool computing_ = false;
+  int transfers_in_flight_ = 0;
+  size_t completed_ = 0;
+  double last_change_ = 0;
+  double now_ = 0;        // the engine's clock when the actor last woke (it only runs then)
+  RankOutcome counters_;  // the outcome's counters, published when the program ends
+  Collective collective_;
 
   Replay& replay_;
   int rank_;
   int host_;
   const RankProgram& program_;
   RankOutcome& outcome_;
-  const bool records_;  // this rank's ops go into the trace
-  ActivitySet activities_;
-  // Unfinished explicit dependencies per op, and who depends on each op (CSR), so that checking
-  // whether an op may start costs O(1) however many dependencies it has.
-  std::vector<uint32_t> pending_deps_;
-  std::vector<uint32_t> dependents_begin_;
-  std::vector<int32_t> dependents_;
-  void index_dependencies();
-  std::array<std::vector<int32_t>, kNumStreams> queue_;
-  std::array<size_t, kNumStreams> head_{};
-  std::array<bool, kNumStreams> busy_{};
-  size_t completed_ = 0;
-  int transfers_in_flight_ = 0;
-  bool computing_ = false;
-  double last_change_ = 0;
-  Collective collective_;
-  std::vector<uint64_t> group_sequence_;  // collectives started per group
+  const bool records_;                                   // this rank's ops go into the trace
+  std::array<std::vector<int32_t>, kNumStreams> queue_;  // op indices per stream, in program order
+  std::vector<uint64_t> group_sequence_;                 // collectives started per group
 };
 
 // Flow id shared by a send and its receive: the sending rank and the send op's index.

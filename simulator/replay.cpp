@@ -172,10 +172,6 @@ double Replay::op_seconds(const Op& op) {
   return (op.kind == OpKind::Copy ? 2.0 : 1.0) * double(op.bytes) / hbm;
 }
 
-double Replay::exec_amount(const Op& op) {
-  return op_seconds(op) * peak_flops_;
-}
-
 void Replay::fail(const std::string& message) {
   if (failure_.empty()) failure_ = message;
 }

@@ -67,8 +67,8 @@ class Replay {
   // Channel of a Send or Recv op (-1 for other ops).
   int op_channel(int rank, int32_t op) const { return op_channels_[size_t(rank)][size_t(op)]; }
   const CollectiveSteps& collective_steps(int rank, int coll) const { return steps_[size_t(rank)][size_t(coll)]; }
-  // Work of a compute op in FLOPs at the host's nominal speed: the calibrated time times peak.
-  double exec_amount(const Op& op);
+  // Work in FLOPs of a compute op that takes `seconds` at the host's nominal speed.
+  double exec_amount(double seconds) const { return seconds * peak_flops_; }
   bool slows_compute() const { return slowdown_; }
   // True when a compute op always runs at the host's full speed (one rank per GPU, its compute
   // stream running one op at a time, no slowdown under communication): it then lasts exactly

@@ -78,7 +78,9 @@ struct ActivitySet::Impl {
     std::unique_ptr<void*> payload;  // receive buffer: SimGrid writes the sender's pointer here
   };
   std::vector<sg4::ActivityPtr> activities;
-  std::vector<Slot> slots;  // parallel to activities
+  std::vector<Slot> slots;                          // parallel to activities
+  std::vector<std::unique_ptr<void*>> spare_cells;  // receive buffers of finished receives, reused
+  double woken_at = 0;
   struct Timer {
     double deadline = 0, start = 0;
     uint64_t tag = 0;
@@ -133,7 +135,13 @@ void ActivitySet::send(int channel, double bytes, void* payload, uint64_t tag) {
 
 void ActivitySet::recv(int channel, uint64_t tag) {
   sg4::Mailbox* mailbox = g_state->channels.at(size_t(channel));
-  auto cell = std::make_unique<void*>(nullptr);
+  std::unique_ptr<void*> cell;
+  if (impl_->spare_cells.empty()) {
+    cell = std::make_unique<void*>(nullptr);
+  } else {
+    cell = std::move(impl_->spare_cells.back());
+    impl_->spare_cells.pop_back();
+  }
   impl_->activities.push_back(mailbox->get_async<void>(cell.get()));
   impl_->slots.push_back({tag, std::move(cell)});
 }
@@ -173,7 +181,8 @@ Completion ActivitySet::wait_any() {
   WF_ASSERT(!empty(), "wait_any on an empty activity set");
   Impl& set = *impl_;
   for (;;) {
-    double now = sg4::Engine::get_clock();
+    const double now = sg4::Engine::get_clock();
+    set.woken_at = now;
     // Timers that expired while the actor waited for something else come first, in order.
     if (!set.timers.empty() && set.timers.front().deadline <= now &&
         (!set.holding || set.timers.front().deadline < set.held.finish))
@@ -189,6 +198,7 @@ Completion ActivitySet::wait_any() {
     double wake_at = set.wake_deadline();
     ptrdiff_t index = set.wait_for(wake_at == std::numeric_limits<double>::infinity() ? -1 : wake_at - now);
     if (index < 0) continue;  // woken by a timer: handed out above
+    set.woken_at = sg4::Engine::get_clock();
     Completion done = take(size_t(index));
     if (set.timers.empty() || set.timers.front().deadline >= done.finish) return done;
     set.held = done;
@@ -205,9 +215,12 @@ Completion ActivitySet::take(size_t index) {
     done_info.start = activity->get_start_time();
     done_info.finish = activity->get_finish_time();
   } else {
-    done_info.finish = sg4::Engine::get_clock();  // the actor wakes when it finishes
+    done_info.finish = set.woken_at;  // the actor wakes when it finishes
   }
-  if (set.slots[index].payload) done_info.payload = *set.slots[index].payload;
+  if (set.slots[index].payload) {
+    done_info.payload = *set.slots[index].payload;
+    set.spare_cells.push_back(std::move(set.slots[index].payload));
+  }
   // Swap-remove: order inside the set carries no meaning.
   std::swap(set.activities[index], set.activities.back());
   std::swap(set.slots[index], set.slots.back());
@@ -218,6 +231,10 @@ Completion ActivitySet::take(size_t index) {
 
 void ActivitySet::keep_times(bool on) {
   impl_->keep_times = on;
+}
+
+double ActivitySet::woken_at() const {
+  return impl_->woken_at;
 }
 
 bool ActivitySet::empty() const {

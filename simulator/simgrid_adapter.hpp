@@ -75,6 +75,9 @@ class ActivitySet {
   // Blocks the calling actor until one activity finishes and removes it from the set. Completions
   // come in the order of their finish times.
   Completion wait_any();
+  // The engine's clock when the last wait_any() returned (for a completion handed out late, later
+  // than its finish time).
+  double woken_at() const;
   // Whether completions carry start and finish times (off by default: reading them costs time
   // and only traces need them).
   void keep_times(bool on);
