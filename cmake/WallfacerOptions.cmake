@@ -82,10 +82,12 @@ macro(wallfacer_resolve_mimalloc)
 endmacro()
 
 # Links an executable with mimalloc when enabled; its malloc then serves every library, SimGrid's
-# included, because the executable's own dependencies are searched before libc.
+# included, because the executable's own dependencies are searched before libc. The executable
+# also asks for huge pages (simulator/large_pages.cpp).
 function(wallfacer_use_fast_malloc target)
   if(WALLFACER_MIMALLOC_ENABLED)
     target_link_libraries(${target} PRIVATE mimalloc)
+    target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/simulator/large_pages.cpp)
   endif()
 endfunction()
 

@@ -46,6 +46,7 @@ void configure(const EngineConfig& config) {
     sg4::Engine::set_config("network/TCP-gamma:0");
   }
   sg4::Engine::set_config("contexts/stack-size:" + std::to_string(config.actor_stack_KiB));
+  sg4::Engine::set_config(config.stack_guard ? "contexts/guard-size:1" : "contexts/guard-size:0");
 }
 
 sg4::NetZone* make_root_zone(sg4::Engine& engine) {
