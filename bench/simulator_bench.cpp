@@ -43,23 +43,57 @@ struct Args {
   int repeats = 1;
 };
 
+constexpr const char* kUsage =
+    "usage: bench_simulator [--gpus LIST (default 64,512,4096)] [--strategy NAME (default: the search's best)]\n"
+    "                       [--seq TOKENS (default 1048576)] [--repeats N (default 1)]\n";
+
+// A positive integer flag value, or exit status 2 with a message naming the flag.
+int64_t positive_value(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || value <= 0) {
+    fmt::print(stderr, "{}: '{}' is not a positive integer\n{}", flag, text, kUsage);
+    std::exit(2);
+  }
+  return value;
+}
+
 Args parse_args(int argc, char** argv) {
   Args args;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i], value = argv[i + 1];
+  for (int i = 1; i < argc; i += 2) {
+    std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      fmt::print("{}", kUsage);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) {
+      fmt::print(stderr, "{} needs a value\n{}", flag, kUsage);
+      std::exit(2);
+    }
+    std::string value = argv[i + 1];
     if (flag == "--gpus") {
       args.gpus.clear();
       std::stringstream list(value);
       for (std::string item; std::getline(list, item, ',');)
-        args.gpus.push_back(std::stoi(item));
+        args.gpus.push_back(int(positive_value(flag, item)));
     } else if (flag == "--strategy") {
-      args.strategy = wallfacer::parse_strategy(value);
+      try {
+        args.strategy = wallfacer::parse_strategy(value);
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "--strategy: {}\n{}", e.what(), kUsage);
+        std::exit(2);
+      }
     } else if (flag == "--seq") {
-      args.seq = std::stoll(value);
+      args.seq = positive_value(flag, value);
     } else if (flag == "--repeats") {
-      args.repeats = std::max(1, std::stoi(value));
+      args.repeats = int(positive_value(flag, value));
     } else {
-      fmt::print(stderr, "unknown flag {} (--gpus LIST, --strategy NAME, --seq TOKENS, --repeats N)\n", flag);
+      fmt::print(stderr, "unknown flag {}\n{}", flag, kUsage);
       std::exit(2);
     }
   }
