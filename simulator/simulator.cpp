@@ -94,6 +94,8 @@ SimResult simulate_here(const Plan& plan, const Topology& topology, const Schedu
   config.network_model = options.network_model;
   config.tcp_effects = options.tcp_effects;
   config.verbose = log::enabled("simulator", log::Level::Debug);
+  config.actor_stack_KiB = options.actor_stack_KiB;
+  config.stack_guard = options.stack_guard;
   sim::SimEngine engine(config);
   double peak = kernel_peak_tflops(topology.gpu(), plan.workload.dtype) * 1e12;
   std::vector<double> speeds = {peak};
@@ -133,6 +135,8 @@ void check_options(const SimOptions& options) {
   if (options.collective_algorithm != "ring")
     throw InputError(
         fmt::format("collective algorithm '{}' is not supported (only 'ring')", options.collective_algorithm));
+  if (options.actor_stack_KiB < 4 || options.actor_stack_KiB > 65536)
+    throw InputError(fmt::format("actor stack of {} KiB: must be 4 to 65536 KiB", options.actor_stack_KiB));
   if (options.all_to_all != "pairwise" && options.all_to_all != "direct")
     throw InputError(
         fmt::format("all-to-all algorithm '{}' is not supported ('pairwise' or 'direct')", options.all_to_all));

@@ -43,6 +43,11 @@ struct SimOptions {
   // at full speed are timers rather than SimGrid execs. Off: every physical link and every
   // compute op is its own SimGrid object; slower, for cross-checking.
   bool shortcuts = true;
+  // Stack of each rank actor in KiB, and whether a guard page below it turns an overflow into a
+  // crash. The deepest use, an error thrown inside an actor, is under 5 KiB; without the guard
+  // the stacks share huge pages, which is faster at thousands of ranks (docs/simulator.md).
+  int actor_stack_KiB = 64;
+  bool stack_guard = false;
 };
 
 struct RankStats {

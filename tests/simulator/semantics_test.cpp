@@ -141,10 +141,45 @@ TEST(SimulatorSemantics, MessagesPostedInDifferentOrdersAreAScheduleError) {
   }
 }
 
+// An error thrown and caught inside a rank actor is the deepest its stack gets. A guard page
+// turns an overflow into a crash, so passing here holds the default 64 KiB stacks to a 4x margin
+// (AddressSanitizer's red zones make frames larger; its builds check the default size itself).
+TEST(SimulatorSemantics, AnErrorInsideAnActorFitsInAQuarterOfTheDefaultStack) {
+#if defined(__SANITIZE_ADDRESS__)
+  const int fits_KiB = SimOptions{}.actor_stack_KiB;
+#else
+  const int fits_KiB = SimOptions{}.actor_stack_KiB / 4;
+#endif
+  const int overflows_KiB = 4;
+  Star star;
+  Schedule s = test::empty_schedule(2);
+  s.ranks[0].add(send_op(1, 1, 1024, 0));
+  s.ranks[1].add(recv_op(0, 2, 1024, 0));
+  SimOptions options;
+  options.stack_guard = true;
+  for (int KiB : {fits_KiB, overflows_KiB}) {
+    options.actor_stack_KiB = KiB;
+    try {
+      simulate_schedule(star.plan, star.topology, s, options);
+      ADD_FAILURE() << KiB << " KiB: expected an error";
+    } catch (const ScheduleError& e) {
+      EXPECT_EQ(KiB, fits_KiB) << e.what();
+      EXPECT_NE(std::string(e.what()).find("different orders"), std::string::npos) << e.what();
+    } catch (const std::exception& e) {
+      // Too small a stack hits the guard page: the simulation's process crashes and says so.
+      EXPECT_EQ(KiB, overflows_KiB) << e.what();
+      EXPECT_NE(std::string(e.what()).find("signal"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(SimulatorSemantics, BadOptionsAndPlacementsAreInputErrors) {
   Star star;
   SimOptions options;
   options.network_model = "NoSuchModel";
+  EXPECT_THROW(simulate_schedule(star.plan, star.topology, test::empty_schedule(2), options), InputError);
+  options = SimOptions{};
+  options.actor_stack_KiB = 2;
   EXPECT_THROW(simulate_schedule(star.plan, star.topology, test::empty_schedule(2), options), InputError);
   Plan far = test::placement_plan(star.topology, 2);
   far.ranks[1].gpu = 9;
