@@ -63,16 +63,6 @@ void RankActor::run() {
   } catch (const std::exception& e) {
     replay_.fail(fmt::format("rank {}: {}", rank_, e.what()));
   }
-  publish_counters();
-}
-
-void RankActor::publish_counters() {
-  outcome_.compute_s = counters_.compute_s;
-  outcome_.comm_s = counters_.comm_s;
-  outcome_.busy_s = counters_.busy_s;
-  outcome_.forward_finish = counters_.forward_finish;
-  outcome_.activities = counters_.activities;
-  outcome_.transfers = counters_.transfers;
 }
 
 void RankActor::loop() {
@@ -171,7 +161,7 @@ void RankActor::start_op(int32_t index) {
         activities_.timer(op.amount, make_tag(TagKind::Compute, uint64_t(index)));
       else
         activities_.exec(host_, replay_.exec_amount(op.amount), make_tag(TagKind::Compute, uint64_t(index)));
-      ++counters_.activities;
+      ++outcome_.activities;
   }
 }
 
@@ -203,7 +193,7 @@ void RankActor::advance_collective() {
     // A merged ring step first spends the latency of the steps it replaces (bar its own).
     if (send.delay > 0) {
       activities_.timer(send.delay, make_tag(TagKind::CollectiveDelay, c.sends_posted));
-      ++counters_.activities;
+      ++outcome_.activities;
     } else {
       post_collective_send(c.sends_posted);
     }
@@ -247,8 +237,8 @@ void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& 
   transfer_finished();
   if (kind == TagKind::Send) {
     record(RecordKind::Send, int32_t(index), done.start, done.finish, flow_id(rank_, int64_t(index)));
-    ++counters_.activities;
-    ++counters_.transfers;
+    ++outcome_.activities;
+    ++outcome_.transfers;
     complete_op(int32_t(index), done.finish);
   } else if (kind == TagKind::Recv) {
     const P2pPayload sent = decode_p2p_payload(done.payload);
@@ -266,8 +256,8 @@ void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& 
   } else {
     Collective& c = collective_;
     if (kind == TagKind::CollectiveSend) {
-      ++counters_.activities;
-      ++counters_.transfers;
+      ++outcome_.activities;
+      ++outcome_.transfers;
       ++c.sends_done;
     } else {
       uint64_t step = c.steps->order == StepOrder::Ring ? index : 0;
@@ -289,7 +279,7 @@ void RankActor::complete_op(int32_t index, double at) {
   ++completed_;
   busy_[op.stream] = false;
   ++next_[op.stream];
-  if (op.forward) counters_.forward_finish = std::max(counters_.forward_finish, at);
+  if (op.forward) outcome_.forward_finish = std::max(outcome_.forward_finish, at);
 }
 
 bool RankActor::wakes_for(const void* actor, uint64_t tag) {
@@ -330,9 +320,9 @@ void RankActor::transfer_finished() {
 // The actor sees its own events in time order, so the counters integrate exactly.
 void RankActor::advance_clock(double at) {
   double elapsed = at - last_change_;
-  if (computing_) counters_.compute_s += elapsed;
-  if (transfers_in_flight_ > 0) counters_.comm_s += elapsed;
-  if (computing_ || transfers_in_flight_ > 0) counters_.busy_s += elapsed;
+  if (computing_) outcome_.compute_s += elapsed;
+  if (transfers_in_flight_ > 0) outcome_.comm_s += elapsed;
+  if (computing_ || transfers_in_flight_ > 0) outcome_.busy_s += elapsed;
   last_change_ = at;
 }
 

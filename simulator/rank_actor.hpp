@@ -64,12 +64,10 @@ class RankActor {
   static bool wakes_for(const void* actor, uint64_t tag);
   void transfer_started();
   void transfer_finished();
-  // Adds the time up to `at` since the last change of what the rank is doing to the busy
+  // Adds the time up to `at` since the last change of what the rank is doing to its outcome's
   // counters (`at` may lie before the engine's clock for a timer handed out late).
   void advance_clock(double at);
   void record(RecordKind kind, int32_t op, double start, double finish, int64_t flow = -1);
-  // Copies the counters kept in the actor into the rank's outcome.
-  void publish_counters();
 
   // Hot state first: what every event reads or writes.
   ActivitySet activities_;
@@ -82,8 +80,7 @@ class RankActor {
   int transfers_in_flight_ = 0;
   size_t completed_ = 0;
   double last_change_ = 0;
-  double now_ = 0;        // the engine's clock when the actor last woke (it only runs then)
-  RankOutcome counters_;  // the outcome's counters, published when the program ends
+  double now_ = 0;  // the engine's clock when the actor last woke (it only runs then)
   Collective collective_;
 
   Replay& replay_;

@@ -20,11 +20,7 @@ struct EngineConfig {
   std::string network_model = "CM02";  // CM02, LV08, SMPI, IB or Constant
   bool tcp_effects = false;            // keep SimGrid's cross-traffic and TCP-gamma window cap
   bool verbose = false;                // let SimGrid log at info level (stderr)
-  // Rank actors are shallow: their deepest use, an error thrown and caught inside an actor, is
-  // under 5 KiB of stack (measured by painting the stacks), so 64 KiB leaves a wide margin.
-  int actor_stack_KiB = 64;
-  // Without a guard page the stacks lie back to back in the allocator's (huge) pages instead of
-  // one mapping each, which saves a TLB miss at nearly every actor wake-up at thousands of ranks.
+  int actor_stack_KiB = 64;            // why these two defaults: SimOptions (simulator.hpp)
   bool stack_guard = false;
 };
 
