@@ -1,5 +1,6 @@
-// The analytic cost model (cost_model.hpp): list-schedules each timed rank's program through its
-// four streams with calibrated compute times and contention-aware transfer times. Formulas and
+// The analytic cost model (cost_model.hpp): list-schedules the timed ranks' programs through their
+// four streams (cost_timeline.hpp) with calibrated compute times and contention-aware transfer
+// times. Formulas and
 // conventions: docs/cost-model.md.
 #include "planner/cost_model.hpp"
 
@@ -9,6 +10,7 @@
 #include <set>
 
 #include "planner/cost_network.hpp"
+#include "planner/cost_timeline.hpp"
 #include "planner/log.hpp"
 #include "planner/strategy.hpp"
 #include "planner/topology.hpp"
@@ -17,11 +19,6 @@ namespace wallfacer {
 namespace {
 
 constexpr const char* kLog = "cost";
-
-struct RankTimes {
-  double forward_s = 0, backward_s = 0;
-  double compute_forward_s = 0, compute_backward_s = 0;
-};
 
 // Everything needed to price the ops of one schedule.
 struct OpPricer {
@@ -84,39 +81,16 @@ struct OpPricer {
   }
 };
 
-// One phase of one rank: an op starts when the previous op of its stream and its dependencies of
-// the same phase have finished (the other phase runs at another time in training, so its ops count
-// as done). Send/Recv last their transfer time from their own start: partners are assumed to run
-// the same program shifted by nothing (symmetric), so a receive starts together with its send.
-double time_phase(const RankProgram& program, Phase phase, const std::vector<double>& duration,
-                  std::vector<double>& end, double& compute_busy) {
-  double stream_end[kNumStreams] = {0, 0, 0, 0};
-  double finish = 0;
-  for (size_t i = 0; i < program.ops.size(); ++i) {
-    const Op& op = program.ops[i];
-    if (op.phase != phase) {
-      end[i] = 0;
-      continue;
-    }
-    double start = stream_end[int(op.stream)];
-    for (const int32_t* d = program.deps_begin(op); d != program.deps_end(op); ++d)
-      start = std::max(start, end[size_t(*d)]);
-    end[i] = start + duration[i];
-    stream_end[int(op.stream)] = end[i];
-    if (op.stream == Stream::Compute) compute_busy += duration[i];
-    finish = std::max(finish, end[i]);
+// Prices every op of `programs` and list-schedules them under `mode` (cost_timeline.hpp).
+std::vector<detail::RankTiming> time_ranks(const std::vector<const RankProgram*>& programs, OpPricer& pricer,
+                                           detail::PairMode mode) {
+  std::vector<std::vector<double>> duration(programs.size());
+  for (size_t p = 0; p < programs.size(); ++p) {
+    duration[p].resize(programs[p]->ops.size());
+    for (size_t i = 0; i < programs[p]->ops.size(); ++i)
+      duration[p][i] = pricer.seconds(programs[p]->ops[i], *programs[p]);
   }
-  return finish;
-}
-
-RankTimes time_rank(const RankProgram& program, OpPricer& pricer) {
-  std::vector<double> duration(program.ops.size()), end(program.ops.size());
-  for (size_t i = 0; i < program.ops.size(); ++i)
-    duration[i] = pricer.seconds(program.ops[i], program);
-  RankTimes t;
-  t.forward_s = time_phase(program, Phase::Forward, duration, end, t.compute_forward_s);
-  t.backward_s = time_phase(program, Phase::Backward, duration, end, t.compute_backward_s);
-  return t;
+  return detail::time_programs(programs, duration, mode);
 }
 
 // Attention FLOPs of one layer, forward + backward, all ranks (algorithms.md §1.3 convention).
@@ -234,31 +208,44 @@ CostBreakdown CostModel::evaluate(const Plan& plan, const Schedule& schedule) co
   return cost;
 }
 
-CostBreakdown CostModel::evaluate_times(const Plan& plan, const Schedule& schedule) const {
+CostBreakdown CostModel::evaluate_times(const Plan& plan, const Schedule& schedule, Timing timing) const {
   const GpuModel& gpu = topology_.gpu();
   const DType dtype = plan.workload.dtype;
   const double peak = kernel_peak_tflops(gpu, dtype);
   detail::NetworkPricer network(topology_, plan, schedule.flow_sets);
-  OpPricer pricer{
-      schedule, network, calibration_.curve(gpu.name, KernelOp::AttnFwd, dtype, plan.workload.head_dim, peak),
-      calibration_.curve(gpu.name, KernelOp::AttnBwd, dtype, plan.workload.head_dim, peak), gpu.hbm_GBps * 1e9};
+  OpPricer pricer{schedule,
+                  network,
+                  calibration_.curve(gpu.name, KernelOp::AttnFwd, dtype, plan.workload.head_dim, peak),
+                  calibration_.curve(gpu.name, KernelOp::AttnBwd, dtype, plan.workload.head_dim, peak),
+                  gpu.hbm_GBps * 1e9,
+                  {},
+                  {}};
 
   CostBreakdown cost;
-  double forward_s = 0, backward_s = 0, critical_total = -1, critical_compute = 0, busiest_compute = 0;
+  double forward_s = 0, step_s = 0, critical_compute = 0, busiest_compute = 0;
+  std::vector<const RankProgram*> programs;
+  std::set<int> distinct;
   for (const RankProgram& program : schedule.ranks) {
-    const RankTimes t = time_rank(program, pricer);
-    forward_s = std::max(forward_s, t.forward_s);
-    backward_s = std::max(backward_s, t.backward_s);
+    programs.push_back(&program);
+    distinct.insert(program.rank);
+  }
+  const bool every_rank = int(distinct.size()) == plan.num_ranks() && distinct.size() == programs.size();
+  const detail::PairMode mode = timing == Timing::LowerBound ? detail::PairMode::Unpaired
+                                : every_rank                 ? detail::PairMode::Matched
+                                                             : detail::PairMode::Symmetric;
+  // Forward ends with the last forward op of any rank, the step with the last op (as simulated).
+  for (const detail::RankTiming& t : time_ranks(programs, pricer, mode)) {
+    forward_s = std::max(forward_s, t.forward_end_s);
     const double compute = t.compute_forward_s + t.compute_backward_s;
     busiest_compute = std::max(busiest_compute, compute);
-    if (t.forward_s + t.backward_s > critical_total) {
-      critical_total = t.forward_s + t.backward_s;
+    if (t.end_s > step_s) {
+      step_s = t.end_s;
       critical_compute = compute;
     }
   }
   cost.forward_ms = forward_s * 1e3;
-  cost.backward_ms = backward_s * 1e3;
-  cost.step_ms = cost.forward_ms + cost.backward_ms;
+  cost.step_ms = step_s * 1e3;
+  cost.backward_ms = cost.step_ms - cost.forward_ms;
   cost.compute_ms = busiest_compute * 1e3;
   cost.exposed_comm_ms = std::max(0.0, cost.step_ms - critical_compute * 1e3);
   cost.attention_flops = layer_attention_flops(plan.workload);

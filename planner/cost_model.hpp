@@ -50,6 +50,16 @@ struct CostBreakdown {
   Prediction to_prediction() const;
 };
 
+// How evaluate_times pairs the two ends of a message (planner/cost_timeline.hpp).
+enum class Timing {
+  // With every rank of the plan in the schedule, a message waits for its real other end; with a
+  // sample, for this rank's own op of the same tag (symmetric partners).
+  Estimate,
+  // Every op starts when its own rank allows, as if the other end were always ready: never above
+  // Estimate for a schedule holding the same ranks or more (the search's bound).
+  LowerBound,
+};
+
 class CostModel {
  public:
   CostModel(const Topology& topology, Calibration calibration, CostOptions options = {});
@@ -59,7 +69,7 @@ class CostModel {
   // Prices an already-built schedule (all ranks present or a representative subset).
   CostBreakdown evaluate(const Plan& plan, const Schedule& schedule) const;
   // Times, compute and MFU only (no volume, no memory): what changes with the GPU order.
-  CostBreakdown evaluate_times(const Plan& plan, const Schedule& schedule) const;
+  CostBreakdown evaluate_times(const Plan& plan, const Schedule& schedule, Timing timing = Timing::Estimate) const;
   MemoryEstimate memory(const Plan& plan, const Schedule& schedule) const;
   const Topology& topology() const { return topology_; }
   const Calibration& calibration() const { return calibration_; }

@@ -54,13 +54,13 @@ std::vector<std::vector<int>> choose_orders(const detail::NodeOrders& orders, Se
 // Prices `work` under every order and keeps the fastest (the first one on ties). Volume and memory
 // do not depend on the order: they are added once, for the chosen one.
 void price_orders(Work& work, const std::vector<std::vector<int>>& orders, const detail::NodeOrders& node_orders,
-                  const Topology& topology, const CostModel& model, int ranks) {
+                  const Topology& topology, const CostModel& model, int ranks, Timing timing = Timing::Estimate) {
   Candidate& c = work.candidate;
   double best = std::numeric_limits<double>::infinity();
   for (const auto& order : orders) {
     Plan plan =
         make_plan(c.plan.strategy, c.plan.params, c.plan.workload, topology, ranks, node_orders.gpu_order(order));
-    CostBreakdown cost = model.evaluate_times(plan, work.schedule);
+    CostBreakdown cost = model.evaluate_times(plan, work.schedule, timing);
     if (cost.step_ms < best) {
       best = cost.step_ms;
       c.plan = std::move(plan);
@@ -230,13 +230,14 @@ struct Searcher {
     }
   }
 
-  // Heuristic: prices the first timed rank of a candidate alone (a lower bound on its step).
+  // Heuristic: times the first timed rank of a candidate alone, without waiting for the other
+  // ends of its messages (a lower bound on its step).
   void bound(Work& w) {
     if (!w.priced || w.bounded) return;
     w.bounded = true;
     guarded(w, [&] {
       model.build_timed(identity_plan(w.candidate), w.schedule, 1);
-      price_orders(w, orders, node_orders, topology, model, ranks);
+      price_orders(w, orders, node_orders, topology, model, ranks, Timing::LowerBound);
       w.lower_bound = w.candidate.cost.step_ms;
     });
   }

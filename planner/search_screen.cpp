@@ -68,13 +68,17 @@ std::pair<double, double> ring_like(const Screen& c, int ring, int ring_stride, 
   const double live = live_fraction(w, balanced);
   const double fb = c.block(per_member, per_member, heads, live, false);
   const double bb = c.block(per_member, per_member, heads, live, true);
+  // Backward, each block's fp32 dK,dV accumulator (twice the K,V bytes) follows its K,V one hop
+  // behind and must arrive before the next block is computed: K,V move under the compute, every
+  // accumulator hop is exposed, and the last one goes home.
+  auto backward_hop = [&](const LinkClass& l) { return std::max(bb, l.time(kv)) + l.time(2 * kv); };
   double fwd = Screen::ring(fb, rl.time(kv), ring);
-  double bwd = Screen::ring(bb, rl.time(3 * kv), ring);  // K,V plus fp32 dK,dV
+  double bwd = ring > 1 ? bb + (ring - 1) * backward_hop(rl) + rl.time(2 * kv) : bb;
   if (window > 1 && window < ring) {
     const LinkClass& wl = c.link(window, ring_stride);
     const double windows = double(ring) / window, inner_hops = windows * (window - 1), outer_hops = windows - 1;
     fwd = fb + inner_hops * std::max(fb, wl.time(kv)) + outer_hops * std::max(fb, rl.time(kv));
-    bwd = bb + inner_hops * std::max(bb, wl.time(3 * kv)) + outer_hops * std::max(bb, rl.time(3 * kv));
+    bwd = bb + inner_hops * backward_hop(wl) + outer_hops * backward_hop(rl) + rl.time(2 * kv);
   }
   if (ulysses > 1) {
     const LinkClass& al = c.link(ulysses, a2a_stride);

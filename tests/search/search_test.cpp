@@ -154,10 +154,13 @@ TEST(Search, StrategyFilterKeepsOnlyThatStrategy) {
 }
 
 TEST(Search, FeasibleCandidatesComeFirstSortedByStepTime) {
+  // Fully priced candidates by step time, then the ones the heuristic pruned by their bound (each
+  // above the best price, or it would have been priced), then the rejected ones.
   const Topology topology = Topology::load("dgx-h100", 8);  // 64 GPUs: Ulysses degree 64 > 32 heads
   const Workload w = workload_of({"", {}, "llama-3-8b", 65536});
   const SearchResult r = run(topology, w, SearchMode::Heuristic);
-  bool seen_rejected = false, seen_rule = false;
+  ASSERT_EQ(r.best, 0);
+  bool seen_rejected = false, seen_pruned = false, seen_rule = false;
   for (size_t i = 0; i < r.candidates.size(); ++i) {
     const Candidate& c = r.candidates[i];
     if (!c.feasible) {
@@ -167,8 +170,16 @@ TEST(Search, FeasibleCandidatesComeFirstSortedByStepTime) {
       continue;
     }
     EXPECT_FALSE(seen_rejected) << "feasible candidate after a rejected one";
-    if (i > 0 && r.candidates[i - 1].feasible) EXPECT_LE(r.candidates[i - 1].cost.step_ms, c.cost.step_ms);
+    if (c.pruned) {
+      EXPECT_GT(c.cost.step_ms, r.candidates.front().cost.step_ms) << c.describe_params();
+    } else {
+      EXPECT_FALSE(seen_pruned) << "priced candidate after a pruned one";
+    }
+    const Candidate& previous = r.candidates[i > 0 ? i - 1 : 0];
+    if (i > 0 && previous.feasible && previous.pruned == c.pruned) EXPECT_LE(previous.cost.step_ms, c.cost.step_ms);
+    seen_pruned = seen_pruned || c.pruned;
   }
+  EXPECT_TRUE(seen_pruned);
   EXPECT_TRUE(seen_rule);
 }
 
