@@ -19,7 +19,7 @@ class Timeline {
     for (size_t p = 0; p < programs.size(); ++p) {
       Lanes& lanes = lanes_[p];
       lanes.end.assign(programs[p]->ops.size(), kNotStarted);
-      lanes.partner.assign(programs[p]->ops.size(), OpRef{});
+      lanes.meet.assign(programs[p]->ops.size(), -1);
       for (size_t i = 0; i < programs[p]->ops.size(); ++i)
         lanes.streams[int(programs[p]->ops[i].stream)].push_back(i);
     }
@@ -27,6 +27,7 @@ class Timeline {
 
   void pair_matched();
   void pair_symmetric();
+  void meet_collectives();
   std::vector<RankTiming> run();
 
  private:
@@ -39,13 +40,15 @@ class Timeline {
     std::vector<size_t> streams[kNumStreams];  // ops of each stream, in program order
     size_t head[kNumStreams] = {0, 0, 0, 0};
     double stream_end[kNumStreams] = {0, 0, 0, 0};
-    std::vector<double> end;     // by op; kNotStarted until started (durations are fixed)
-    std::vector<OpRef> partner;  // Send <-> Recv ends of one message
+    std::vector<double> end;    // by op; kNotStarted until started (durations are fixed)
+    std::vector<int32_t> meet;  // by op: index into meets_, -1 when it starts on its own
   };
 
-  void link(OpRef a, OpRef b) {
-    lanes_[size_t(a.program)].partner[size_t(a.op)] = b;
-    lanes_[size_t(b.program)].partner[size_t(b.op)] = a;
+  // Ops that start together: the two ends of a message, the members' ops of one collective.
+  void add_meet(std::vector<OpRef> ops) {
+    for (const OpRef& ref : ops)
+      lanes_[size_t(ref.program)].meet[size_t(ref.op)] = int32_t(meets_.size());
+    meets_.push_back(std::move(ops));
   }
   template <typename Key, typename KeyOf>
   void pair_by(KeyOf key_of);
@@ -53,7 +56,7 @@ class Timeline {
   bool heads(OpRef ref) const;
   void start(OpRef ref, double at);
   bool start_head(size_t p, int stream);
-  bool unpair_one_waiting();
+  bool dissolve_one_waiting_meet();
   void enqueue(size_t program) {
     if (queued_[program]) return;
     queued_[program] = 1;
@@ -63,6 +66,7 @@ class Timeline {
   const std::vector<const RankProgram*>& programs_;
   const std::vector<std::vector<double>>& duration_;
   std::vector<Lanes> lanes_;
+  std::vector<std::vector<OpRef>> meets_;
   std::deque<size_t> work_;
   std::vector<char> queued_;
 };
@@ -84,7 +88,7 @@ void Timeline::pair_by(KeyOf key_of) {
       const OpRef ref{int32_t(p), int32_t(i)};
       auto other = waiting[1 - side].find(key);
       if (other != waiting[1 - side].end() && other->second.next < other->second.ends.size())
-        link(ref, other->second.ends[other->second.next++]);
+        add_meet({ref, other->second.ends[other->second.next++]});
       else
         waiting[side][key].ends.push_back(ref);
     }
@@ -100,6 +104,22 @@ void Timeline::pair_matched() {
 void Timeline::pair_symmetric() {
   using Key = std::pair<int, int32_t>;  // (program rank, tag): both ends on the timed rank
   pair_by<Key>([](const RankProgram& program, const Op& op) { return Key{program.rank, op.tag}; });
+}
+
+// The k-th collective a rank runs on a group meets the k-th of every other member (only when
+// every member is timed).
+void Timeline::meet_collectives() {
+  std::map<std::pair<int32_t, int32_t>, std::vector<OpRef>> by_occurrence;  // (group, k) -> ops
+  std::map<std::pair<size_t, int32_t>, int32_t> seen;                       // (program, group) -> k
+  for (size_t p = 0; p < programs_.size(); ++p)
+    for (size_t i = 0; i < programs_[p]->ops.size(); ++i) {
+      const Op& op = programs_[p]->ops[i];
+      if (op.stream != Stream::Collective || op.coll < 0) continue;
+      const int32_t group = programs_[p]->collectives[size_t(op.coll)].group;
+      by_occurrence[{group, seen[{p, group}]++}].push_back(OpRef{int32_t(p), int32_t(i)});
+    }
+  for (auto& [key, ops] : by_occurrence)
+    if (ops.size() > 1) add_meet(std::move(ops));
 }
 
 double Timeline::ready_time(OpRef ref) const {
@@ -130,40 +150,43 @@ void Timeline::start(OpRef ref, double at) {
   enqueue(size_t(ref.program));
 }
 
-// Starts the op heading stream s of program p, together with its other end, if both can start.
+// Starts the op heading stream s of program p, with the ops it meets, if all of them can start.
 bool Timeline::start_head(size_t p, int s) {
   Lanes& lanes = lanes_[p];
   if (lanes.head[s] >= lanes.streams[s].size()) return false;
   const OpRef ref{int32_t(p), int32_t(lanes.streams[s][lanes.head[s]])};
-  const double ready = ready_time(ref);
-  if (ready == kNotStarted) return false;
-  const OpRef other = lanes.partner[size_t(ref.op)];
-  if (!other.valid()) {
-    start(ref, ready);
+  double at = ready_time(ref);
+  if (at == kNotStarted) return false;
+  const int32_t meet = lanes.meet[size_t(ref.op)];
+  if (meet < 0) {
+    start(ref, at);
     return true;
   }
-  const double other_ready = heads(other) ? ready_time(other) : kNotStarted;
-  if (other_ready == kNotStarted) return false;
-  const double at = std::max(ready, other_ready);
-  start(ref, at);
-  start(other, at);
+  for (const OpRef& other : meets_[size_t(meet)]) {
+    const double ready = heads(other) ? ready_time(other) : kNotStarted;
+    if (ready == kNotStarted) return false;
+    at = std::max(at, ready);
+  }
+  for (const OpRef& other : meets_[size_t(meet)])
+    start(other, at);
   return true;
 }
 
-// When nothing can start but ops remain, some end waits for a partner that is never posted under
-// this pairing: let the first such end start on its own. False when nothing is waiting.
-bool Timeline::unpair_one_waiting() {
+// When nothing can start but ops remain, some op waits for a partner that is never posted under
+// this pairing: the first such op's meeting is called off and its ops start on their own. False
+// when nothing is waiting.
+bool Timeline::dissolve_one_waiting_meet() {
   for (size_t p = 0; p < lanes_.size(); ++p)
     for (int s = 0; s < kNumStreams; ++s) {
       Lanes& lanes = lanes_[p];
       if (lanes.head[s] >= lanes.streams[s].size()) continue;
       const OpRef ref{int32_t(p), int32_t(lanes.streams[s][lanes.head[s]])};
-      const OpRef other = lanes.partner[size_t(ref.op)];
-      if (!other.valid() || ready_time(ref) == kNotStarted) continue;
-      lanes.partner[size_t(ref.op)] = OpRef{};
-      lanes_[size_t(other.program)].partner[size_t(other.op)] = OpRef{};
-      enqueue(p);
-      enqueue(size_t(other.program));
+      const int32_t meet = lanes.meet[size_t(ref.op)];
+      if (meet < 0 || ready_time(ref) == kNotStarted) continue;
+      for (const OpRef& other : meets_[size_t(meet)]) {
+        lanes_[size_t(other.program)].meet[size_t(other.op)] = -1;
+        enqueue(size_t(other.program));
+      }
       return true;
     }
   return false;
@@ -185,7 +208,7 @@ std::vector<RankTiming> Timeline::run() {
             progressed = true;
       }
     }
-  } while (unpair_one_waiting());
+  } while (dissolve_one_waiting_meet());
 
   std::vector<RankTiming> times(lanes_.size());
   for (size_t p = 0; p < lanes_.size(); ++p)
@@ -205,7 +228,10 @@ std::vector<RankTiming> Timeline::run() {
 std::vector<RankTiming> time_programs(const std::vector<const RankProgram*>& programs,
                                       const std::vector<std::vector<double>>& duration, PairMode mode) {
   Timeline timeline(programs, duration);
-  if (mode == PairMode::Matched) timeline.pair_matched();
+  if (mode == PairMode::Matched) {
+    timeline.pair_matched();
+    timeline.meet_collectives();
+  }
   if (mode == PairMode::Symmetric) timeline.pair_symmetric();
   return timeline.run();
 }

@@ -14,7 +14,9 @@
 //    own op of the same tag in the other direction (every ring member forwards the same block at
 //    the same step). A receive whose sender sends only after computing (a pass-KV ring's dK,dV
 //    accumulator) thus waits for that compute like the rank's own send does.
-// Collectives start when their member is ready (their price covers the group).
+// Collectives: with every rank timed, the k-th collective of a group starts on all members when the
+// last of them has posted it (as the simulator runs it); in a sample, when the member is ready.
+// Their price covers the group.
 #pragma once
 
 #include <vector>

@@ -93,6 +93,28 @@ TEST(CostTimeline, ASampledRanksPartnerPostsWhenTheRankPostsItsOwnEndOfTheTag) {
   EXPECT_DOUBLE_EQ(p.time(PairMode::Unpaired, {1})[0].end_s, 5);
 }
 
+TEST(CostTimeline, ACollectiveStartsWhenItsLastMemberPostsIt) {
+  // Rank 0 computes 3 s before the group's all-gather (1 s); rank 1 posts it at once. Every rank
+  // timed: both run it 3..4. A sample assumes the members post together: rank 1 alone ends at 1.
+  Programs p;
+  const int32_t work = p.add(0, compute_op(), 3);
+  Op gather;
+  gather.kind = OpKind::AllGather;
+  gather.stream = Stream::Collective;
+  gather.coll = 0;
+  CollectiveSpec spec;
+  spec.kind = OpKind::AllGather;
+  spec.group = 0;
+  p.add(0, gather, 1, {work});
+  p.add(1, gather, 1);
+  for (RankProgram& program : p.ranks)
+    program.collectives = {spec};
+  const auto matched = p.time(PairMode::Matched);
+  EXPECT_DOUBLE_EQ(matched[0].end_s, 4);
+  EXPECT_DOUBLE_EQ(matched[1].end_s, 4);
+  EXPECT_DOUBLE_EQ(p.time(PairMode::Symmetric, {1})[0].end_s, 1);
+}
+
 TEST(CostTimeline, ForwardAndBackwardRunAsOneProgram) {
   // Rank 0's backward starts when its forward allows: its backward compute follows the forward
   // one on the compute stream, and rank 1's backward receive waits for rank 0's backward send.
