@@ -11,6 +11,7 @@
 
 #include "planner/cost_network.hpp"
 #include "planner/cost_timeline.hpp"
+#include "planner/errors.hpp"
 #include "planner/log.hpp"
 #include "planner/strategy.hpp"
 #include "planner/topology.hpp"
@@ -80,18 +81,6 @@ struct OpPricer {
     }
   }
 };
-
-// Prices every op of `programs` and list-schedules them under `mode` (cost_timeline.hpp).
-std::vector<detail::RankTiming> time_ranks(const std::vector<const RankProgram*>& programs, OpPricer& pricer,
-                                           detail::PairMode mode) {
-  std::vector<std::vector<double>> duration(programs.size());
-  for (size_t p = 0; p < programs.size(); ++p) {
-    duration[p].resize(programs[p]->ops.size());
-    for (size_t i = 0; i < programs[p]->ops.size(); ++i)
-      duration[p][i] = pricer.seconds(programs[p]->ops[i], *programs[p]);
-  }
-  return detail::time_programs(programs, duration, mode);
-}
 
 // Attention FLOPs of one layer, forward + backward, all ranks (algorithms.md §1.3 convention).
 double layer_attention_flops(const Workload& w) {
@@ -208,7 +197,31 @@ CostBreakdown CostModel::evaluate(const Plan& plan, const Schedule& schedule) co
   return cost;
 }
 
+PreparedTiming::PreparedTiming(const Plan& plan, const Schedule& schedule, Timing timing) : schedule_(schedule) {
+  // With every rank at hand each message waits for its real other end; a sample assumes
+  // symmetric partners; the bound waits for nothing (cost_timeline.hpp).
+  std::vector<const RankProgram*> programs;
+  std::set<int> distinct;
+  for (const RankProgram& program : schedule.ranks) {
+    programs.push_back(&program);
+    distinct.insert(program.rank);
+  }
+  const bool every_rank = int(distinct.size()) == plan.num_ranks() && distinct.size() == programs.size();
+  const detail::PairMode mode = timing == Timing::LowerBound ? detail::PairMode::Unpaired
+                                : every_rank                 ? detail::PairMode::Matched
+                                                             : detail::PairMode::Symmetric;
+  shape_ = std::make_unique<detail::TimelineShape>(std::move(programs), mode);
+}
+
+PreparedTiming::~PreparedTiming() = default;
+
 CostBreakdown CostModel::evaluate_times(const Plan& plan, const Schedule& schedule, Timing timing) const {
+  return evaluate_times(plan, PreparedTiming(plan, schedule, timing));
+}
+
+CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& prepared) const {
+  const Schedule& schedule = prepared.schedule_;
+  WF_ASSERT(prepared.shape_->size() == schedule.ranks.size(), "the schedule changed after its timing was prepared");
   const GpuModel& gpu = topology_.gpu();
   const DType dtype = plan.workload.dtype;
   const double peak = kernel_peak_tflops(gpu, dtype);
@@ -220,21 +233,18 @@ CostBreakdown CostModel::evaluate_times(const Plan& plan, const Schedule& schedu
                   gpu.hbm_GBps * 1e9,
                   {},
                   {}};
+  std::vector<std::vector<double>> duration(schedule.ranks.size());
+  for (size_t p = 0; p < schedule.ranks.size(); ++p) {
+    const RankProgram& program = schedule.ranks[p];
+    duration[p].resize(program.ops.size());
+    for (size_t i = 0; i < program.ops.size(); ++i)
+      duration[p][i] = pricer.seconds(program.ops[i], program);
+  }
 
   CostBreakdown cost;
   double forward_s = 0, step_s = 0, critical_compute = 0, busiest_compute = 0;
-  std::vector<const RankProgram*> programs;
-  std::set<int> distinct;
-  for (const RankProgram& program : schedule.ranks) {
-    programs.push_back(&program);
-    distinct.insert(program.rank);
-  }
-  const bool every_rank = int(distinct.size()) == plan.num_ranks() && distinct.size() == programs.size();
-  const detail::PairMode mode = timing == Timing::LowerBound ? detail::PairMode::Unpaired
-                                : every_rank                 ? detail::PairMode::Matched
-                                                             : detail::PairMode::Symmetric;
   // Forward ends with the last forward op of any rank, the step with the last op (as simulated).
-  for (const detail::RankTiming& t : time_ranks(programs, pricer, mode)) {
+  for (const detail::RankTiming& t : prepared.shape_->run(duration)) {
     forward_s = std::max(forward_s, t.forward_end_s);
     const double compute = t.compute_forward_s + t.compute_backward_s;
     busiest_compute = std::max(busiest_compute, compute);

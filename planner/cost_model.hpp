@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,26 @@ enum class Timing {
   LowerBound,
 };
 
+namespace detail {
+class TimelineShape;
+}
+
+// How the ops of a schedule wait for each other (which message ends and collectives start
+// together), prepared once to price the schedule many times: the search prices one schedule under
+// every GPU order. Refers to `schedule`, which must outlive it and keep its ranks.
+class PreparedTiming {
+ public:
+  PreparedTiming(const Plan& plan, const Schedule& schedule, Timing timing = Timing::Estimate);
+  ~PreparedTiming();
+  PreparedTiming(const PreparedTiming&) = delete;
+  PreparedTiming& operator=(const PreparedTiming&) = delete;
+
+ private:
+  friend class CostModel;
+  const Schedule& schedule_;
+  std::unique_ptr<detail::TimelineShape> shape_;
+};
+
 class CostModel {
  public:
   CostModel(const Topology& topology, Calibration calibration, CostOptions options = {});
@@ -70,6 +91,9 @@ class CostModel {
   CostBreakdown evaluate(const Plan& plan, const Schedule& schedule) const;
   // Times, compute and MFU only (no volume, no memory): what changes with the GPU order.
   CostBreakdown evaluate_times(const Plan& plan, const Schedule& schedule, Timing timing = Timing::Estimate) const;
+  // The same with the schedule's timing structure prepared beforehand (for any GPU order of
+  // the plan it was prepared with).
+  CostBreakdown evaluate_times(const Plan& plan, const PreparedTiming& prepared) const;
   MemoryEstimate memory(const Plan& plan, const Schedule& schedule) const;
   const Topology& topology() const { return topology_; }
   const Calibration& calibration() const { return calibration_; }

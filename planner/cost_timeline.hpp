@@ -19,6 +19,7 @@
 // Their price covers the group.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "planner/schedule.hpp"
@@ -33,9 +34,30 @@ struct RankTiming {
   double compute_forward_s = 0, compute_backward_s = 0;  // compute-stream busy time per phase
 };
 
-// `duration[p][i]`: seconds op i of programs[p] lasts. Returns one entry per program. A pairing
-// that cannot be honoured (an end that is never posted) falls back to starting the waiting op on
-// its own, so timing always finishes.
+// How the ops of some rank programs wait for each other under one pairing: built once (pairing
+// sorts every message end), then run with any op durations (the search prices one schedule under
+// many GPU orders). Keeps pointers to the programs.
+class TimelineShape {
+ public:
+  TimelineShape(std::vector<const RankProgram*> programs, PairMode mode);
+  ~TimelineShape();
+  TimelineShape(TimelineShape&&) noexcept;
+  TimelineShape& operator=(TimelineShape&&) noexcept;
+
+  // `duration[p][i]`: seconds op i of programs()[p] lasts. One entry per program. A pairing that
+  // cannot be honoured (an end that is never posted) falls back to starting the waiting op on its
+  // own, so timing always finishes.
+  std::vector<RankTiming> run(const std::vector<std::vector<double>>& duration) const;
+  const std::vector<const RankProgram*>& programs() const;
+  size_t size() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// TimelineShape(programs, mode).run(duration).
 std::vector<RankTiming> time_programs(const std::vector<const RankProgram*>& programs,
                                       const std::vector<std::vector<double>>& duration, PairMode mode);
 

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 
 #include "planner/errors.hpp"
 #include "planner/log.hpp"
@@ -57,10 +58,12 @@ void price_orders(Work& work, const std::vector<std::vector<int>>& orders, const
                   const Topology& topology, const CostModel& model, int ranks, Timing timing = Timing::Estimate) {
   Candidate& c = work.candidate;
   double best = std::numeric_limits<double>::infinity();
+  std::optional<PreparedTiming> prepared;  // the same for every order: built with the first
   for (const auto& order : orders) {
     Plan plan =
         make_plan(c.plan.strategy, c.plan.params, c.plan.workload, topology, ranks, node_orders.gpu_order(order));
-    CostBreakdown cost = model.evaluate_times(plan, work.schedule, timing);
+    if (!prepared) prepared.emplace(plan, work.schedule, timing);
+    CostBreakdown cost = model.evaluate_times(plan, *prepared);
     if (cost.step_ms < best) {
       best = cost.step_ms;
       c.plan = std::move(plan);

@@ -176,7 +176,9 @@ TEST(Search, FeasibleCandidatesComeFirstSortedByStepTime) {
       EXPECT_FALSE(seen_pruned) << "priced candidate after a pruned one";
     }
     const Candidate& previous = r.candidates[i > 0 ? i - 1 : 0];
-    if (i > 0 && previous.feasible && previous.pruned == c.pruned) EXPECT_LE(previous.cost.step_ms, c.cost.step_ms);
+    if (i > 0 && previous.feasible && previous.pruned == c.pruned) {
+      EXPECT_LE(previous.cost.step_ms, c.cost.step_ms);
+    }
     seen_pruned = seen_pruned || c.pruned;
   }
   EXPECT_TRUE(seen_pruned);
