@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <map>
 
+#include "planner/log.hpp"
+
 namespace wallfacer::detail {
 namespace {
 
@@ -279,13 +281,17 @@ std::vector<RankTiming> TimelineRun::run() {
   for (size_t p = 0; p < state_.size(); ++p)
     for (size_t i = 0; i < state_[p].waiting.size(); ++i)
       if (state_[p].waiting[i] == 0) posted_.push_back({int32_t(p), int32_t(i)});
-  do {
+  int called_off = 0;
+  for (;;) {
     while (!posted_.empty()) {
       const OpRef ref = posted_.back();
       posted_.pop_back();
       post(ref);
     }
-  } while (dissolve_one_waiting_meet());
+    if (!dissolve_one_waiting_meet()) break;
+    ++called_off;
+  }
+  if (called_off > 0) WF_LOG_DEBUG("cost", "{} meetings of message ends or collectives called off", called_off);
 
   std::vector<RankTiming> times(state_.size());
   for (size_t p = 0; p < state_.size(); ++p)
