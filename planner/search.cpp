@@ -339,7 +339,7 @@ SearchResult search_plans(const Topology& topology, const Workload& workload, co
   const SearchMode mode = options.mode != SearchMode::Auto       ? options.mode
                           : ranks <= options.exhaustive_max_gpus ? SearchMode::Exhaustive
                                                                  : SearchMode::Heuristic;
-  Searcher s{topology, workload, model, options, ranks, mode, detail::NodeOrders(topology, ranks)};
+  Searcher s{topology, workload, model, options, ranks, mode, detail::NodeOrders(topology, ranks), {}, 0, {}};
   s.orders = choose_orders(s.node_orders, mode, options);
   s.budget_GiB = options.memory_budget_fraction * topology.gpu().memory_GiB;
   s.work = enumerate_candidates(topology, workload, options, ranks);

@@ -52,7 +52,9 @@ TEST_P(RingForward, MatchesThePipelinedClosedForm) {
   const double block = 4 * w.batch * n * n * w.heads * w.head_dim / (GetParam() * 1e12);
   const double expected = block + (P - 1) * std::max(block, transfer);
   EXPECT_NEAR(cost.forward_ms * 1e-3, expected, 1e-6 * expected);
-  if (GetParam() > 1e6) EXPECT_NEAR(cost.forward_ms * 1e-3, (P - 1) * transfer, 1e-6 * expected);
+  if (GetParam() > 1e6) {
+    EXPECT_NEAR(cost.forward_ms * 1e-3, (P - 1) * transfer, 1e-6 * expected);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Throughputs, RingForward, ::testing::Values(100.0, 1000.0, 1e9));
