@@ -2,6 +2,9 @@
 #include "cli/common.hpp"
 
 #include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
 
 #include "cli/commands.hpp"
 
@@ -87,6 +90,28 @@ CLI::Validator at_least(long long minimum) {
       minimum == 0   ? "NONNEGATIVE"
       : minimum == 1 ? "POSITIVE"
                      : fmt::format("AT LEAST {}", minimum));
+}
+
+CLI::Option* add_progress_flag(CLI::App* app, double& seconds) {
+  seconds = isatty(STDERR_FILENO) ? 10.0 : 0.0;
+  return app
+      ->add_option("--progress", seconds,
+                   "Seconds between the lines each simulation prints to stderr on how far it got (default: 10 on "
+                   "a terminal, else 0 = never)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            try {
+              size_t used = 0;
+              const double value = std::stod(text, &used);
+              if (used != text.size()) return "not a number: " + text;
+              if (!(value >= 0) || !std::isfinite(value))
+                return fmt::format("must be 0 or more seconds (got {})", text);
+            } catch (const std::exception&) {
+              return "not a number: " + text;
+            }
+            return {};
+          },
+          "SECONDS"));
 }
 
 }  // namespace wallfacer::cli

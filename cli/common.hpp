@@ -36,6 +36,10 @@ struct TopologyFlags {
 void add_topology_flags(CLI::App* app, TopologyFlags& flags);
 Topology load(const TopologyFlags& flags);
 
+// --progress SECONDS for commands that run simulations: how often each prints how far it got to
+// stderr; 10 s when stderr is a terminal, else 0 (never).
+CLI::Option* add_progress_flag(CLI::App* app, double& seconds);
+
 // The workload as a JSON object with the keys of the model files (docs/formats/workload.md).
 nlohmann::json to_json(const Workload& workload);
 // Writes indented JSON and a newline; stdout carries nothing else when --json is given.

@@ -43,6 +43,7 @@ struct PlanFlags {
   bool check = false;
   int simulate_top = 0;
   int jobs = default_jobs();
+  double progress_s = 0;
   std::string calibration;
   std::string search = "auto";
   double memory_fraction = 0.9;
@@ -75,7 +76,7 @@ SearchOptions search_options(const PlanFlags& flags) {
 // Simulates the K best feasible candidates and moves them, ordered by simulated step time, to the
 // front. A candidate the heuristic search left partly priced is priced in full first; one the
 // closed-form screen left without a placement cannot be simulated and is passed over.
-void simulate_best(Ranked& ranked, const CostModel& model, int k, int jobs) {
+void simulate_best(Ranked& ranked, const CostModel& model, int k, int jobs, double progress_s) {
   auto& candidates = ranked.result.candidates;
   ranked.simulated_ms.assign(candidates.size(), std::nullopt);
   std::vector<size_t> chosen;
@@ -92,6 +93,7 @@ void simulate_best(Ranked& ranked, const CostModel& model, int k, int jobs) {
   }
   SimOptions options;
   options.calibration = model.calibration();
+  options.progress_every_s = progress_s;
   std::vector<Plan> plans;
   for (size_t i : chosen)
     plans.push_back(candidates[i].plan);
@@ -230,7 +232,7 @@ int run_plan(const PlanFlags& flags) {
   const SearchOptions options = search_options(flags);
   Ranked ranked{search_plans(topology, workload, model, options), {}};
   const int gpus = options.ranks > 0 ? options.ranks : topology.num_gpus();
-  if (flags.simulate_top > 0) simulate_best(ranked, model, flags.simulate_top, flags.jobs);
+  if (flags.simulate_top > 0) simulate_best(ranked, model, flags.simulate_top, flags.jobs, flags.progress_s);
 
   if (flags.json)
     print_json_result(ranked, workload, topology, gpus);
@@ -309,6 +311,7 @@ void register_plan_command(CLI::App& app) {
       ->capture_default_str()
       ->check(at_least(1))
       ->group(output);
+  add_progress_flag(command, flags->progress_s)->group(output);
   command->callback([flags] {
     if (flags->strategy != "auto") {
       try {

@@ -34,6 +34,7 @@ struct SimulateFlags {
   bool tcp_effects = false;
   bool no_shortcuts = false;
   bool json = false;
+  double progress_s = 0;
 };
 
 // "0-7,64" -> {0, ..., 7, 64}. Ranks past the plan's are reported by the simulator.
@@ -136,6 +137,7 @@ void run(const SimulateFlags& flags) {
   options.comm_slowdown = flags.comm_slowdown;
   options.all_to_all = flags.all_to_all;
   options.max_ring_steps = flags.max_ring_steps;
+  options.progress_every_s = flags.progress_s;
   if (!flags.calibration_path.empty()) options.calibration = Calibration::load(flags.calibration_path);
   SimResult result;
   try {
@@ -194,6 +196,7 @@ void register_simulate_command(CLI::App& app) {
   command->add_flag("--no-shortcuts", flags->no_shortcuts,
                     "Model every physical link and compute op as its own SimGrid object (slower; the default merges "
                     "link chains that carry the same routes and times full-speed compute exactly, same results)");
+  add_progress_flag(command, flags->progress_s);
   command->callback([flags] { run(*flags); });
 }
 

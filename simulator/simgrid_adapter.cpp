@@ -346,6 +346,10 @@ bool SimEngine::run() {
   return !impl_->state.deadlocked;
 }
 
+void SimEngine::on_clock_advance(std::function<void(double)> observer) {
+  sg4::Engine::on_time_advance_cb([observer = std::move(observer)](double) { observer(sg4::Engine::get_clock()); });
+}
+
 double SimEngine::now() {
   return sg4::Engine::get_clock();
 }

@@ -112,6 +112,9 @@ class SimEngine {
   // Runs until every actor returned or nothing can progress; returns false on a deadlock
   // (some actor still waits for an activity that can never finish).
   bool run();
+  // Calls `observer` with the simulated time whenever the engine's clock advances (from the
+  // engine, between actor steps).
+  void on_clock_advance(std::function<void(double now_s)> observer);
 
   static double now();  // simulated seconds
   static void set_power_state(int host, int state);

@@ -6,7 +6,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <deque>
+#include <string>
 
 #include "planner/cost_model.hpp"
 #include "planner/errors.hpp"
@@ -82,10 +86,38 @@ SimResult summarize(const sim::Replay& replay, const Topology& topology) {
   return result;
 }
 
-// The whole simulation; runs inside the child process.
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
+
+// Prints how far the replay got, every `progress_every_s` of wall time, against the cost model's
+// step when the plan records one. The clock is read every 64 advances only: a large replay
+// advances millions of times.
+class ProgressReport {
+ public:
+  ProgressReport(const SimOptions& options, const Plan& plan, std::chrono::steady_clock::time_point started)
+      : label_(options.progress_label), every_s_(options.progress_every_s), started_(started), next_s_(every_s_) {
+    if (plan.prediction && plan.prediction->step_ms > 0)
+      predicted_ = fmt::format(" (the cost model's step: {:.3f} ms)", plan.prediction->step_ms);
+  }
+  void operator()(double now_s) {
+    if (++advances_ % 64 != 0) return;
+    const double elapsed = seconds_since(started_);
+    if (elapsed < next_s_) return;
+    next_s_ = elapsed + every_s_;
+    fmt::print(stderr, "{}: {:.3f} ms simulated after {:.1f} s{}\n", label_, now_s * 1e3, elapsed, predicted_);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string label_, predicted_;
+  double every_s_;
+  std::chrono::steady_clock::time_point started_;
+  double next_s_;
+  uint64_t advances_ = 0;
+};
+
+// The whole simulation; runs inside the child process.
 
 SimResult simulate_here(const Plan& plan, const Topology& topology, const Schedule& schedule,
                         const SimOptions& options) {
@@ -113,6 +145,7 @@ SimResult simulate_here(const Plan& plan, const Topology& topology, const Schedu
               "{} ranks, {} GPU pairs routed over {} links, model {}; platform and replay ready after {:.2f} s",
               plan.num_ranks(), network.routes, network.links, options.network_model, seconds_since(started));
   auto running = std::chrono::steady_clock::now();
+  if (options.progress_every_s > 0) engine.on_clock_advance(ProgressReport(options, plan, running));
   replay.run();
   WF_LOG_INFO("simulator", "simulation ran {:.2f} s", seconds_since(running));
   SimResult result = summarize(replay, topology);
@@ -135,6 +168,8 @@ void check_options(const SimOptions& options) {
   if (options.collective_algorithm != "ring")
     throw InputError(
         fmt::format("collective algorithm '{}' is not supported (only 'ring')", options.collective_algorithm));
+  if (!(options.progress_every_s >= 0) || !std::isfinite(options.progress_every_s))
+    throw InputError(fmt::format("--progress {}: must be a number of seconds, 0 or more", options.progress_every_s));
   if (options.actor_stack_KiB < 4 || options.actor_stack_KiB > 65536)
     throw InputError(fmt::format("actor stack of {} KiB: must be 4 to 65536 KiB", options.actor_stack_KiB));
   if (options.all_to_all != "pairwise" && options.all_to_all != "direct")
@@ -214,7 +249,11 @@ std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topol
         running.pop_front();
       }
       const Plan& plan = plans[i];
-      running.push_back(start_simulation(i, plan, topology, options, [&] { return build_in_child(plan); }));
+      SimOptions own = options;  // progress lines say which plan they are about
+      if (plans.size() > 1)
+        own.progress_label =
+            fmt::format("{} [{}/{} {}]", options.progress_label, i + 1, plans.size(), to_string(plan.strategy));
+      running.push_back(start_simulation(i, plan, topology, own, [&] { return build_in_child(plan); }));
     }
     while (!running.empty()) {
       results[running.front().index] = finish(running.front());

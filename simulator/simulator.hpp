@@ -48,6 +48,10 @@ struct SimOptions {
   // the stacks share huge pages, which is faster at thousands of ranks (docs/simulator.md).
   int actor_stack_KiB = 64;
   bool stack_guard = false;
+  // Every this many seconds of wall time, print to stderr how far the replay got in simulated
+  // time (0: never): a 4,096-GPU replay runs for a minute or more. Lines start with the label.
+  double progress_every_s = 0;
+  std::string progress_label = "simulator";
 };
 
 struct RankStats {
@@ -87,8 +91,8 @@ struct SimResult {
 // calls are independent and may be repeated.
 SimResult simulate(const Plan& plan, const Topology& topology, const SimOptions& options = {});
 // Simulates several plans on one topology, up to `jobs` child processes at a time (each
-// simulation is single-threaded); results in the order of `plans`. Errors as simulate(); a trace
-// path needs a single plan. wall_seconds runs from a child's start to when its result was read.
+// simulation is single-threaded); results in the order of `plans`; progress labels name each. Errors as simulate(); a
+// trace path needs a single plan. wall_seconds runs from a child's start to when its result was read.
 std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topology& topology,
                                      const SimOptions& options = {}, int jobs = 1);
 // Replays a given schedule instead of ScheduleBuilder(plan).build(): for schedules built by hand

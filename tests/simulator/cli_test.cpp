@@ -5,7 +5,9 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -92,7 +94,9 @@ TEST_P(SimulateCommand, SimulateTopRanksByTimeAndSimulateAgrees) {
     ASSERT_EQ(simulated.size(), std::min<size_t>(3, feasible)) << what;
     for (size_t i = 0; i < simulated.size(); ++i) {
       EXPECT_TRUE(candidates[i].contains("simulated_ms")) << what << " candidate " << i;
-      if (i > 0) EXPECT_LE(simulated[i - 1], simulated[i]) << what;
+      if (i > 0) {
+        EXPECT_LE(simulated[i - 1], simulated[i]) << what;
+      }
     }
     // `simulate` on the written best plan gives the time the ranking showed for it.
     const test::CliResult replayed = test::run_cli("simulate " + plan_file.string() + " --json", "2>/dev/null");
@@ -118,6 +122,44 @@ TEST(SimulateCommandInput, BadCountsAreRejectedWithTheFlagAndStatus2) {
   const test::CliResult steps = test::run_cli("simulate plan.yaml --max-ring-steps -1", "2>&1");
   EXPECT_EQ(steps.status, 2);
   EXPECT_NE(steps.output.find("--max-ring-steps: must be at least 0 (got -1)"), std::string::npos) << steps.output;
+}
+
+TEST(SimulateCommandProgress, LinesGoToStderrAndClimbTowardsTheStep) {
+  if (!test::cli_built()) GTEST_SKIP() << test::cli_binary() << " is not built";
+  const std::filesystem::path plan = scratch("progress-plan.yaml"), lines = scratch("progress.txt");
+  ASSERT_EQ(test::run_cli("plan --nodes 2 --out " + plan.string(), "2>&1").status, 0);
+  // A tiny interval prints at every clock check; stdout keeps nothing but the JSON.
+  const test::CliResult run =
+      test::run_cli("simulate " + plan.string() + " --json --progress 1e-9", "2>" + lines.string());
+  ASSERT_EQ(run.status, 0) << run.output;
+  const json sim = json::parse(run.output);
+  std::ifstream in(lines);
+  std::string line;
+  double last_ms = 0;
+  int count = 0;
+  while (std::getline(in, line)) {
+    double ms = -1, seconds = -1, predicted = -1;
+    ASSERT_EQ(std::sscanf(line.c_str(), "simulator: %lf ms simulated after %lf s (the cost model's step: %lf ms)", &ms,
+                          &seconds, &predicted),
+              3)
+        << line;
+    EXPECT_GE(ms, last_ms) << line;
+    EXPECT_LE(ms, sim["step_ms"].get<double>() * (1 + 1e-9)) << line;
+    EXPECT_GT(predicted, 0) << line;
+    last_ms = ms;
+    ++count;
+  }
+  EXPECT_GT(count, 1);
+  // 0 turns the lines off.
+  const test::CliResult quiet =
+      test::run_cli("simulate " + plan.string() + " --json --progress 0", "2>" + lines.string());
+  ASSERT_EQ(quiet.status, 0);
+  EXPECT_EQ(std::filesystem::file_size(lines), 0u);
+  const test::CliResult bad = test::run_cli("simulate " + plan.string() + " --progress -1", "2>&1");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.output.find("--progress: must be 0 or more seconds (got -1)"), std::string::npos) << bad.output;
+  std::error_code ignored;
+  std::filesystem::remove_all(scratch_dir(), ignored);
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, SimulateCommand, ::testing::ValuesIn(Topology::preset_names()), [](const auto& info) {
