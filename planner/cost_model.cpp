@@ -1,7 +1,6 @@
 // The analytic cost model (cost_model.hpp): list-schedules the timed ranks' programs through their
 // four streams (cost_timeline.hpp) with calibrated compute times and contention-aware transfer
-// times. Formulas and
-// conventions: docs/cost-model.md.
+// times. Formulas and conventions: docs/cost-model.md.
 #include "planner/cost_model.hpp"
 
 #include <fmt/format.h>

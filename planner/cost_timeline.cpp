@@ -312,10 +312,6 @@ std::vector<RankTiming> TimelineShape::run(const std::vector<std::vector<double>
   return TimelineRun(*impl_, duration).run();
 }
 
-const std::vector<const RankProgram*>& TimelineShape::programs() const {
-  return impl_->programs;
-}
-
 std::vector<RankTiming> time_programs(const std::vector<const RankProgram*>& programs,
                                       const std::vector<std::vector<double>>& duration, PairMode mode) {
   return TimelineShape(programs, mode).run(duration);

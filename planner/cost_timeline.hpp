@@ -44,11 +44,10 @@ class TimelineShape {
   TimelineShape(TimelineShape&&) noexcept;
   TimelineShape& operator=(TimelineShape&&) noexcept;
 
-  // `duration[p][i]`: seconds op i of programs()[p] lasts. One entry per program. A pairing that
+  // `duration[p][i]`: seconds op i of the p-th program lasts. One entry per program. A pairing that
   // cannot be honoured (an end that is never posted) falls back to starting the waiting op on its
   // own, so timing always finishes.
   std::vector<RankTiming> run(const std::vector<std::vector<double>>& duration) const;
-  const std::vector<const RankProgram*>& programs() const;
   size_t size() const;
 
   struct Impl;

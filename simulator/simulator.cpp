@@ -118,7 +118,6 @@ class ProgressReport {
 };
 
 // The whole simulation; runs inside the child process.
-
 SimResult simulate_here(const Plan& plan, const Topology& topology, const Schedule& schedule,
                         const SimOptions& options) {
   auto started = std::chrono::steady_clock::now();

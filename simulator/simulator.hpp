@@ -91,8 +91,9 @@ struct SimResult {
 // calls are independent and may be repeated.
 SimResult simulate(const Plan& plan, const Topology& topology, const SimOptions& options = {});
 // Simulates several plans on one topology, up to `jobs` child processes at a time (each
-// simulation is single-threaded); results in the order of `plans`; progress labels name each. Errors as simulate(); a
-// trace path needs a single plan. wall_seconds runs from a child's start to when its result was read.
+// simulation is single-threaded); results in the order of `plans`; progress labels name each.
+// Errors as simulate(); a trace path needs a single plan. wall_seconds runs from a child's start
+// to when its result was read.
 std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topology& topology,
                                      const SimOptions& options = {}, int jobs = 1);
 // Replays a given schedule instead of ScheduleBuilder(plan).build(): for schedules built by hand
