@@ -293,7 +293,12 @@ std::string Checker::collective_structure_problem(const RankProgram& prog, const
   if (spec.group < 0 || size_t(spec.group) >= plan_.groups.size()) return fmt::format("unknown group {}", spec.group);
   if (member_index(prog.rank, spec.group) < 0)
     return fmt::format("rank is not a member of group {}", plan_.groups[size_t(spec.group)].name);
-  if (op.kind == OpKind::AllReduce) return "";
+  if (op.kind == OpKind::AllReduce) {
+    const AllReduceAlgorithm planned = plan_.groups[size_t(spec.group)].all_reduce;
+    if (spec.algorithm == planned) return "";
+    return fmt::format("all-reduce runs as a {} but the plan gives group {} a {}", to_string(spec.algorithm),
+                       plan_.groups[size_t(spec.group)].name, to_string(planned));
+  }
   const size_t m = plan_.groups[size_t(spec.group)].ranks.size();
   if (spec.in_tokens.size() != m || spec.out_tokens.size() != m || spec.in_heads.size() != m ||
       spec.out_heads.size() != m)

@@ -75,7 +75,10 @@ struct OpPricer {
       default: {
         if (op.coll < 0) return 0;
         if (op.kind == OpKind::AllToAll) return network.all_to_all_seconds(program, op, schedule.tokens, schedule.dims);
-        return network.collective_seconds(op.kind, program.collectives[size_t(op.coll)].group, op.bytes);
+        const CollectiveSpec& spec = program.collectives[size_t(op.coll)];
+        if (op.kind == OpKind::AllReduce && spec.algorithm == AllReduceAlgorithm::Tree)
+          return network.tree_all_reduce_seconds(spec.group, spec.elements);
+        return network.collective_seconds(op.kind, spec.group, op.bytes);
       }
     }
   }

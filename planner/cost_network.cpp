@@ -5,6 +5,8 @@
 #include <limits>
 #include <unordered_set>
 
+#include "planner/all_reduce.hpp"
+
 namespace wallfacer::detail {
 namespace {
 
@@ -235,6 +237,49 @@ double NetworkPricer::collective_seconds(OpKind kind, int group, int64_t bytes) 
   const int steps = kind == OpKind::AllReduce ? 2 * (p - 1) : p - 1;
   const double transfer = price.bandwidth_GBps < kInf ? double(bytes) / (price.bandwidth_GBps * 1e9) : 0;
   return steps * price.latency_us * 1e-6 + transfer;
+}
+
+double NetworkPricer::tree_all_reduce_seconds(int group, int64_t elements) {
+  if (group < 0 || group >= int(plan_.groups.size())) return 0;
+  const int n = int(plan_.groups[size_t(group)].ranks.size());
+  if (n < 2) return 0;
+  auto [it, fresh] = tree_seconds_.try_emplace({group, elements}, 0.0);
+  if (!fresh) return it->second;
+  const std::vector<int> members = tree_members(plan_, group);
+  auto gpu = [&](int position) { return gpu_of(members[size_t(position)]); };
+  const double critical_s =
+      tree_critical_latency_s(n, [&](int a, int b) { return topology_.route(gpu(a), gpu(b)).latency_us * 1e-6; });
+  // The simulator runs the transfers pairwise in their rounds: a transfer shares its links with
+  // the others of its round, each member sends, and receives, one transfer after the other, and
+  // the pipeline's fill (the critical latency) comes before a member's first transfer, whose own
+  // latency it includes.
+  const double half_bytes = double(elements * 4 / 2);
+  const auto transfers = tree_transfers_by_round(n);
+  std::vector<double> send_chain(size_t(n), 0.0), recv_chain(size_t(n), 0.0);
+  double first_latency_s = kInf;
+  for (size_t begin = 0; begin < transfers->size();) {
+    size_t end = begin;
+    while (end < transfers->size() && (*transfers)[end].round == (*transfers)[begin].round)
+      ++end;
+    for (size_t i = begin; i < end; ++i)
+      counter_.add(gpu((*transfers)[i].from), gpu((*transfers)[i].to));
+    for (size_t i = begin; i < end; ++i) {
+      const TreeTransfer& t = (*transfers)[i];
+      const FlowPrice flow = counter_.price(gpu(t.from), gpu(t.to));
+      const double seconds =
+          flow.latency_us * 1e-6 + (flow.bandwidth_GBps < kInf ? half_bytes / (flow.bandwidth_GBps * 1e9) : 0);
+      send_chain[size_t(t.from)] += seconds;
+      recv_chain[size_t(t.to)] += seconds;
+      first_latency_s = std::min(first_latency_s, flow.latency_us * 1e-6);
+    }
+    counter_.clear();
+    begin = end;
+  }
+  double slowest = 0;
+  for (int k = 0; k < n; ++k)
+    slowest = std::max({slowest, send_chain[size_t(k)], recv_chain[size_t(k)]});
+  it->second = std::max(critical_s - first_latency_s, 0.0) + slowest;
+  return it->second;
 }
 
 double NetworkPricer::all_to_all_seconds(const RankProgram& program, const Op& op, const TokenSetPool& pool,

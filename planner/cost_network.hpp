@@ -56,6 +56,12 @@ class NetworkPricer {
   // Seconds a ring collective (all-gather, reduce-scatter, all-reduce) takes when this member sends
   // `bytes`, with every group of the same kind running it at once.
   double collective_seconds(OpKind kind, int group, int64_t bytes);
+  // Seconds a tree all-reduce of `elements` fp32 values over `group` takes (all_reduce.hpp): the
+  // longest path's latency up and down, then the busiest member's transfers (half the buffer
+  // each), whose sends and receives each run one after the other, each transfer sharing its links
+  // with the others of its round. Flows of other groups are not counted: the weight-gradient
+  // all-reduce runs after the attention traffic.
+  double tree_all_reduce_seconds(int group, int64_t elements);
   // Seconds an all-to-all op of `program` takes. Only member pairs whose slices intersect exchange
   // data (a shift is an all-to-all with one peer); every member is assumed to use the same peer
   // offsets in group order (true of shifts and full exchanges), and so is every group of the kind.
@@ -103,6 +109,7 @@ class NetworkPricer {
   std::vector<bool> group_indexed_;
   // Per group kind: node -> (group, member position) of the members placed on it.
   std::map<int, std::unordered_map<int, std::vector<std::pair<int, int>>>> members_by_node_;
+  std::map<std::pair<int, int64_t>, double> tree_seconds_;  // by (group, elements)
 };
 
 }  // namespace wallfacer::detail

@@ -41,6 +41,9 @@ constexpr NameTable<GroupKind, 9> kGroupKindNames{{{GroupKind::Ring, "ring"},
                                                    {GroupKind::Data, "data"},
                                                    {GroupKind::World, "world"}}};
 
+constexpr NameTable<AllReduceAlgorithm, 2> kAllReduceNames{
+    {{AllReduceAlgorithm::Ring, "ring"}, {AllReduceAlgorithm::Tree, "tree"}}};
+
 template <typename Enum, size_t N>
 const char* name_of(const NameTable<Enum, N>& table, Enum value) {
   for (const auto& [v, name] : table)
@@ -88,6 +91,13 @@ const char* to_string(GroupKind kind) {
 }
 GroupKind parse_group_kind(const std::string& name) {
   return parse_name(kGroupKindNames, name, "group kind");
+}
+
+const char* to_string(AllReduceAlgorithm algorithm) {
+  return name_of(kAllReduceNames, algorithm);
+}
+AllReduceAlgorithm parse_all_reduce_algorithm(const std::string& name) {
+  return parse_name(kAllReduceNames, name, "all-reduce algorithm");
 }
 
 int Plan::find_group(const std::string& name) const {

@@ -66,10 +66,18 @@ enum class GroupKind {
 const char* to_string(GroupKind kind);
 GroupKind parse_group_kind(const std::string& name);
 
+// How an all-reduce over a group moves its data (docs/simulator.md, "Collectives"): a ring of
+// 2(p-1) steps, or NCCL's pipelined double binary tree, whose latency grows with log2 p instead
+// of p. Chosen per group by the planner (all_reduce.hpp) and read by every consumer.
+enum class AllReduceAlgorithm : uint8_t { Ring, Tree };
+const char* to_string(AllReduceAlgorithm algorithm);
+AllReduceAlgorithm parse_all_reduce_algorithm(const std::string& name);
+
 struct CommGroup {
   std::string name;  // unique in the plan, e.g. "ring0", "team3", "subring.g0.a1"
   GroupKind kind = GroupKind::Ring;
-  std::vector<int> ranks;  // in order (ring order for rings)
+  std::vector<int> ranks;                                    // in order (ring order for rings)
+  AllReduceAlgorithm all_reduce = AllReduceAlgorithm::Ring;  // for all-reduces over this group
   bool operator==(const CommGroup&) const = default;
 };
 

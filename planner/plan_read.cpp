@@ -36,10 +36,12 @@ YAML::Node section(const std::string& source, const YAML::Node& parent, const ch
 }
 
 // The values of a mapping's keys, read in one pass: yaml-cpp looks keys up linearly, and a plan for
-// a large cluster has tens of thousands of rank entries. Every key is required.
+// a large cluster has tens of thousands of rank entries. Every key is required but the last
+// `optional` ones, which come back as null nodes when absent.
 template <size_t N>
 std::array<YAML::Node, N> fields_of(const std::string& source, const YAML::Node& entry,
-                                    std::initializer_list<std::string_view> keys, std::string_view what) {
+                                    std::initializer_list<std::string_view> keys, std::string_view what,
+                                    size_t optional = 0) {
   yaml::expect_map(source, entry, what);
   std::array<std::optional<YAML::Node>, N> found;
   for (const auto& kv : entry) {
@@ -54,7 +56,11 @@ std::array<YAML::Node, N> fields_of(const std::string& source, const YAML::Node&
   }
   size_t i = 0;
   for (std::string_view k : keys) {
-    if (!found[i] || found[i]->IsNull()) yaml::fail(source, entry, fmt::format("missing required field '{}'", k));
+    if (i >= N) break;
+    if (i + optional >= N && !found[i]) found[i].emplace(YAML::Node(YAML::NodeType::Null));
+    if (!found[i] || found[i]->IsNull()) {
+      if (i + optional < N) yaml::fail(source, entry, fmt::format("missing required field '{}'", k));
+    }
     ++i;
   }
   // Copy-constructed: assigning to a YAML::Node would rebind or overwrite the node it refers to.
@@ -148,11 +154,13 @@ std::vector<RankSlot> read_ranks(const std::string& source, const YAML::Node& ro
 }
 
 CommGroup read_group(const std::string& source, const YAML::Node& entry, int num_ranks) {
-  const auto [name, kind, members] = fields_of<3>(source, entry, {"name", "kind", "ranks"}, "group");
+  const auto [name, kind, members, all_reduce] =
+      fields_of<4>(source, entry, {"name", "kind", "ranks", "all_reduce"}, "group", 1);
   CommGroup group;
   group.name = yaml::as_string(source, name, "name");
   if (group.name.empty()) yaml::fail(source, name, "group 'name' must not be empty");
   group.kind = parse_at(source, kind, "kind", parse_group_kind);
+  if (!all_reduce.IsNull()) group.all_reduce = parse_at(source, all_reduce, "all_reduce", parse_all_reduce_algorithm);
   yaml::expect_sequence(source, members, "group 'ranks'");
   if (members.size() == 0) yaml::fail(source, members, fmt::format("group '{}' has no ranks", group.name));
   std::set<int> seen;

@@ -89,9 +89,13 @@ void write_groups(const std::vector<CommGroup>& groups, std::ostream& out) {
     return;
   }
   out << "groups:\n";
-  for (const CommGroup& g : groups)
-    out << fmt::format("  - {{name: {}, kind: {}, ranks: [{}]}}\n", quoted(g.name), to_string(g.kind),
-                       fmt::join(g.ranks, ", "));
+  for (const CommGroup& g : groups) {
+    // Ring is the default, so plans without a tree read back the same and stay as they were.
+    const std::string all_reduce =
+        g.all_reduce == AllReduceAlgorithm::Ring ? "" : fmt::format(", all_reduce: {}", to_string(g.all_reduce));
+    out << fmt::format("  - {{name: {}, kind: {}, ranks: [{}]{}}}\n", quoted(g.name), to_string(g.kind),
+                       fmt::join(g.ranks, ", "), all_reduce);
+  }
 }
 
 void write_prediction(const Prediction& p, std::ostream& out) {

@@ -133,9 +133,10 @@ struct CollectiveSpec {
   int32_t group = -1;  // index into Plan::groups
   FieldMask fields = 0;
   Reduction reduction = Reduction::Sum;
-  std::vector<int32_t> in_tokens, out_tokens;  // per member (group order): TokenSetPool ids
-  std::vector<HeadRange> in_heads, out_heads;  // per member
-  int64_t elements = 0;                        // AllReduce only
+  std::vector<int32_t> in_tokens, out_tokens;               // per member (group order): TokenSetPool ids
+  std::vector<HeadRange> in_heads, out_heads;               // per member
+  int64_t elements = 0;                                     // AllReduce only
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::Ring;  // AllReduce only: the group's (Plan)
 };
 
 struct Op {

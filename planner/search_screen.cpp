@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "planner/all_reduce.hpp"
 #include "planner/cost_model.hpp"
 
 namespace wallfacer::detail {
@@ -124,14 +125,14 @@ std::pair<double, double> wallfacer(const Screen& c) {
 }
 
 // The weight-gradient all-reduce of the attention projections (fp32) over `members` ranks, as a
-// ring of 2(p-1) steps. Every strategy but LSS runs it over all ranks after the backward pass; at
-// thousands of GPUs its step latencies alone are tens of milliseconds, the same for every
-// candidate, which a per-strategy rescaling would otherwise distort.
+// ring or a tree, whichever the plan will choose (all_reduce.hpp). Every strategy but LSS runs it
+// over all ranks after the backward pass.
 double grad_allreduce(const Screen& c, int members) {
   if (members < 2) return 0;
   const LinkClass& l = c.link(members, 1);
-  const double bytes = 2.0 * (members - 1) / members * double(c.w.attention_parameters_per_layer()) * 4;
-  return 2.0 * (members - 1) * l.alpha_s + bytes / l.bytes_per_s;
+  const double bytes = double(c.w.attention_parameters_per_layer()) * 4;
+  return std::min(ring_all_reduce_estimate_s(members, bytes, l.alpha_s, l.bytes_per_s),
+                  tree_all_reduce_estimate_s(members, bytes, l.alpha_s, l.bytes_per_s));
 }
 
 LinkClass link_between(const Topology& topology, int a, int b) {

@@ -7,6 +7,7 @@
 #include <array>
 #include <numeric>
 
+#include "planner/all_reduce.hpp"
 #include "planner/errors.hpp"
 #include "planner/log.hpp"
 #include "planner/strategies/common.hpp"
@@ -125,6 +126,7 @@ Plan make_plan(StrategyKind strategy, const StrategyParams& params, const Worklo
     if (nic >= 0) slot.nic = topology.devices()[size_t(nic)].name;
     plan.ranks.push_back(std::move(slot));
   }
+  choose_all_reduce_algorithms(plan, topology);
   return plan;
 }
 

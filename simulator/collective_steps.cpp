@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <numeric>
 
 #include "planner/errors.hpp"
@@ -72,6 +74,28 @@ CollectiveSteps ring_steps(OpKind kind, const CollectiveSpec& spec, double membe
   return steps;
 }
 
+// NCCL's pipelined double binary tree (all_reduce.hpp) in its steady state: every tree edge
+// carries its half of the buffer, up (partial sums) and down (results), while the others do. The
+// transfers run pairwise in their rounds, each member sending and receiving one at a time: through
+// a NIC they share that takes as long as NCCL's concurrent streams, and each flow then crosses
+// links nearly alone. (All at once, thousands of flows tied together by shared NICs make every
+// completion re-solve SimGrid's whole max-min system.) The pipeline's fill, the latency of the
+// tree's longest path, is the delay the replay puts before the first send.
+CollectiveSteps tree_steps(const CollectiveSpec& spec, const std::vector<int>& group, size_t pos,
+                           const TreeRounds& tree) {
+  const double total = double(spec.elements) * 4;
+  const std::array<double, 2> half{std::floor(total / 2), total - std::floor(total / 2)};
+  CollectiveSteps steps;
+  steps.order = StepOrder::Pairwise;
+  for (int32_t index : tree.sends[pos]) {
+    const TreeTransfer& t = tree.transfers[size_t(index)];
+    steps.sends.push_back({group[size_t(t.to)], half[size_t(t.tree)]});
+  }
+  for (int32_t index : tree.recvs[pos])
+    steps.recvs.push_back({group[size_t(tree.transfers[size_t(index)].from)], 0});
+  return steps;
+}
+
 // Tokens x heads member `from` sends to member `to` in an all-to-all.
 double all_to_all_weight(const CollectiveSpec& spec, size_t from, size_t to, const TokenSetPool& pool) {
   auto valid = [&](int32_t id) { return id >= 0 && size_t(id) < pool.size(); };
@@ -106,6 +130,25 @@ CollectiveSteps all_to_all_steps(const CollectiveSpec& spec, double member_bytes
 
 }  // namespace
 
+TreeRounds index_tree_rounds(int members) {
+  TreeRounds tree;
+  tree.transfers = tree_transfers(members);
+  tree.sends.resize(size_t(std::max(members, 0)));
+  tree.recvs.resize(tree.sends.size());
+  for (int32_t i = 0; i < int32_t(tree.transfers.size()); ++i) {
+    tree.sends[size_t(tree.transfers[size_t(i)].from)].push_back(i);
+    tree.recvs[size_t(tree.transfers[size_t(i)].to)].push_back(i);
+  }
+  auto by_round = [&](int32_t a, int32_t b) {
+    return tree.transfers[size_t(a)].round < tree.transfers[size_t(b)].round;
+  };
+  for (size_t k = 0; k < tree.sends.size(); ++k) {
+    std::sort(tree.sends[k].begin(), tree.sends[k].end(), by_round);
+    std::sort(tree.recvs[k].begin(), tree.recvs[k].end(), by_round);
+  }
+  return tree;
+}
+
 int64_t common_tokens(const TokenSet& a, const TokenSet& b) {
   int64_t total = 0;
   for (const TokenRange& x : a)
@@ -115,7 +158,8 @@ int64_t common_tokens(const TokenSet& a, const TokenSet& b) {
 }
 
 CollectiveSteps expand_collective(const CollectiveSpec& spec, double member_bytes, const std::vector<int>& group,
-                                  int self, const TokenSetPool& pool, const ExpandOptions& options) {
+                                  int self, const TokenSetPool& pool, const ExpandOptions& options,
+                                  const TreeRounds* tree) {
   auto it = std::find(group.begin(), group.end(), self);
   if (it == group.end())
     throw ScheduleError(
@@ -126,6 +170,10 @@ CollectiveSteps expand_collective(const CollectiveSpec& spec, double member_byte
     case OpKind::AllGather:
     case OpKind::ReduceScatter:
     case OpKind::AllReduce:
+      if (spec.algorithm == AllReduceAlgorithm::Tree) {
+        if (tree) return tree_steps(spec, group, pos, *tree);
+        return tree_steps(spec, group, pos, index_tree_rounds(int(group.size())));
+      }
       return ring_steps(spec.kind, spec, member_bytes, group, pos, pool, size_t(options.max_ring_steps));
     case OpKind::AllToAll:
       return all_to_all_steps(spec, member_bytes, group, pos, pool, options.all_to_all);

@@ -1,6 +1,8 @@
 // How the simulator turns one member's part of a collective into point-to-point transfers, so
 // collectives contend on links like the rest of the traffic: ring all-gather and reduce-scatter
-// (p-1 steps), ring all-reduce (2(p-1) steps of M/p), and all-to-all as one direct transfer to
+// (p-1 steps), ring all-reduce (2(p-1) steps of M/p) or, where the plan says so, NCCL's double
+// binary tree (one transfer of M/2 each way on every tree edge, pairwise in rounds; the replay
+// delays the first by the tree's path latency), and all-to-all as one direct transfer to
 // each peer that has data for it, either pairwise (step i sends to member +i and receives from
 // member -i, one step after the other, as NCCL schedules its grouped point-to-point calls and
 // as the alpha-beta form (p-1)·alpha + (p-1)/p·M/beta assumes) or all at once. Sizes follow the
@@ -11,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "planner/all_reduce.hpp"
 #include "planner/schedule.hpp"
 
 namespace wallfacer::sim {
@@ -20,7 +23,7 @@ struct CollectiveTransfer {
   double bytes = 0;  // sends only; receives take whatever the peer sends
   int merged = 1;    // ring steps this transfer stands for (see max_ring_steps)
   int channel = -1;  // filled in by the replay: where the transfer pairs with its peer
-  double delay = 0;  // filled in by the replay: seconds to wait before a merged send (see below)
+  double delay = 0;  // filled in by the replay: seconds to wait before a merged ring or tree send
 };
 
 // When a member may post its next transfer.
@@ -46,10 +49,20 @@ struct ExpandOptions {
   int max_ring_steps = 0;
 };
 
-// `group` lists the member ranks in group order; `self` is this member's rank. Throws
-// ScheduleError when `self` is not in the group or the spec does not fit it.
+// A group's tree all-reduce transfers (all_reduce.hpp), with each position's sends and receives
+// in round order: built once per group, read by every member.
+struct TreeRounds {
+  std::vector<TreeTransfer> transfers;
+  std::vector<std::vector<int32_t>> sends, recvs;  // by position: indices into transfers
+};
+TreeRounds index_tree_rounds(int members);
+
+// `group` lists the member ranks in group order; `self` is this member's rank. A tree all-reduce
+// reads `tree` (built here when null). Throws ScheduleError when `self` is not in the group or
+// the spec does not fit it.
 CollectiveSteps expand_collective(const CollectiveSpec& spec, double member_bytes, const std::vector<int>& group,
-                                  int self, const TokenSetPool& pool, const ExpandOptions& options = {});
+                                  int self, const TokenSetPool& pool, const ExpandOptions& options = {},
+                                  const TreeRounds* tree = nullptr);
 
 // Tokens two token sets have in common.
 int64_t common_tokens(const TokenSet& a, const TokenSet& b);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "planner/all_reduce.hpp"
 #include "planner/cost_model.hpp"
 #include "planner/errors.hpp"
 #include "planner/log.hpp"
@@ -121,14 +122,21 @@ void Replay::prepare_rank(int rank) {
       const CollectiveSpec& spec = program.collectives[size_t(op.coll)];
       if (spec.group < 0 || spec.group >= int(plan_.groups.size()))
         throw ScheduleError(fmt::format("rank {} op {}: group {} out of range", rank, i, spec.group));
-      CollectiveSteps steps = expand_collective(spec, double(op.bytes), plan_.groups[size_t(spec.group)].ranks, rank,
-                                                schedule_.tokens, expand_options_);
+      const TreeGroup* tree = op.kind == OpKind::AllReduce && spec.algorithm == AllReduceAlgorithm::Tree
+                                  ? &tree_group(spec.group)
+                                  : nullptr;
+      CollectiveSteps steps =
+          expand_collective(spec, double(op.bytes), tree ? tree->members : plan_.groups[size_t(spec.group)].ranks, rank,
+                            schedule_.tokens, expand_options_, tree ? &tree->rounds : nullptr);
       for (auto& send : steps.sends) {
         send.channel = add_channel(rank, send.peer, spec.group);
         channel_bytes_[size_t(send.channel)] += send.bytes;
         int src = gpu_of_rank(rank), dst = gpu_of_rank(send.peer);
         gpu_pairs_.emplace_back(src, dst);
         if (send.merged > 1 && src != dst) send.delay = (send.merged - 1) * route_latency_s(src, dst);
+        // The tree's first send starts once the pipeline has filled: the member's last flow ends
+        // the tree's longest path latency plus its flows' transfer times after it starts.
+        if (tree && &send == &steps.sends[0]) send.delay = std::max(0.0, tree->latency_s - route_latency_s(src, dst));
       }
       for (auto& recv : steps.recvs)
         recv.channel = add_channel(recv.peer, rank, spec.group);
@@ -144,6 +152,19 @@ double Replay::route_latency_s(int src_gpu, int dst_gpu) {
   auto [it, inserted] = route_latency_s_.try_emplace((uint64_t(src_gpu) << 32) | uint32_t(dst_gpu), 0.0);
   if (inserted) it->second = topology_.route(src_gpu, dst_gpu).latency_us * 1e-6;
   return it->second;
+}
+
+const Replay::TreeGroup& Replay::tree_group(int group) {
+  auto [it, inserted] = tree_groups_.try_emplace(group);
+  TreeGroup& tree = it->second;
+  if (inserted) {
+    tree.members = tree_members(plan_, group);
+    tree.rounds = index_tree_rounds(int(tree.members.size()));
+    tree.latency_s = tree_critical_latency_s(int(tree.members.size()), [&](int a, int b) {
+      return route_latency_s(gpu_of_rank(tree.members[size_t(a)]), gpu_of_rank(tree.members[size_t(b)]));
+    });
+  }
+  return tree;
 }
 
 double Replay::op_seconds(const Op& op) {

@@ -89,6 +89,12 @@ class Replay {
   int add_channel(int src, int dst, int group);
   void spread_channel_bytes();
   double route_latency_s(int src_gpu, int dst_gpu);  // cached: merged ring steps ask often
+  struct TreeGroup {                                 // a group's tree all-reduce (all_reduce.hpp)
+    std::vector<int> members;                        // in tree position order
+    TreeRounds rounds;
+    double latency_s = 0;  // the longest path's, up and down
+  };
+  const TreeGroup& tree_group(int group);  // cached
 
   const Plan& plan_;
   const Topology& topology_;
@@ -111,6 +117,7 @@ class Replay {
   std::vector<std::pair<int, int>> gpu_pairs_;
   std::unordered_map<uint64_t, double> seconds_per_flop_;  // by kernel op and block shape
   std::unordered_map<uint64_t, double> route_latency_s_;   // by (source GPU, destination GPU)
+  std::unordered_map<int, TreeGroup> tree_groups_;         // by group
   std::vector<RankOutcome> outcomes_;
   std::vector<double> resource_bytes_;
   std::vector<std::unique_ptr<RankActor>> actors_;

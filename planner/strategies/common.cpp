@@ -124,7 +124,13 @@ void validate_groups(const Plan& plan, const std::vector<CommGroup>& expected) {
     throw InputError(fmt::format("{}: has {} communication groups, the strategy with these parameters needs {}", what,
                                  plan.groups.size(), expected.size()));
   for (size_t i = 0; i < expected.size(); ++i) {
-    if (plan.groups[i] == expected[i]) continue;
+    const CommGroup& g = plan.groups[i];
+    // The all-reduce algorithm is the planner's choice, not the strategy's.
+    if (g.all_reduce == AllReduceAlgorithm::Tree && g.kind != GroupKind::World && g.kind != GroupKind::Data &&
+        g.kind != GroupKind::Sequence)
+      throw InputError(fmt::format("{}: group {} is {} and runs no all-reduce, so 'all_reduce: tree' does not apply",
+                                   what, i, describe(g)));
+    if (g.name == expected[i].name && g.kind == expected[i].kind && g.ranks == expected[i].ranks) continue;
     throw InputError(
         fmt::format("{}: group {} is {}, expected {}", what, i, describe(plan.groups[i]), describe(expected[i])));
   }
@@ -251,6 +257,8 @@ int64_t collective_send_bytes(const ScheduleDims& dims, const CollectiveSpec& sp
                               const TokenSetPool& pool, int batch, bool fp32) {
   const int p = group_size;
   if (p <= 1) return 0;
+  // A tree sends as much as a ring on average over the members (half the buffer each way on each
+  // of the 2(p-1) tree edges); who sends more depends on the GPUs, which the schedule does not.
   if (spec.kind == OpKind::AllReduce) return 2 * int64_t(p - 1) * spec.elements * 4 / p;
   const auto i = size_t(member);
   const TokenSet& in = pool.get(spec.in_tokens[i]);
@@ -569,6 +577,7 @@ int32_t ProgramBuilder::all_reduce(int32_t group, int32_t buf, FieldMask fields,
   spec.group = group;
   spec.fields = fields;
   spec.elements = elements;
+  spec.algorithm = plan_.groups[size_t(group)].all_reduce;
   Op op;
   op.kind = OpKind::AllReduce;
   op.stream = Stream::Collective;

@@ -7,6 +7,9 @@
 
 #include "planner/checker.hpp"
 #include "planner/errors.hpp"
+#include "planner/strategy.hpp"
+#include "planner/topology.hpp"
+#include "tests/schedule/test_plans.hpp"
 
 namespace wallfacer {
 namespace {
@@ -317,6 +320,21 @@ TEST(Checker, MissingOutputCoverage) {
   t.ring();
   t.rank(1).outputs.erase(t.rank(1).outputs.begin());  // rank 1's O
   expect_caught(t.check(), {"output O", "tokens [4, 8)", "bound 0 times"});
+}
+
+TEST(Checker, AllReduceAlgorithmDisagreesWithThePlan) {
+  // A small model's gradients over two nodes: the planner gives the world group a tree.
+  const Topology topology = Topology::load("dgx-h100", 2);
+  StrategyParams seq;
+  seq.sequence_parallel = 16;
+  Plan plan = make_plan(StrategyKind::Ring, seq, testing::small_workload(256, 4, 4, true), topology, 16);
+  const int world = plan.find_group("world");
+  ASSERT_GE(world, 0);
+  ASSERT_EQ(plan.groups[size_t(world)].all_reduce, AllReduceAlgorithm::Tree);
+  const Schedule schedule = build_schedule(plan);
+  EXPECT_TRUE(check_schedule(plan, schedule).ok) << joined(check_schedule(plan, schedule));
+  plan.groups[size_t(world)].all_reduce = AllReduceAlgorithm::Ring;
+  expect_caught(check_schedule(plan, schedule), {"all-reduce runs as a tree", "gives group world a ring"});
 }
 
 TEST(Checker, ThrowsScheduleError) {

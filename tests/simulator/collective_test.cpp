@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "planner/all_reduce.hpp"
+#include "planner/cost_model.hpp"
 #include "planner/errors.hpp"
 #include "simulator/collective_steps.hpp"
 #include "simulator/simulator.hpp"
@@ -132,15 +134,22 @@ TEST(CollectiveSteps, NonMemberIsAScheduleError) {
 }
 
 // One collective on every rank of a star of `members` GPUs.
-SimResult simulate_one_collective(OpKind kind, int members, double member_bytes, int64_t chunk, int heads,
-                                  double bandwidth_GBps, double latency_us, const SimOptions& options = {}) {
+struct OneCollective {
+  Topology topology;
+  Plan plan;
+  Schedule schedule;
+};
+OneCollective one_collective(OpKind kind, int members, double member_bytes, int64_t chunk, int heads,
+                             double bandwidth_GBps, double latency_us,
+                             AllReduceAlgorithm algorithm = AllReduceAlgorithm::Ring) {
   Topology topology = Topology::parse(test::star_topology_yaml(members, bandwidth_GBps, latency_us), "star.yaml");
   std::vector<int> all(static_cast<size_t>(members));
   std::iota(all.begin(), all.end(), 0);
-  Plan plan = test::placement_plan(topology, members, {{"world", GroupKind::World, all}});
+  Plan plan = test::placement_plan(topology, members, {{"world", GroupKind::World, all, algorithm}});
   Schedule schedule = test::empty_schedule(members);
   CollectiveSpec spec = uniform_spec(schedule.tokens, kind, members, chunk, heads);
   if (kind == OpKind::AllReduce) spec.elements = 1 << 20;
+  spec.algorithm = algorithm;
   for (RankProgram& p : schedule.ranks) {
     p.collectives.push_back(spec);
     Op op;
@@ -151,7 +160,13 @@ SimResult simulate_one_collective(OpKind kind, int members, double member_bytes,
     op.step = 0;
     p.add(op);
   }
-  return simulate_schedule(plan, topology, schedule, options);
+  return {std::move(topology), std::move(plan), std::move(schedule)};
+}
+
+SimResult simulate_one_collective(OpKind kind, int members, double member_bytes, int64_t chunk, int heads,
+                                  double bandwidth_GBps, double latency_us, const SimOptions& options = {}) {
+  OneCollective c = one_collective(kind, members, member_bytes, chunk, heads, bandwidth_GBps, latency_us);
+  return simulate_schedule(c.plan, c.topology, c.schedule, options);
 }
 
 TEST(SimulatorCollectives, RingCollectivesMatchTheAlphaBetaClosedForm) {
@@ -168,6 +183,28 @@ TEST(SimulatorCollectives, RingCollectivesMatchTheAlphaBetaClosedForm) {
   EXPECT_NEAR(ar.step_ms, 2 * (p - 1) * (alpha + block / beta) * 1e3, ar.step_ms * kRel);
   EXPECT_EQ(ar.activities, int64_t(p) * 2 * (p - 1));
   EXPECT_EQ(ar.transfers, ar.activities);
+}
+
+TEST(SimulatorCollectives, TreeAllReduceMatchesItsClosedFormAndTheCostModel) {
+  // On a star every round's transfers use distinct links, so each takes alpha + (M/2) / beta; the
+  // member with the most transfers (Delta) has one in every round, after the pipeline's fill of
+  // 2 x depth x alpha less its first transfer's own latency.
+  const double bw = 50, lat_us = 1.5, alpha = 2 * lat_us * 1e-6, half = double(1 << 20) * 4 / 2;
+  for (int p : {8, 13}) {
+    OneCollective c = one_collective(OpKind::AllReduce, p, 2.0 * (p - 1) / p * 4 * (1 << 20), 1024, 8, bw, lat_us,
+                                     AllReduceAlgorithm::Tree);
+    const SimResult r = simulate_schedule(c.plan, c.topology, c.schedule, {});
+    int busiest = 0;
+    std::vector<int> sends(size_t(p), 0), recvs(size_t(p), 0);
+    for (const TreeTransfer& t : tree_transfers(p))
+      busiest = std::max({busiest, ++sends[size_t(t.from)], ++recvs[size_t(t.to)]});
+    const double expected = (2 * tree_depth(p) - 1) * alpha + busiest * (alpha + half / (bw * 1e9));
+    EXPECT_NEAR(r.step_ms, expected * 1e3, expected * 1e3 * kRel) << p << " members";
+    EXPECT_EQ(r.transfers, 4 * (p - 1));       // both trees, up and down
+    EXPECT_EQ(r.activities, r.transfers + p);  // and each member's fill delay
+    const CostModel model(c.topology, Calibration::defaults());
+    EXPECT_NEAR(model.evaluate_times(c.plan, c.schedule).step_ms, r.step_ms, r.step_ms * kRel) << p << " members";
+  }
 }
 
 TEST(SimulatorCollectives, MergedRingStepsKeepTheUncontendedTime) {

@@ -103,6 +103,8 @@ TEST(PlanErrors, Groups) {
       {"ranks: [3, 1]", "ranks: [3, 8]", "group 'subring.g0.a1': rank 8 does not exist (the plan has ranks 0..7)"});
   expect_rejected({"ranks: [3, 1]", "ranks: [3, 3]", "group 'subring.g0.a1' lists rank 3 twice"});
   expect_rejected({"ranks: [3, 1]", "ranks: []", "group 'subring.g0.a1' has no ranks"});
+  expect_rejected({"ranks: [0, 1, 2, 3, 4, 5, 6, 7]}", "ranks: [0, 1, 2, 3, 4, 5, 6, 7], all_reduce: star}",
+                   "unknown all-reduce algorithm 'star' (ring, tree)"});
   const std::string text = plan_to_yaml(testing::sample_plan());
   expect_rejected({"name: team1,", "name: team0,",
                    fmt::format("group name 'team0' is used twice (first on line {})", line_of(text, "name: team0,")),

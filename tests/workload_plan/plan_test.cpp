@@ -99,6 +99,23 @@ TEST(PlanRoundTrip, WithoutPredictionAndWithOddNames) {
   EXPECT_EQ(plan_to_yaml(back), text);
 }
 
+TEST(PlanRoundTrip, AllReduceAlgorithm) {
+  Plan plan = sample_plan();
+  const int world = plan.find_group("world");
+  ASSERT_GE(world, 0);
+  const std::string ring_text = plan_to_yaml(plan);
+  EXPECT_EQ(ring_text.find("all_reduce"), std::string::npos);  // ring, the default, is not written
+  plan.groups[size_t(world)].all_reduce = AllReduceAlgorithm::Tree;
+  const std::string text = plan_to_yaml(plan);
+  EXPECT_NE(text.find("{name: world, kind: world, ranks: [0, 1, 2, 3, 4, 5, 6, 7], all_reduce: tree}"),
+            std::string::npos)
+      << text;
+  const Plan back = parse_plan(text, "p.yaml");
+  EXPECT_EQ(back.groups[size_t(world)].all_reduce, AllReduceAlgorithm::Tree);
+  EXPECT_TRUE(back == plan);
+  EXPECT_EQ(parse_plan(ring_text, "p.yaml").groups[size_t(world)].all_reduce, AllReduceAlgorithm::Ring);
+}
+
 TEST(PlanRoundTrip, EveryStrategyAndGroupKind) {
   for (StrategyKind kind : all_strategies()) {
     Plan plan = sample_plan();
