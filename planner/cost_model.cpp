@@ -122,7 +122,10 @@ Prediction CostBreakdown::to_prediction() const {
 }
 
 CostModel::CostModel(const Topology& topology, Calibration calibration, CostOptions options)
-    : topology_(topology), calibration_(std::move(calibration)), options_(options) {}
+    : topology_(topology),
+      calibration_(std::move(calibration)),
+      options_(options),
+      tree_prices_(std::make_shared<detail::TreePriceCache>()) {}
 CostModel::~CostModel() = default;
 
 std::vector<int> CostModel::timed_ranks(const Plan& plan) const {
@@ -227,7 +230,7 @@ CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& 
   const GpuModel& gpu = topology_.gpu();
   const DType dtype = plan.workload.dtype;
   const double peak = kernel_peak_tflops(gpu, dtype);
-  detail::NetworkPricer network(topology_, plan, schedule.flow_sets);
+  detail::NetworkPricer network(topology_, plan, schedule.flow_sets, tree_prices_.get());
   OpPricer pricer{schedule,
                   network,
                   calibration_.curve(gpu.name, KernelOp::AttnFwd, dtype, plan.workload.head_dim, peak),

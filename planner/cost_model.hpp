@@ -63,7 +63,8 @@ enum class Timing {
 
 namespace detail {
 class TimelineShape;
-}
+class TreePriceCache;
+}  // namespace detail
 
 // How the ops of a schedule wait for each other (which message ends and collectives start
 // together), prepared once to price the schedule many times: the search prices one schedule under
@@ -109,6 +110,7 @@ class CostModel {
   const Topology& topology_;
   Calibration calibration_;
   CostOptions options_;
+  std::shared_ptr<detail::TreePriceCache> tree_prices_;  // shared by copies: a search prices many plans
 };
 
 // Dense tensor-core peak used for MFU and the fallback efficiency: BF16 or FP16 by dtype; FP32 and

@@ -45,8 +45,22 @@ void ContentionCounter::clear() {
   touched_.clear();
 }
 
-NetworkPricer::NetworkPricer(const Topology& topology, const Plan& plan, const std::vector<FlowSet>& flow_sets)
-    : topology_(topology), plan_(plan), flow_sets_(flow_sets), counter_(topology) {}
+std::optional<double> TreePriceCache::find(const std::vector<int>& gpus, int64_t elements) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = seconds_.find({elements, gpus});
+  if (it == seconds_.end()) return std::nullopt;
+  return it->second;
+}
+
+void TreePriceCache::store(const std::vector<int>& gpus, int64_t elements, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (seconds_.size() >= kMaxEntries) seconds_.clear();
+  seconds_.emplace(std::make_pair(elements, gpus), seconds);
+}
+
+NetworkPricer::NetworkPricer(const Topology& topology, const Plan& plan, const std::vector<FlowSet>& flow_sets,
+                             TreePriceCache* tree_prices)
+    : topology_(topology), plan_(plan), flow_sets_(flow_sets), counter_(topology), tree_prices_(tree_prices) {}
 
 // ---- point-to-point ------------------------------------------------------------------------
 
@@ -245,8 +259,13 @@ double NetworkPricer::tree_all_reduce_seconds(int group, int64_t elements) {
   if (n < 2) return 0;
   auto [it, fresh] = tree_seconds_.try_emplace({group, elements}, 0.0);
   if (!fresh) return it->second;
-  const std::vector<int> members = tree_members(plan_, group);
-  auto gpu = [&](int position) { return gpu_of(members[size_t(position)]); };
+  std::vector<int> gpus = tree_members(plan_, group);
+  for (int& member : gpus)
+    member = gpu_of(member);
+  if (tree_prices_) {
+    if (std::optional<double> known = tree_prices_->find(gpus, elements)) return it->second = *known;
+  }
+  auto gpu = [&](int position) { return gpus[size_t(position)]; };
   const double critical_s =
       tree_critical_latency_s(n, [&](int a, int b) { return topology_.route(gpu(a), gpu(b)).latency_us * 1e-6; });
   // The simulator runs the transfers pairwise in their rounds: a transfer shares its links with
@@ -279,6 +298,7 @@ double NetworkPricer::tree_all_reduce_seconds(int group, int64_t elements) {
   for (int k = 0; k < n; ++k)
     slowest = std::max({slowest, send_chain[size_t(k)], recv_chain[size_t(k)]});
   it->second = std::max(critical_s - first_latency_s, 0.0) + slowest;
+  if (tree_prices_) tree_prices_->store(gpus, elements, it->second);
   return it->second;
 }
 

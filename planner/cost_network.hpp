@@ -13,6 +13,8 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -46,9 +48,24 @@ class ContentionCounter {
   std::vector<int64_t> touched_;
 };
 
+// Tree all-reduce prices by the group's GPUs in tree position order and the buffer's size: the
+// same for every plan whose group covers the same GPUs (a world group always does), so a search
+// prices each once. Thread-safe.
+class TreePriceCache {
+ public:
+  std::optional<double> find(const std::vector<int>& gpus, int64_t elements) const;
+  void store(const std::vector<int>& gpus, int64_t elements, double seconds);
+
+ private:
+  static constexpr size_t kMaxEntries = 4096;  // data groups differ between plans; keep it bounded
+  mutable std::mutex mutex_;
+  std::map<std::pair<int64_t, std::vector<int>>, double> seconds_;
+};
+
 class NetworkPricer {
  public:
-  NetworkPricer(const Topology& topology, const Plan& plan, const std::vector<FlowSet>& flow_sets);
+  NetworkPricer(const Topology& topology, const Plan& plan, const std::vector<FlowSet>& flow_sets,
+                TreePriceCache* tree_prices = nullptr);
   // Seconds a Send/Recv of `bytes` from src_rank to dst_rank takes inside flow set `flow_set`
   // (-1: a lone flow).
   double p2p_seconds(int flow_set, int src_rank, int dst_rank, int64_t bytes);
@@ -110,6 +127,7 @@ class NetworkPricer {
   // Per group kind: node -> (group, member position) of the members placed on it.
   std::map<int, std::unordered_map<int, std::vector<std::pair<int, int>>>> members_by_node_;
   std::map<std::pair<int, int64_t>, double> tree_seconds_;  // by (group, elements)
+  TreePriceCache* tree_prices_;                             // across pricers; may be null
 };
 
 }  // namespace wallfacer::detail
