@@ -171,10 +171,13 @@ std::shared_ptr<const std::vector<TreeTransfer>> tree_transfers_by_round(int n) 
 }
 
 int tree_depth(int n) {
-  double deepest = 0;
-  for (int tree = 0; tree < 2 && n > 1; ++tree)
-    deepest = std::max(deepest, longest_path(n, tree, [](int, int) { return 1.0; }));
-  return int(deepest);
+  // The root's child is the largest power of two below n, 2^d, and the left children below it
+  // halve down to an odd position: d + 1 hops, the same in the mirrored or shifted tree.
+  if (n < 2) return 0;
+  int d = 0;
+  while ((int64_t(2) << d) <= n - 1)
+    ++d;
+  return d + 1;
 }
 
 double tree_critical_latency_s(int n, const std::function<double(int, int)>& latency_s) {

@@ -62,8 +62,8 @@ TEST(DoubleBinaryTree, EveryTreeSpansAllPositionsAndInnerPositionsAreLeavesOfThe
         deepest = std::max(deepest, hops);
       }
       EXPECT_EQ(roots, 1) << n;
-      EXPECT_LE(deepest, int(std::ceil(std::log2(std::max(n, 1)))) + 1) << n;
-      EXPECT_LE(deepest, tree_depth(n)) << n;
+      EXPECT_EQ(deepest, n < 2 ? 0 : int(std::floor(std::log2(n - 1))) + 1) << n;
+      EXPECT_EQ(deepest, tree_depth(n)) << n;
     }
     // Tree 0's root has one child and, for odd n, one in tree 1 too (as in NCCL's drawing).
     for (int k = 1; k < n; ++k) {
