@@ -46,6 +46,7 @@ struct PlanFlags {
   double progress_s = 0;
   std::string calibration;
   std::string search = "auto";
+  std::string all_reduce = "auto";
   double memory_fraction = 0.9;
 };
 
@@ -70,6 +71,7 @@ SearchOptions search_options(const PlanFlags& flags) {
            : flags.search == "heuristic" ? SearchMode::Heuristic
                                          : SearchMode::Auto;
   o.memory_budget_fraction = flags.memory_fraction;
+  if (flags.all_reduce != "auto") o.all_reduce = parse_all_reduce_algorithm(flags.all_reduce);
   return o;
 }
 
@@ -280,6 +282,13 @@ void register_plan_command(CLI::App& app) {
                    "auto (exhaustive up to 32 GPUs, else heuristic), exhaustive or heuristic")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "exhaustive", "heuristic"}))
+      ->group(group);
+  command
+      ->add_option("--all-reduce", flags->all_reduce,
+                   "Gradient all-reduces as auto (ring or NCCL's double binary tree, whichever is faster per "
+                   "group), ring or tree")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "ring", "tree"}))
       ->group(group);
   command->add_option("--memory-fraction", flags->memory_fraction, "Share of GPU memory a plan may use")
       ->capture_default_str()

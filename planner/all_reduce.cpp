@@ -202,7 +202,7 @@ double tree_all_reduce_estimate_s(int members, double bytes, double alpha_s, dou
   return 2 * tree_depth(members) * alpha_s + 2 * bytes / bytes_per_s;
 }
 
-void choose_all_reduce_algorithms(Plan& plan, const Topology& topology) {
+void choose_all_reduce_algorithms(Plan& plan, const Topology& topology, std::optional<AllReduceAlgorithm> forced) {
   const int per_node = topology.gpus_per_node();
   const AlphaBeta intra = per_node > 1 ? link_class(topology, 0, 1) : AlphaBeta{};
   const AlphaBeta inter = topology.num_nodes() > 1 ? link_class(topology, 0, per_node) : intra;
@@ -211,6 +211,10 @@ void choose_all_reduce_algorithms(Plan& plan, const Topology& topology) {
     group.all_reduce = AllReduceAlgorithm::Ring;
     const int p = int(group.ranks.size());
     if (!runs_all_reduces(group.kind) || p < 3) continue;
+    if (forced) {
+      group.all_reduce = *forced;
+      continue;
+    }
     const int first_node = plan.ranks[size_t(group.ranks.front())].node;
     const bool spans_nodes = std::any_of(group.ranks.begin(), group.ranks.end(),
                                          [&](int r) { return plan.ranks[size_t(r)].node != first_node; });

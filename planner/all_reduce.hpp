@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "planner/plan.hpp"
@@ -64,10 +65,12 @@ double tree_critical_latency_s(int n, const std::function<double(int, int)>& lat
 double ring_all_reduce_estimate_s(int members, double bytes, double alpha_s, double bytes_per_s);
 double tree_all_reduce_estimate_s(int members, double bytes, double alpha_s, double bytes_per_s);
 
-// Sets CommGroup::all_reduce on the groups a strategy all-reduces over (world, data, sequence):
-// the tree where the estimates above make it faster than the ring for the workload's weight
-// gradients, with the topology's link inside a node or between nodes as the group spans. Depends
-// only on each group's size and the nodes it spans, so permuting GPUs inside nodes keeps it.
-void choose_all_reduce_algorithms(Plan& plan, const Topology& topology);
+// Sets CommGroup::all_reduce on the groups a strategy all-reduces over (world, data, sequence) of
+// three members or more: `forced` when given, else the tree where the estimates above make it
+// faster than the ring for the workload's weight gradients, with the topology's link inside a
+// node or between nodes as the group spans. Depends only on each group's size and the nodes it
+// spans, so permuting GPUs inside nodes keeps it.
+void choose_all_reduce_algorithms(Plan& plan, const Topology& topology,
+                                  std::optional<AllReduceAlgorithm> forced = std::nullopt);
 
 }  // namespace wallfacer

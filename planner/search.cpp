@@ -55,13 +55,14 @@ std::vector<std::vector<int>> choose_orders(const detail::NodeOrders& orders, Se
 // Prices `work` under every order and keeps the fastest (the first one on ties). Volume and memory
 // do not depend on the order: they are added once, for the chosen one.
 void price_orders(Work& work, const std::vector<std::vector<int>>& orders, const detail::NodeOrders& node_orders,
-                  const Topology& topology, const CostModel& model, int ranks, Timing timing = Timing::Estimate) {
+                  const Topology& topology, const CostModel& model, int ranks,
+                  std::optional<AllReduceAlgorithm> all_reduce, Timing timing = Timing::Estimate) {
   Candidate& c = work.candidate;
   double best = std::numeric_limits<double>::infinity();
   std::optional<PreparedTiming> prepared;  // the same for every order: built with the first
   for (const auto& order : orders) {
-    Plan plan =
-        make_plan(c.plan.strategy, c.plan.params, c.plan.workload, topology, ranks, node_orders.gpu_order(order));
+    Plan plan = make_plan(c.plan.strategy, c.plan.params, c.plan.workload, topology, ranks,
+                          node_orders.gpu_order(order), all_reduce);
     if (!prepared) prepared.emplace(plan, work.schedule, timing);
     CostBreakdown cost = model.evaluate_times(plan, *prepared);
     if (cost.step_ms < best) {
@@ -154,7 +155,7 @@ struct Searcher {
   std::vector<Work> work;
 
   Plan identity_plan(const Candidate& c) const {
-    return make_plan(c.plan.strategy, c.plan.params, workload, topology, ranks);
+    return make_plan(c.plan.strategy, c.plan.params, workload, topology, ranks, {}, options.all_reduce);
   }
 
   void reject(Work& w, const std::exception& e) {
@@ -190,7 +191,8 @@ struct Searcher {
     for (size_t i = 0; i < work.size(); ++i) {
       if (!work[i].priced) continue;
       const Plan& p = work[i].candidate.plan;
-      work[i].estimate = detail::screen_estimate_ms(p.strategy, p.params, workload, topology, model.calibration());
+      work[i].estimate =
+          detail::screen_estimate_ms(p.strategy, p.params, workload, topology, model.calibration(), options.all_reduce);
       priced.push_back(i);
     }
     auto by_estimate = [&](size_t a, size_t b) { return work[a].estimate < work[b].estimate; };
@@ -240,7 +242,7 @@ struct Searcher {
     w.bounded = true;
     guarded(w, [&] {
       model.build_timed(identity_plan(w.candidate), w.schedule, 1);
-      price_orders(w, orders, node_orders, topology, model, ranks, Timing::LowerBound);
+      price_orders(w, orders, node_orders, topology, model, ranks, options.all_reduce, Timing::LowerBound);
       w.lower_bound = w.candidate.cost.step_ms;
     });
   }
@@ -270,7 +272,7 @@ struct Searcher {
       c.reason = fmt::format("not fully timed: its first rank alone takes {:.2f} ms", w.lower_bound);
     } else if (!guarded(w, [&] {
                  model.build_timed(identity_plan(c), w.schedule);
-                 price_orders(w, orders, node_orders, topology, model, ranks);
+                 price_orders(w, orders, node_orders, topology, model, ranks, options.all_reduce);
                })) {
       return;
     }

@@ -30,6 +30,8 @@ struct SearchOptions {
   int screen_above_gpus = 512;
   int screen_keep = 4;
   int screen_ties = 8;  // candidates of one strategy tied for its best estimate that are bounded
+  // Every all-reduce (over groups of three or more) as this algorithm; empty: chosen per group.
+  std::optional<AllReduceAlgorithm> all_reduce;
 };
 
 struct Candidate {

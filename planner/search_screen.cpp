@@ -24,7 +24,8 @@ struct Screen {
   KernelCurve fwd_curve, bwd_curve;
   LinkClass intra, inter;
   int gpus_per_node = 1;
-  double s = 2;  // bytes per element
+  double s = 2;                                  // bytes per element
+  std::optional<AllReduceAlgorithm> all_reduce;  // forced on the plans (SearchOptions)
 
   // A group of `members` ranks `stride` apart stays inside a node when it fits in one.
   const LinkClass& link(int members, int stride) const {
@@ -131,8 +132,10 @@ double grad_allreduce(const Screen& c, int members) {
   if (members < 2) return 0;
   const LinkClass& l = c.link(members, 1);
   const double bytes = double(c.w.attention_parameters_per_layer()) * 4;
-  return std::min(ring_all_reduce_estimate_s(members, bytes, l.alpha_s, l.bytes_per_s),
-                  tree_all_reduce_estimate_s(members, bytes, l.alpha_s, l.bytes_per_s));
+  const double ring = ring_all_reduce_estimate_s(members, bytes, l.alpha_s, l.bytes_per_s);
+  const double tree = tree_all_reduce_estimate_s(members, bytes, l.alpha_s, l.bytes_per_s);
+  if (c.all_reduce && members >= 3) return *c.all_reduce == AllReduceAlgorithm::Tree ? tree : ring;
+  return std::min(ring, tree);
 }
 
 LinkClass link_between(const Topology& topology, int a, int b) {
@@ -143,7 +146,8 @@ LinkClass link_between(const Topology& topology, int a, int b) {
 }  // namespace
 
 double screen_estimate_ms(StrategyKind strategy, const StrategyParams& params, const Workload& workload,
-                          const Topology& topology, const Calibration& calibration) {
+                          const Topology& topology, const Calibration& calibration,
+                          std::optional<AllReduceAlgorithm> all_reduce) {
   const GpuModel& gpu = topology.gpu();
   const double peak = kernel_peak_tflops(gpu, workload.dtype);
   Screen c{workload,
@@ -153,7 +157,8 @@ double screen_estimate_ms(StrategyKind strategy, const StrategyParams& params, c
            {},
            {},
            std::max(topology.gpus_per_node(), 1),
-           double(bytes_of(workload.dtype))};
+           double(bytes_of(workload.dtype)),
+           all_reduce};
   const int g = topology.gpus_per_node();
   c.intra = g > 1 ? link_between(topology, 0, 1) : LinkClass{};
   c.inter = topology.num_nodes() > 1 ? link_between(topology, 0, g) : c.intra;

@@ -4,6 +4,8 @@
 // the schedule-based cost model.
 #pragma once
 
+#include <optional>
+
 #include "planner/calibration.hpp"
 #include "planner/plan.hpp"
 #include "planner/topology.hpp"
@@ -11,7 +13,9 @@
 namespace wallfacer::detail {
 
 // Estimated forward + backward milliseconds of one attention layer (algorithms.md §10.2, §10.4).
+// All-reduces as `all_reduce` where given, else the cheaper of ring and tree (the plan's rule).
 double screen_estimate_ms(StrategyKind strategy, const StrategyParams& params, const Workload& workload,
-                          const Topology& topology, const Calibration& calibration);
+                          const Topology& topology, const Calibration& calibration,
+                          std::optional<AllReduceAlgorithm> all_reduce = std::nullopt);
 
 }  // namespace wallfacer::detail

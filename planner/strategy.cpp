@@ -89,7 +89,7 @@ std::vector<CommGroup> make_groups(StrategyKind strategy, const StrategyParams& 
 }
 
 Plan make_plan(StrategyKind strategy, const StrategyParams& params, const Workload& workload, const Topology& topology,
-               int ranks, const std::vector<int>& gpu_order) {
+               int ranks, const std::vector<int>& gpu_order, std::optional<AllReduceAlgorithm> all_reduce) {
   const Feasibility feasible = check_feasible(strategy, params, workload, ranks);
   if (!feasible.ok) throw InputError(fmt::format("strategy {}: {}", to_string(strategy), feasible.reason));
   if (ranks > topology.num_gpus())
@@ -126,7 +126,7 @@ Plan make_plan(StrategyKind strategy, const StrategyParams& params, const Worklo
     if (nic >= 0) slot.nic = topology.devices()[size_t(nic)].name;
     plan.ranks.push_back(std::move(slot));
   }
-  choose_all_reduce_algorithms(plan, topology);
+  choose_all_reduce_algorithms(plan, topology, all_reduce);
   return plan;
 }
 

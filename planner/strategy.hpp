@@ -34,9 +34,11 @@ std::vector<StrategyParams> enumerate_params(StrategyKind strategy, const Worklo
 std::vector<CommGroup> make_groups(StrategyKind strategy, const StrategyParams& params, int ranks);
 
 // A complete plan for a strategy: groups from make_groups, rank r placed on gpu_order[r]
-// (default: GPU r). The placement parameter may permute logical ranks (e.g. P2PIntra).
+// (default: GPU r). The placement parameter may permute logical ranks (e.g. P2PIntra). All-reduces
+// run as `all_reduce` where given, else as the planner chooses per group (all_reduce.hpp).
 Plan make_plan(StrategyKind strategy, const StrategyParams& params, const Workload& workload, const Topology& topology,
-               int ranks, const std::vector<int>& gpu_order = {});
+               int ranks, const std::vector<int>& gpu_order = {},
+               std::optional<AllReduceAlgorithm> all_reduce = std::nullopt);
 
 // Builds the schedule of a plan. Validates the plan first (throws InputError naming what is
 // wrong: unknown group, wrong group sizes, params that break the rules).

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -122,6 +123,33 @@ TEST(SimulateCommandInput, BadCountsAreRejectedWithTheFlagAndStatus2) {
   const test::CliResult steps = test::run_cli("simulate plan.yaml --max-ring-steps -1", "2>&1");
   EXPECT_EQ(steps.status, 2);
   EXPECT_NE(steps.output.find("--max-ring-steps: must be at least 0 (got -1)"), std::string::npos) << steps.output;
+}
+
+TEST(SimulateCommandInput, AllReduceFlagReachesThePlanAndTheReplay) {
+  if (!test::cli_built()) GTEST_SKIP() << test::cli_binary() << " is not built";
+  // A 16-rank ring over two nodes; its world all-reduce is 30 ring steps per member (480
+  // transfers) or a double binary tree (4 x 15 transfers); everything else is the same.
+  json simulated[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string algorithm = i == 0 ? "ring" : "tree";
+    const std::filesystem::path plan = scratch("all-reduce-" + algorithm + ".yaml");
+    const test::CliResult planned = test::run_cli("plan --nodes 2 --gpus 16 --strategy ring " + kWorkload +
+                                                      " --all-reduce " + algorithm + " --out " + plan.string(),
+                                                  "2>&1");
+    ASSERT_EQ(planned.status, 0) << planned.output;
+    std::ifstream in(plan);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text.find("kind: world") != std::string::npos && text.find("all_reduce: tree") != std::string::npos,
+              algorithm == "tree")
+        << text;
+    const test::CliResult sim = test::run_cli("simulate " + plan.string() + " --json", "2>/dev/null");
+    ASSERT_EQ(sim.status, 0) << sim.output;
+    simulated[i] = json::parse(sim.output);
+  }
+  EXPECT_EQ(simulated[0]["transfers"].get<int64_t>() - simulated[1]["transfers"].get<int64_t>(), 16 * 30 - 4 * 15);
+  const test::CliResult bad = test::run_cli("plan --all-reduce star", "2>&1");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.output.find("--all-reduce: star not in {auto,ring,tree}"), std::string::npos) << bad.output;
 }
 
 TEST(SimulateCommandProgress, LinesGoToStderrAndClimbTowardsTheStep) {
