@@ -57,9 +57,9 @@ struct TreeRounds {
 };
 TreeRounds index_tree_rounds(int members);
 
-// `group` lists the member ranks in group order; `self` is this member's rank. A tree all-reduce
-// reads `tree` (built here when null). Throws ScheduleError when `self` is not in the group or
-// the spec does not fit it.
+// `group` lists the member ranks in group order, or for a tree all-reduce in tree position order
+// (tree_members), whose transfers come from `tree` (built here when null); `self` is this member's
+// rank. Throws ScheduleError when `self` is not in the group or the spec does not fit it.
 CollectiveSteps expand_collective(const CollectiveSpec& spec, double member_bytes, const std::vector<int>& group,
                                   int self, const TokenSetPool& pool, const ExpandOptions& options = {},
                                   const TreeRounds* tree = nullptr);
