@@ -259,34 +259,37 @@ double NetworkPricer::tree_all_reduce_seconds(int group, int64_t elements) {
   if (n < 2) return 0;
   auto [it, fresh] = tree_seconds_.try_emplace({group, elements}, 0.0);
   if (!fresh) return it->second;
-  std::vector<int> gpus = tree_members(plan_, group);
-  for (int& member : gpus)
-    member = gpu_of(member);
+  // The layout follows from the GPUs alone (TreeLayout::members are by GPU).
+  std::vector<int> gpus;
+  for (int rank : plan_.groups[size_t(group)].ranks)
+    gpus.push_back(gpu_of(rank));
+  std::sort(gpus.begin(), gpus.end());
   if (tree_prices_) {
     if (std::optional<double> known = tree_prices_->find(gpus, elements)) return it->second = *known;
   }
-  auto gpu = [&](int position) { return gpus[size_t(position)]; };
+  const TreeLayout layout = tree_layout(plan_, group, topology_);
+  auto gpu = [&](int member) { return gpus[size_t(member)]; };
   const double critical_s =
-      tree_critical_latency_s(n, [&](int a, int b) { return topology_.route(gpu(a), gpu(b)).latency_us * 1e-6; });
+      tree_critical_latency_s(layout, [&](int a, int b) { return topology_.route(gpu(a), gpu(b)).latency_us * 1e-6; });
   // The simulator runs the transfers pairwise in their rounds: a transfer shares its links with
   // the others of its round, each member sends, and receives, one transfer after the other, and
   // the pipeline's fill (the critical latency) comes before a member's first transfer, whose own
   // latency it includes.
-  const double half_bytes = double(elements * 4 / 2);
-  const auto transfers = tree_transfers_by_round(n);
+  const double bytes = tree_transfer_bytes(elements, int(layout.parents.size()));
+  const std::vector<TreeTransfer> transfers = tree_transfers(layout);
   std::vector<double> send_chain(size_t(n), 0.0), recv_chain(size_t(n), 0.0);
   double first_latency_s = kInf;
-  for (size_t begin = 0; begin < transfers->size();) {
+  for (size_t begin = 0; begin < transfers.size();) {
     size_t end = begin;
-    while (end < transfers->size() && (*transfers)[end].round == (*transfers)[begin].round)
+    while (end < transfers.size() && transfers[end].round == transfers[begin].round)
       ++end;
     for (size_t i = begin; i < end; ++i)
-      counter_.add(gpu((*transfers)[i].from), gpu((*transfers)[i].to));
+      counter_.add(gpu(transfers[i].from), gpu(transfers[i].to));
     for (size_t i = begin; i < end; ++i) {
-      const TreeTransfer& t = (*transfers)[i];
+      const TreeTransfer& t = transfers[i];
       const FlowPrice flow = counter_.price(gpu(t.from), gpu(t.to));
       const double seconds =
-          flow.latency_us * 1e-6 + (flow.bandwidth_GBps < kInf ? half_bytes / (flow.bandwidth_GBps * 1e9) : 0);
+          flow.latency_us * 1e-6 + (flow.bandwidth_GBps < kInf ? bytes / (flow.bandwidth_GBps * 1e9) : 0);
       send_chain[size_t(t.from)] += seconds;
       recv_chain[size_t(t.to)] += seconds;
       first_latency_s = std::min(first_latency_s, flow.latency_us * 1e-6);

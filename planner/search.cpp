@@ -283,10 +283,10 @@ struct Searcher {
   }
 
   // A screened-out candidate whose estimate beats the best priced plan is priced after all, the
-  // most promising first, until none is left (at most screen_keep more rounds than the screen
-  // kept): the ranking never shows an unpriced estimate below the plan it chose.
+  // most promising first, until none is left: the ranking never shows an unpriced estimate below
+  // the plan it chose.
   void rescue_screened() {
-    for (int round = 0; round < 2 * options.screen_keep + options.screen_ties; ++round) {
+    for (;;) {  // each round prices one more candidate, so this ends
       double best_step = std::numeric_limits<double>::infinity();
       for (const Work& w : work)
         if (w.priced && w.candidate.feasible && !w.candidate.pruned)

@@ -26,6 +26,7 @@ struct Screen {
   int gpus_per_node = 1;
   double s = 2;                                  // bytes per element
   std::optional<AllReduceAlgorithm> all_reduce;  // forced on the plans (SearchOptions)
+  int tree_channels = 1;
 
   // A group of `members` ranks `stride` apart stays inside a node when it fits in one.
   const LinkClass& link(int members, int stride) const {
@@ -133,7 +134,10 @@ double grad_allreduce(const Screen& c, int members) {
   const LinkClass& l = c.link(members, 1);
   const double bytes = double(c.w.attention_parameters_per_layer()) * 4;
   const double ring = ring_all_reduce_estimate_s(members, bytes, l.alpha_s, l.bytes_per_s);
-  const double tree = tree_all_reduce_estimate_s(members, bytes, l.alpha_s, l.bytes_per_s);
+  const int per_node = std::min(members, c.gpus_per_node);
+  const double tree =
+      tree_all_reduce_estimate_s((members + per_node - 1) / per_node, per_node, c.tree_channels, bytes, c.intra.alpha_s,
+                                 c.intra.bytes_per_s, c.inter.alpha_s, c.inter.bytes_per_s);
   if (c.all_reduce && members >= 3) return *c.all_reduce == AllReduceAlgorithm::Tree ? tree : ring;
   return std::min(ring, tree);
 }
@@ -158,7 +162,8 @@ double screen_estimate_ms(StrategyKind strategy, const StrategyParams& params, c
            {},
            std::max(topology.gpus_per_node(), 1),
            double(bytes_of(workload.dtype)),
-           all_reduce};
+           all_reduce,
+           tree_channels(topology)};
   const int g = topology.gpus_per_node();
   c.intra = g > 1 ? link_between(topology, 0, 1) : LinkClass{};
   c.inter = topology.num_nodes() > 1 ? link_between(topology, 0, g) : c.intra;

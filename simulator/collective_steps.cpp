@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
-#include <cmath>
 #include <numeric>
 
 #include "planner/errors.hpp"
@@ -83,14 +81,11 @@ CollectiveSteps ring_steps(OpKind kind, const CollectiveSpec& spec, double membe
 // tree's longest path, is the delay the replay puts before the first send.
 CollectiveSteps tree_steps(const CollectiveSpec& spec, const std::vector<int>& group, size_t pos,
                            const TreeRounds& tree) {
-  const double total = double(spec.elements) * 4;
-  const std::array<double, 2> half{std::floor(total / 2), total - std::floor(total / 2)};
+  const double bytes = tree_transfer_bytes(spec.elements, tree.channels);
   CollectiveSteps steps;
   steps.order = StepOrder::Pairwise;
-  for (int32_t index : tree.sends[pos]) {
-    const TreeTransfer& t = tree.transfers[size_t(index)];
-    steps.sends.push_back({group[size_t(t.to)], half[size_t(t.tree)]});
-  }
+  for (int32_t index : tree.sends[pos])
+    steps.sends.push_back({group[size_t(tree.transfers[size_t(index)].to)], bytes});
   for (int32_t index : tree.recvs[pos])
     steps.recvs.push_back({group[size_t(tree.transfers[size_t(index)].from)], 0});
   return steps;
@@ -130,21 +125,15 @@ CollectiveSteps all_to_all_steps(const CollectiveSpec& spec, double member_bytes
 
 }  // namespace
 
-TreeRounds index_tree_rounds(int members) {
+TreeRounds index_tree_rounds(const TreeLayout& layout) {
   TreeRounds tree;
-  tree.transfers = tree_transfers(members);
-  tree.sends.resize(size_t(std::max(members, 0)));
-  tree.recvs.resize(tree.sends.size());
+  tree.channels = std::max(int(layout.parents.size()), 1);
+  tree.transfers = tree_transfers(layout);  // by round, so each member's lists are in round order
+  tree.sends.resize(layout.members.size());
+  tree.recvs.resize(layout.members.size());
   for (int32_t i = 0; i < int32_t(tree.transfers.size()); ++i) {
     tree.sends[size_t(tree.transfers[size_t(i)].from)].push_back(i);
     tree.recvs[size_t(tree.transfers[size_t(i)].to)].push_back(i);
-  }
-  auto by_round = [&](int32_t a, int32_t b) {
-    return tree.transfers[size_t(a)].round < tree.transfers[size_t(b)].round;
-  };
-  for (size_t k = 0; k < tree.sends.size(); ++k) {
-    std::sort(tree.sends[k].begin(), tree.sends[k].end(), by_round);
-    std::sort(tree.recvs[k].begin(), tree.recvs[k].end(), by_round);
   }
   return tree;
 }
@@ -172,7 +161,7 @@ CollectiveSteps expand_collective(const CollectiveSpec& spec, double member_byte
     case OpKind::AllReduce:
       if (spec.algorithm == AllReduceAlgorithm::Tree) {
         if (tree) return tree_steps(spec, group, pos, *tree);
-        return tree_steps(spec, group, pos, index_tree_rounds(int(group.size())));
+        return tree_steps(spec, group, pos, index_tree_rounds(single_channel_layout(group)));
       }
       return ring_steps(spec.kind, spec, member_bytes, group, pos, pool, size_t(options.max_ring_steps));
     case OpKind::AllToAll:

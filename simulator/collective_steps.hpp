@@ -1,8 +1,9 @@
 // How the simulator turns one member's part of a collective into point-to-point transfers, so
 // collectives contend on links like the rest of the traffic: ring all-gather and reduce-scatter
 // (p-1 steps), ring all-reduce (2(p-1) steps of M/p) or, where the plan says so, NCCL's double
-// binary tree (one transfer of M/2 each way on every tree edge, pairwise in rounds; the replay
-// delays the first by the tree's path latency), and all-to-all as one direct transfer to
+// binary tree (per channel, one transfer of M/2 over the channels each way on every tree edge,
+// pairwise in rounds; the replay delays the first by the tree's path latency), and all-to-all as
+// one direct transfer to
 // each peer that has data for it, either pairwise (step i sends to member +i and receives from
 // member -i, one step after the other, as NCCL schedules its grouped point-to-point calls and
 // as the alpha-beta form (p-1)·alpha + (p-1)/p·M/beta assumes) or all at once. Sizes follow the
@@ -49,17 +50,19 @@ struct ExpandOptions {
   int max_ring_steps = 0;
 };
 
-// A group's tree all-reduce transfers (all_reduce.hpp), with each position's sends and receives
-// in round order: built once per group, read by every member.
+// A group's tree all-reduce transfers (all_reduce.hpp), with each member's sends and receives in
+// round order: built once per group, read by every member.
 struct TreeRounds {
+  int channels = 1;
   std::vector<TreeTransfer> transfers;
-  std::vector<std::vector<int32_t>> sends, recvs;  // by position: indices into transfers
+  std::vector<std::vector<int32_t>> sends, recvs;  // by member index: indices into transfers
 };
-TreeRounds index_tree_rounds(int members);
+TreeRounds index_tree_rounds(const TreeLayout& layout);
 
-// `group` lists the member ranks in group order, or for a tree all-reduce in tree position order
-// (tree_members), whose transfers come from `tree` (built here when null); `self` is this member's
-// rank. Throws ScheduleError when `self` is not in the group or the spec does not fit it.
+// `group` lists the member ranks in group order, or for a tree all-reduce in the layout's member
+// order (TreeLayout::members), whose transfers come from `tree` (one channel over `group` when
+// null); `self` is this member's rank. Throws ScheduleError when `self` is not in the group or
+// the spec does not fit it.
 CollectiveSteps expand_collective(const CollectiveSpec& spec, double member_bytes, const std::vector<int>& group,
                                   int self, const TokenSetPool& pool, const ExpandOptions& options = {},
                                   const TreeRounds* tree = nullptr);

@@ -158,9 +158,10 @@ const Replay::TreeGroup& Replay::tree_group(int group) {
   auto [it, inserted] = tree_groups_.try_emplace(group);
   TreeGroup& tree = it->second;
   if (inserted) {
-    tree.members = tree_members(plan_, group);
-    tree.rounds = index_tree_rounds(int(tree.members.size()));
-    tree.latency_s = tree_critical_latency_s(int(tree.members.size()), [&](int a, int b) {
+    const TreeLayout layout = tree_layout(plan_, group, topology_);
+    tree.members = layout.members;
+    tree.rounds = index_tree_rounds(layout);
+    tree.latency_s = tree_critical_latency_s(layout, [&](int a, int b) {
       return route_latency_s(gpu_of_rank(tree.members[size_t(a)]), gpu_of_rank(tree.members[size_t(b)]));
     });
   }

@@ -90,7 +90,7 @@ class Replay {
   void spread_channel_bytes();
   double route_latency_s(int src_gpu, int dst_gpu);  // cached: merged ring steps ask often
   struct TreeGroup {                                 // a group's tree all-reduce (all_reduce.hpp)
-    std::vector<int> members;                        // in tree position order
+    std::vector<int> members;                        // TreeLayout::members
     TreeRounds rounds;
     double latency_s = 0;  // the longest path's, up and down
   };

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "planner/all_reduce.hpp"
@@ -74,39 +75,127 @@ TEST(DoubleBinaryTree, EveryTreeSpansAllPositionsAndInnerPositionsAreLeavesOfThe
   }
 }
 
-TEST(DoubleBinaryTree, RoundsAreMatchingsAsFewAsTheBusiestPositionNeeds) {
-  for (int n : {2, 3, 8, 13, 64, 100, 1000}) {
-    const std::vector<TreeTransfer> transfers = tree_transfers(n);
-    EXPECT_EQ(transfers.size(), size_t(4 * (n - 1))) << n;  // every edge of both trees, both ways
-    std::vector<int> sends(size_t(n), 0), recvs(size_t(n), 0);
-    std::set<std::pair<int, int>> send_round, recv_round;
-    int rounds = 0;
-    for (const TreeTransfer& t : transfers) {
-      ++sends[size_t(t.from)];
-      ++recvs[size_t(t.to)];
-      EXPECT_TRUE(send_round.insert({t.from, t.round}).second) << "position " << t.from << " sends twice";
-      EXPECT_TRUE(recv_round.insert({t.to, t.round}).second) << "position " << t.to << " receives twice";
-      rounds = std::max(rounds, t.round + 1);
-    }
-    const int busiest =
-        std::max(*std::max_element(sends.begin(), sends.end()), *std::max_element(recvs.begin(), recvs.end()));
-    EXPECT_EQ(rounds, busiest) << n;  // König: no round more than the busiest position needs
-    const auto sorted = tree_transfers_by_round(n);
-    EXPECT_TRUE(std::is_sorted(sorted->begin(), sorted->end(),
-                               [](const TreeTransfer& a, const TreeTransfer& b) { return a.round < b.round; }));
+// The rounds of a layout's transfers form a proper colouring with as few rounds as the busiest
+// member needs, and list every edge of both trees of every channel, both ways.
+void expect_rounds_are_matchings(const TreeLayout& layout, const std::string& what) {
+  const int n = int(layout.members.size());
+  const std::vector<TreeTransfer> transfers = tree_transfers(layout);
+  EXPECT_EQ(transfers.size(), layout.parents.size() * size_t(4 * (n - 1))) << what;
+  std::vector<int> sends(size_t(n), 0), recvs(size_t(n), 0);
+  std::set<std::pair<int, int>> send_round, recv_round;
+  int rounds = 0;
+  for (const TreeTransfer& t : transfers) {
+    ++sends[size_t(t.from)];
+    ++recvs[size_t(t.to)];
+    EXPECT_TRUE(send_round.insert({t.from, t.round}).second) << what << ": member " << t.from << " sends twice";
+    EXPECT_TRUE(recv_round.insert({t.to, t.round}).second) << what << ": member " << t.to << " receives twice";
+    rounds = std::max(rounds, t.round + 1);
   }
+  const int busiest =
+      std::max(*std::max_element(sends.begin(), sends.end()), *std::max_element(recvs.begin(), recvs.end()));
+  EXPECT_EQ(rounds, busiest) << what;  // König: no round more than the busiest member needs
+  EXPECT_TRUE(std::is_sorted(transfers.begin(), transfers.end(),
+                             [](const TreeTransfer& a, const TreeTransfer& b) { return a.round < b.round; }));
+}
+
+TEST(DoubleBinaryTree, RoundsAreMatchingsAsFewAsTheBusiestMemberNeeds) {
+  for (int n : {2, 3, 8, 13, 64, 100, 1000}) {
+    std::vector<int> members(static_cast<size_t>(n));
+    std::iota(members.begin(), members.end(), 0);
+    expect_rounds_are_matchings(single_channel_layout(members), std::to_string(n) + " members");
+  }
+  const Topology topology = Topology::load("dgx-h100", 4);
+  StrategyParams seq;
+  seq.sequence_parallel = 32;
+  const Plan plan = make_plan(StrategyKind::Ring, seq, testing::small_workload(4096, 8, 8, true), topology, 32);
+  expect_rounds_are_matchings(tree_layout(plan, plan.find_group("world"), topology), "4 channels on 32 GPUs");
+}
+
+TEST(DoubleBinaryTree, ChannelsSpreadTheTreesOverEveryRail) {
+  // DGX H100: 8 NICs a node, so 4 channels; channel c joins the nodes through local GPU 2c in
+  // tree 0 and 2c - 1 in tree 1 (NCCL spreads its channels over the NICs likewise).
+  const Topology topology = Topology::load("dgx-h100", 4);
+  ASSERT_EQ(tree_channels(topology), 4);
+  EXPECT_EQ(tree_channels(Topology::load("dgx-h100", 1)), 4);
+  StrategyParams seq;
+  seq.sequence_parallel = 32;
+  const Plan plan = make_plan(StrategyKind::Ring, seq, testing::small_workload(4096, 8, 8, true), topology, 32);
+  const TreeLayout layout = tree_layout(plan, plan.find_group("world"), topology);
+  ASSERT_EQ(layout.parents.size(), 4u);
+  std::set<int> rails;
+  for (const TreeTransfer& t : tree_transfers(layout)) {
+    const RankSlot& from = plan.ranks[size_t(layout.members[size_t(t.from)])];
+    const RankSlot& to = plan.ranks[size_t(layout.members[size_t(t.to)])];
+    if (from.node == to.node) continue;
+    const int rail = (2 * t.channel - t.tree + 8) % 8;
+    EXPECT_EQ(from.local_gpu, rail) << "channel " << t.channel << " tree " << t.tree;
+    EXPECT_EQ(to.local_gpu, rail) << "channel " << t.channel << " tree " << t.tree;
+    rails.insert(from.local_gpu);
+  }
+  EXPECT_EQ(rails.size(), 8u);
+  EXPECT_DOUBLE_EQ(tree_transfer_bytes(1000, 4), 500.0);  // 4000 bytes over 4 channels x 2 trees
+}
+
+std::vector<int> first_members(int n) {
+  std::vector<int> members(static_cast<size_t>(n));
+  std::iota(members.begin(), members.end(), 0);
+  return members;
 }
 
 TEST(DoubleBinaryTree, CriticalLatencyIsTwiceTheDepthOnUniformLinks) {
   for (int n : {2, 5, 8, 12, 13, 4096}) {
     const double alpha = 3e-6;
-    EXPECT_NEAR(tree_critical_latency_s(n, [&](int, int) { return alpha; }), 2 * tree_depth(n) * alpha, 1e-15) << n;
+    EXPECT_NEAR(tree_critical_latency_s(single_channel_layout(first_members(n)), [&](int, int) { return alpha; }),
+                2 * tree_depth(n) * alpha, 1e-15)
+        << n;
   }
   EXPECT_EQ(tree_depth(4096), 12);  // 0 -> 2048 -> 1024 -> ... -> odd leaves
   // Latency that grows with the distance between positions: the longest path up and down.
-  const double deep = tree_critical_latency_s(8, [](int a, int b) { return 1e-6 * std::abs(a - b); });
+  const double deep = tree_critical_latency_s(single_channel_layout(first_members(8)),
+                                              [](int a, int b) { return 1e-6 * std::abs(a - b); });
   // Tree 0: 0 -4- 4 -2- 2 -1- 1 (or 3, 5, 7): 7 up and 7 down.
   EXPECT_NEAR(deep, 14e-6, 1e-15);
+}
+
+TEST(DoubleBinaryTree, NodesAreChainsJoinedByANodeTree) {
+  // 4 DGX nodes: in every tree each node is a chain of its 8 GPUs from the channel's entry GPU,
+  // and only entry GPUs link nodes; so the longest path is 7 hops inside a node and the node
+  // tree's depth between nodes (2 for 4 nodes), each way.
+  const Topology topology = Topology::load("dgx-h100", 4);
+  StrategyParams seq;
+  seq.sequence_parallel = 32;
+  const Plan plan = make_plan(StrategyKind::Ring, seq, testing::small_workload(4096, 8, 8, true), topology, 32);
+  const TreeLayout layout = tree_layout(plan, plan.find_group("world"), topology);
+  for (size_t c = 0; c < layout.parents.size(); ++c)
+    for (int t = 0; t < 2; ++t) {
+      const int entry = (2 * int(c) - t + 8) % 8;
+      const std::vector<int32_t>& parent = layout.parents[c][size_t(t)];
+      int roots = 0;
+      for (size_t m = 0; m < parent.size(); ++m) {
+        const RankSlot& self = plan.ranks[size_t(layout.members[m])];
+        if (parent[m] < 0) {
+          ++roots;
+          EXPECT_EQ(self.local_gpu, entry);
+          continue;
+        }
+        const RankSlot& up = plan.ranks[size_t(layout.members[size_t(parent[m])])];
+        if (self.local_gpu == entry) {
+          EXPECT_NE(up.node, self.node);
+          EXPECT_EQ(up.local_gpu, entry);
+        } else {
+          EXPECT_EQ(up.node, self.node);
+          EXPECT_EQ(up.local_gpu, (self.local_gpu + 7) % 8);  // the previous GPU of the chain
+        }
+      }
+      EXPECT_EQ(roots, 1);
+    }
+  const auto uniform = [&](int a, int b) {
+    return plan.ranks[size_t(layout.members[size_t(a)])].node == plan.ranks[size_t(layout.members[size_t(b)])].node
+               ? 1e-6
+               : 1e-3;
+  };
+  EXPECT_NEAR(tree_critical_latency_s(layout, uniform), 2 * (7e-6 + tree_depth(4) * 1e-3), 1e-15);
+  EXPECT_EQ(tree_depth(4), 2);
 }
 
 TEST(AllReduceChoice, TreeWhereRingLatenciesDominate) {
@@ -115,15 +204,17 @@ TEST(AllReduceChoice, TreeWhereRingLatenciesDominate) {
   // 4,096 GPUs over NDR: 8,190 ring latencies against 24 tree latencies.
   const Topology big = Topology::load("dgx-h100", 512);
   const Route& inter = big.route(0, 8);
-  EXPECT_LT(tree_all_reduce_estimate_s(4096, bytes, inter.latency_us * 1e-6, inter.bottleneck_GBps * 1e9),
+  const Route& intra = big.route(0, 1);
+  EXPECT_LT(tree_all_reduce_estimate_s(512, 8, 4, bytes, intra.latency_us * 1e-6, intra.bottleneck_GBps * 1e9,
+                                       inter.latency_us * 1e-6, inter.bottleneck_GBps * 1e9),
             ring_all_reduce_estimate_s(4096, bytes, inter.latency_us * 1e-6, inter.bottleneck_GBps * 1e9));
   StrategyParams seq;
   seq.sequence_parallel = 4096;
   const Plan plan = make_plan(StrategyKind::Ring, seq, w, big, 4096);
   for (const CommGroup& g : plan.groups)
     EXPECT_EQ(g.all_reduce, g.kind == GroupKind::World ? AllReduceAlgorithm::Tree : AllReduceAlgorithm::Ring) << g.name;
-  // One node of 8: the ring sends 7/4 of the buffer and the tree twice it, over NVLink, where
-  // the latencies are small: the ring stays.
+  // One node of 8: the tree is a chain, as many latencies as the ring and more bytes: the ring
+  // stays.
   const Topology node = Topology::load("dgx-h100", 1);
   seq.sequence_parallel = 8;
   for (const CommGroup& g : make_plan(StrategyKind::Ring, seq, w, node, 8).groups)

@@ -78,16 +78,18 @@ TEST(SearchScreen, WindowsInsideANodeBeatThePlainRingWhenTransfersDominate) {
 TEST(SearchScreen, EveryRankWaitsForTheWeightGradientAllReduce) {
   // 4,096 GPUs and a short sequence: blocks and K,V hops are tiny, and what remains is the
   // all-reduce of the projections' fp32 gradients over all ranks. As a ring its 2(P-1) step
-  // latencies alone would take tens of milliseconds; NCCL's double binary tree (12 levels over
-  // 4,096 ranks, up and down) sends twice the buffer over each member's network link instead.
+  // latencies alone would take tens of milliseconds; as NCCL's trees (per channel, a chain of 7
+  // NVLink hops in each node and a double binary tree of depth 9 over the 512 nodes, up and down;
+  // 4 channels, one per two NICs) each node sends twice a quarter of the buffer per NIC.
   const Topology topology = Topology::load("dgx-h100", 512);
   const Workload w = workload_of(4096 * 16);
   const int P = topology.num_gpus();
   const Route& inter = topology.route(0, topology.gpus_per_node());
+  const Route& intra = topology.route(0, 1);
   const double alpha_s = inter.latency_us * 1e-6, bytes_per_s = inter.bottleneck_GBps * 1e9;
   const double bytes = double(w.attention_parameters_per_layer()) * 4;
   const double ring_ms = (2.0 * (P - 1) * alpha_s + 2.0 * (P - 1) / P * bytes / bytes_per_s) * 1e3;
-  const double tree_ms = (2.0 * 12 * alpha_s + 2 * bytes / bytes_per_s) * 1e3;
+  const double tree_ms = (2.0 * (7 * intra.latency_us * 1e-6 + 9 * alpha_s) + 2 * bytes / (4 * bytes_per_s)) * 1e3;
   ASSERT_LT(tree_ms, ring_ms / 3);
   const double usp = estimate(StrategyKind::Usp, ring_params(P, 8, 1, Placement::HeadFirst), w, topology);
   EXPECT_GT(usp, tree_ms);

@@ -186,9 +186,10 @@ TEST(SimulatorCollectives, RingCollectivesMatchTheAlphaBetaClosedForm) {
 }
 
 TEST(SimulatorCollectives, TreeAllReduceMatchesItsClosedFormAndTheCostModel) {
-  // On a star every round's transfers use distinct links, so each takes alpha + (M/2) / beta; the
-  // member with the most transfers (Delta) has one in every round, after the pipeline's fill of
-  // 2 x depth x alpha less its first transfer's own latency.
+  // One node (a star without NICs, so one channel): each tree is a chain of the p GPUs. Every
+  // round's transfers use distinct links, so each takes alpha + (M/2) / beta; the member with the
+  // most transfers (Delta) has one in every round, after the pipeline's fill of 2 (p - 1) alpha
+  // less its first transfer's own latency.
   const double bw = 50, lat_us = 1.5, alpha = 2 * lat_us * 1e-6, half = double(1 << 20) * 4 / 2;
   for (int p : {8, 13}) {
     OneCollective c = one_collective(OpKind::AllReduce, p, 2.0 * (p - 1) / p * 4 * (1 << 20), 1024, 8, bw, lat_us,
@@ -196,9 +197,10 @@ TEST(SimulatorCollectives, TreeAllReduceMatchesItsClosedFormAndTheCostModel) {
     const SimResult r = simulate_schedule(c.plan, c.topology, c.schedule, {});
     int busiest = 0;
     std::vector<int> sends(size_t(p), 0), recvs(size_t(p), 0);
-    for (const TreeTransfer& t : tree_transfers(p))
+    for (const TreeTransfer& t : tree_transfers(tree_layout(c.plan, 0, c.topology)))
       busiest = std::max({busiest, ++sends[size_t(t.from)], ++recvs[size_t(t.to)]});
-    const double expected = (2 * tree_depth(p) - 1) * alpha + busiest * (alpha + half / (bw * 1e9));
+    EXPECT_EQ(busiest, 4);  // inner in both chains: one send up and one down in each
+    const double expected = (2 * (p - 1) - 1) * alpha + busiest * (alpha + half / (bw * 1e9));
     EXPECT_NEAR(r.step_ms, expected * 1e3, expected * 1e3 * kRel) << p << " members";
     EXPECT_EQ(r.transfers, 4 * (p - 1));       // both trees, up and down
     EXPECT_EQ(r.activities, r.transfers + p);  // and each member's fill delay
