@@ -271,14 +271,15 @@ double NetworkPricer::tree_all_reduce_seconds(int group, int64_t elements) {
   auto gpu = [&](int member) { return gpus[size_t(member)]; };
   const double critical_s =
       tree_critical_latency_s(layout, [&](int a, int b) { return topology_.route(gpu(a), gpu(b)).latency_us * 1e-6; });
-  // The simulator runs the transfers pairwise in their rounds: a transfer shares its links with
-  // the others of its round, each member sends, and receives, one transfer after the other, and
-  // the pipeline's fill (the critical latency) comes before a member's first transfer, whose own
-  // latency it includes.
+  // Timed as the simulator runs them: pairwise in their rounds, so a transfer starts when its
+  // sender's previous send and its receiver's previous receive are done, a member's first send
+  // after the pipeline's fill (the critical latency, less that transfer's own latency); each
+  // takes its latency and its bytes at its share of the links it crosses with the other
+  // transfers of its round.
   const double bytes = tree_transfer_bytes(elements, int(layout.parents.size()));
   const std::vector<TreeTransfer> transfers = tree_transfers(layout);
-  std::vector<double> send_chain(size_t(n), 0.0), recv_chain(size_t(n), 0.0);
-  double first_latency_s = kInf;
+  std::vector<double> send_free(size_t(n), -1.0), recv_free(size_t(n), 0.0);
+  double end_s = 0;
   for (size_t begin = 0; begin < transfers.size();) {
     size_t end = begin;
     while (end < transfers.size() && transfers[end].round == transfers[begin].round)
@@ -288,19 +289,18 @@ double NetworkPricer::tree_all_reduce_seconds(int group, int64_t elements) {
     for (size_t i = begin; i < end; ++i) {
       const TreeTransfer& t = transfers[i];
       const FlowPrice flow = counter_.price(gpu(t.from), gpu(t.to));
-      const double seconds =
-          flow.latency_us * 1e-6 + (flow.bandwidth_GBps < kInf ? bytes / (flow.bandwidth_GBps * 1e9) : 0);
-      send_chain[size_t(t.from)] += seconds;
-      recv_chain[size_t(t.to)] += seconds;
-      first_latency_s = std::min(first_latency_s, flow.latency_us * 1e-6);
+      const double latency_s = flow.latency_us * 1e-6;
+      double& sender = send_free[size_t(t.from)];
+      if (sender < 0) sender = std::max(critical_s - latency_s, 0.0);
+      const double start = std::max(sender, recv_free[size_t(t.to)]);
+      const double finish = start + latency_s + (flow.bandwidth_GBps < kInf ? bytes / (flow.bandwidth_GBps * 1e9) : 0);
+      sender = recv_free[size_t(t.to)] = finish;
+      end_s = std::max(end_s, finish);
     }
     counter_.clear();
     begin = end;
   }
-  double slowest = 0;
-  for (int k = 0; k < n; ++k)
-    slowest = std::max({slowest, send_chain[size_t(k)], recv_chain[size_t(k)]});
-  it->second = std::max(critical_s - first_latency_s, 0.0) + slowest;
+  it->second = end_s;
   if (tree_prices_) tree_prices_->store(gpus, elements, it->second);
   return it->second;
 }

@@ -74,10 +74,10 @@ class NetworkPricer {
   // `bytes`, with every group of the same kind running it at once.
   double collective_seconds(OpKind kind, int group, int64_t bytes);
   // Seconds a tree all-reduce of `elements` fp32 values over `group` takes (all_reduce.hpp): the
-  // longest path's latency up and down, then the busiest member's transfers (half the buffer
-  // each), whose sends and receives each run one after the other, each transfer sharing its links
-  // with the others of its round. Flows of other groups are not counted: the weight-gradient
-  // all-reduce runs after the attention traffic.
+  // tree's transfers timed as the simulator runs them: pairwise in their rounds after the
+  // pipeline's fill (the longest path's latency up and down), each sharing its links with the
+  // others of its round. Flows of other groups are not counted: the weight-gradient all-reduce
+  // runs after the attention traffic.
   double tree_all_reduce_seconds(int group, int64_t elements);
   // Seconds an all-to-all op of `program` takes. Only member pairs whose slices intersect exchange
   // data (a shift is an all-to-all with one peer); every member is assumed to use the same peer
