@@ -1,7 +1,7 @@
 // The two all-reduce algorithms NCCL chooses between, in the one form the planner, the cost model
-// and the simulator share: NCCL's double binary tree over a group's members (positions by GPU),
-// its transfers in rounds, the latency of its longest path, and the rule that picks tree or ring
-// for a group (docs/simulator.md, "Collectives").
+// and the simulator share: NCCL's trees over a group (per channel, a double binary tree over its
+// nodes and a chain inside each node), their transfers in rounds, the latency of their longest
+// path, and the rule that picks tree or ring for a group (docs/simulator.md, "Tree all-reduce").
 #pragma once
 
 #include <array>
@@ -86,9 +86,9 @@ double tree_all_reduce_estimate_s(int nodes, int per_node, int channels, double 
 
 // Sets CommGroup::all_reduce on the groups a strategy all-reduces over (world, data, sequence) of
 // three members or more: `forced` when given, else the tree where the estimates above make it
-// faster than the ring for the workload's weight gradients, with the topology's link inside a
-// node or between nodes as the group spans. Depends only on each group's size and the nodes it
-// spans, so permuting GPUs inside nodes keeps it.
+// faster than the ring for the workload's weight gradients, with the topology's links inside a
+// node and between nodes. Depends only on each group's size, the nodes it spans and how many of
+// its members each holds, so permuting GPUs inside nodes keeps it.
 void choose_all_reduce_algorithms(Plan& plan, const Topology& topology,
                                   std::optional<AllReduceAlgorithm> forced = std::nullopt);
 
