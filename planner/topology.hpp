@@ -69,6 +69,10 @@ struct Route {
 struct FabricInfo {
   std::string type;  // "single_switch", "fat_tree", "rail_optimized", "none", "explicit"
   double oversubscription = 1.0;
+  // How a flow picks among equal-cost spines: "ecmp" (a hash of the GPU pair, as Ethernet ECMP)
+  // or "d-mod-k" (the destination's port on its leaf modulo the choices, as InfiniBand's
+  // fat-tree routing in OpenSM).
+  std::string routing = "ecmp";
 };
 
 class Topology {

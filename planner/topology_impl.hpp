@@ -168,6 +168,7 @@ struct Fabric {
 struct NicEntry {
   int entry = -1;
   int uplink = -1;
+  int port = 0;  // the NIC's place among the NICs entering at the same vertex, in device order
 };
 
 }  // namespace wallfacer::detail

@@ -161,13 +161,15 @@ void Topology::Impl::build_fabric() {
   }
   fabric.costs.resize(fabric.graph.num_vertices());
   nic_entry.assign(n, {});
+  std::vector<int> ports(fabric.device_of_vertex.size(), 0);  // NICs entering at each vertex so far
   for (size_t d = 0; d < n; ++d) {
     if (devices[d].kind != DeviceKind::Nic) continue;
     if (single_uplink(static_cast<int>(d))) {
       const Link& link = model.links[last_outside[d]];
-      nic_entry[d] = {fabric.vertex_of_device[link.a == static_cast<int>(d) ? link.b : link.a], last_outside[d]};
+      const int vertex = fabric.vertex_of_device[link.a == static_cast<int>(d) ? link.b : link.a];
+      nic_entry[d] = {vertex, last_outside[d], vertex >= 0 ? ports[size_t(vertex)]++ : 0};
     } else if (fabric.vertex_of_device[d] >= 0) {
-      nic_entry[d] = {fabric.vertex_of_device[d], -1};
+      nic_entry[d] = {fabric.vertex_of_device[d], -1, 0};
     }
   }
 }
@@ -250,7 +252,10 @@ void Topology::Impl::append_fabric(int src_nic, int dst_nic, uint64_t ecmp_hash,
   thread_local std::vector<Hop> hops;
   vertices.clear();
   hops.clear();
-  const auto pick = [ecmp_hash](int count, int step) {
+  // The trace walks back from the destination, so step 0 picks the spine a flow comes down from.
+  const bool d_mod_k = model.fabric.routing == "d-mod-k";
+  const auto pick = [ecmp_hash, d_mod_k, port = to.port](int count, int step) {
+    if (d_mod_k && step == 0) return port % count;
     return static_cast<int>(detail::mix64(ecmp_hash + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(step + 1)) %
                             static_cast<uint64_t>(count));
   };

@@ -23,6 +23,7 @@ struct TreeShape {
   double link_latency_us = 0;
   double uplink_latency_us = 0;
   double uplink_GBps = 0;  // per leaf-spine link
+  std::string routing = "ecmp";
 };
 
 std::vector<std::vector<int>> nics_by_node(const TopologyModel& model) {
@@ -42,7 +43,7 @@ TreeShape read_tree(const std::string& source, const YAML::Node& net, const std:
                     double nic_GBps) {
   yaml::check_keys(source, net,
                    {"type", "nodes_per_leaf", "leaf_radix", "oversubscription", "spines", "link_latency_us",
-                    "uplink_latency_us", "source"},
+                    "uplink_latency_us", "routing", "source"},
                    "'network'");
   TreeShape tree;
   if (net["oversubscription"].IsDefined())
@@ -73,6 +74,11 @@ TreeShape read_tree(const std::string& source, const YAML::Node& net, const std:
   tree.link_latency_us = yaml::get_positive(source, net, "link_latency_us");
   tree.uplink_latency_us = yaml::get_positive(source, net, "uplink_latency_us", tree.link_latency_us);
   tree.uplink_GBps = static_cast<double>(down_ports) * nic_GBps / tree.oversubscription / tree.spines;
+  if (net["routing"].IsDefined()) {
+    tree.routing = yaml::get_string(source, net, "routing");
+    if (tree.routing != "ecmp" && tree.routing != "d-mod-k")
+      yaml::fail(source, net["routing"], fmt::format("unknown routing '{}' (expected ecmp or d-mod-k)", tree.routing));
+  }
   read_source_field(source, net);
   return tree;
 }
@@ -128,6 +134,7 @@ void add_fat_tree(const std::string& source, const YAML::Node& net, const Networ
                      true, line);
   join_leaves_to_spines(leaves, spines, tree, line, model);
   model.fabric.oversubscription = tree.oversubscription;
+  model.fabric.routing = tree.routing;
 }
 
 void add_rail_optimized(const std::string& source, const YAML::Node& net, const NetworkShape& shape,
@@ -152,6 +159,7 @@ void add_rail_optimized(const std::string& source, const YAML::Node& net, const 
                      shape.nic_GBps, tree.link_latency_us, true, line);
   join_leaves_to_spines(leaves, spines, tree, line, model);
   model.fabric.oversubscription = tree.oversubscription;
+  model.fabric.routing = tree.routing;
 }
 
 }  // namespace
@@ -164,7 +172,7 @@ void add_compact_network(const std::string& source, const YAML::Node& root, cons
     yaml::expect_map(source, net, "'network'");
     type = yaml::get_string(source, net, "type");
   }
-  model.fabric = FabricInfo{type, 1.0};
+  model.fabric = FabricInfo{type, 1.0, "ecmp"};
   if (type == "none") {
     if (net.IsDefined()) yaml::check_keys(source, net, {"type", "source"}, "'network'");
     if (shape.nodes > 1 && shape.nodes_from_flag)

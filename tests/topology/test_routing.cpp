@@ -2,6 +2,7 @@
 // files: NVLink 0.3 us per GPU-NVSwitch link, PCIe 0.5 us per link, NIC cables 0.35 us, leaf-spine
 // 0.3 us), intra-node routes against a brute-force search, ECMP spreading and determinism,
 // shared resources, and bisection bandwidths worked out by hand.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "planner/errors.hpp"
 #include "planner/topology.hpp"
 #include "topology_test_util.hpp"
 
@@ -240,10 +242,12 @@ TEST(Routing, IntraNodeRoutesMatchExhaustiveSearch) {
 
 // ---- ECMP ---------------------------------------------------------------------------------------
 
+Topology dgx_h100_routed(int nodes, const std::string& routing);
+
 TEST(Ecmp, SpreadsOverSpinesDeterministically) {
   // 64 nodes at 32 per leaf: rail 0 has two leaves, so n0..31 -> n32..63 crosses a spine.
-  const Topology topo = Topology::load("dgx-h100", 64);
-  const Topology again = Topology::load("dgx-h100", 64);
+  const Topology topo = dgx_h100_routed(64, "ecmp");
+  const Topology again = dgx_h100_routed(64, "ecmp");
   std::map<std::string, int> use;
   for (int src_node = 0; src_node < 32; ++src_node) {
     for (int dst_node = 32; dst_node < 64; ++dst_node) {
@@ -263,6 +267,59 @@ TEST(Ecmp, SpreadsOverSpinesDeterministically) {
   for (const auto& [spine, count] : use) {
     EXPECT_EQ(spine.rfind("spine", 0), 0u);
     EXPECT_LT(count, 3 * 2048 / 32) << spine;  // no spine takes three times its share
+  }
+}
+
+// The dgx-h100 preset (d-mod-k) at `nodes` nodes with `routing` in its network block instead.
+Topology dgx_h100_routed(int nodes, const std::string& routing) {
+  std::ifstream in(std::string(WALLFACER_SOURCE_DIR) + "/topologies/dgx-h100.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string yaml = text.str();
+  const std::string preset = "  routing: d-mod-k\n";
+  const size_t at = yaml.find(preset);
+  EXPECT_NE(at, std::string::npos);
+  yaml.replace(at, preset.size(), "  routing: " + routing + "\n");
+  return Topology::parse(yaml, "dgx-h100-" + routing + ".yaml", nodes);
+}
+
+TEST(DModK, ShiftsBetweenLeavesUseEverySpineOnceWhereEcmpCollides) {
+  // Rail 0 of 64 nodes has two leaves of 32; node i -> node i + 32 for every i of the first leaf
+  // is a shift, the pattern of a ring. D-mod-k sends flow i down from spine (i + 32) mod 32, so
+  // the 32 flows take 32 different spines, up and down; hashing the GPU pair (ECMP) puts some on
+  // the same spine, where they share its links.
+  const Topology d_mod_k = Topology::load("dgx-h100", 64);
+  EXPECT_EQ(d_mod_k.fabric().routing, "d-mod-k");  // InfiniBand's fat-tree routing, the preset's
+  const Topology ecmp = dgx_h100_routed(64, "ecmp");
+  EXPECT_EQ(ecmp.fabric().routing, "ecmp");
+  EXPECT_NE(d_mod_k.content_hash(), ecmp.content_hash());
+  EXPECT_EQ(dgx_h100_routed(64, "d-mod-k").content_hash(), d_mod_k.content_hash());
+  std::set<std::string> spines;
+  std::map<std::string, int> ecmp_use;
+  for (int node = 0; node < 32; ++node) {
+    const Route& r = d_mod_k.route(node * 8, (node + 32) * 8);
+    expect_well_formed(d_mod_k, r);
+    const Names names = device_names(d_mod_k, r);
+    ASSERT_EQ(names.size(), 9u);
+    EXPECT_EQ(names[4], fmt::format("spine{}", node));
+    spines.insert(names[4]);
+    ++ecmp_use[device_names(ecmp, ecmp.route(node * 8, (node + 32) * 8))[4]];
+  }
+  EXPECT_EQ(spines.size(), 32u);
+  EXPECT_LT(ecmp_use.size(), 32u);
+  // The other way round too, and the route depends on the destination only.
+  for (int node = 32; node < 64; ++node)
+    EXPECT_EQ(device_names(d_mod_k, d_mod_k.route(node * 8, (node - 32) * 8))[4], fmt::format("spine{}", node - 32));
+  EXPECT_EQ(device_names(d_mod_k, d_mod_k.route(5 * 8, 40 * 8))[4], "spine8");
+}
+
+TEST(DModK, UnknownRoutingIsRejected) {
+  try {
+    dgx_h100_routed(4, "random");
+    FAIL() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown routing 'random' (expected ecmp or d-mod-k)"), std::string::npos)
+        << e.what();
   }
 }
 
