@@ -112,8 +112,8 @@ class Topology {
   // Device id by name ("n3/gpu5", "leaf0.rail3"); -1 when there is none.
   int device_id(const std::string& name) const;
 
-  // Shortest route by latency then hop count; between equal-cost fabric paths a deterministic
-  // hash of (src, dst) picks one (ECMP emulation). Cached; thread-compatible, not thread-safe.
+  // Shortest route by latency then hop count; between equal-cost fabric paths the fabric's
+  // routing picks one (FabricInfo::routing). Cached; thread-compatible, not thread-safe.
   const Route& route(int src_gpu, int dst_gpu) const;
   // Contended resource of a hop: link*2 + direction for full duplex, link*2 for half duplex.
   ResourceId resource_of(const Hop& hop) const;
