@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <vector>
 
 #include "planner/topology.hpp"
@@ -87,11 +88,18 @@ AlphaBeta link_class(const Topology& topology, int a, int b) {
   return {route.latency_us * 1e-6, route.bottleneck_GBps * 1e9};
 }
 
-bool runs_all_reduces(GroupKind kind) {
-  return kind == GroupKind::World || kind == GroupKind::Data || kind == GroupKind::Sequence;
+// Positions 0..n-1 in order.
+std::vector<int32_t> identity_order(size_t n) {
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  return order;
 }
 
 }  // namespace
+
+bool runs_all_reduces(GroupKind kind) {
+  return kind == GroupKind::World || kind == GroupKind::Data || kind == GroupKind::Sequence;
+}
 
 std::array<TreeLinks, 2> double_tree_links(int n, int position) {
   std::array<TreeLinks, 2> links;
@@ -127,11 +135,9 @@ TreeLayout tree_layout(const Plan& plan, int group, const Topology& topology) {
     if (m == 0 || node != slots[size_t(layout.members[size_t(m - 1)])].node) nodes.emplace_back();
     nodes.back().push_back(m);
   }
-  std::vector<int32_t> node_order(nodes.size());
-  for (size_t j = 0; j < nodes.size(); ++j)
-    node_order[j] = int32_t(j);
-  const std::array<std::vector<int32_t>, 2> node_parents = binary_tree_parents(node_order);
-  for (int c = 0; c < tree_channels(topology); ++c) {
+  const std::array<std::vector<int32_t>, 2> node_parents = binary_tree_parents(identity_order(nodes.size()));
+  const int channels = tree_channels(topology);
+  for (int c = 0; c < channels; ++c) {
     std::array<std::vector<int32_t>, 2> parents{std::vector<int32_t>(size_t(n), -1),
                                                 std::vector<int32_t>(size_t(n), -1)};
     std::array<std::vector<int32_t>, 2> heads{std::vector<int32_t>(nodes.size()), std::vector<int32_t>(nodes.size())};
@@ -158,10 +164,7 @@ TreeLayout tree_layout(const Plan& plan, int group, const Topology& topology) {
 TreeLayout single_channel_layout(std::vector<int> members) {
   TreeLayout layout;
   layout.members = std::move(members);
-  std::vector<int32_t> order(layout.members.size());
-  for (size_t i = 0; i < order.size(); ++i)
-    order[i] = int32_t(i);
-  layout.parents.push_back(binary_tree_parents(order));
+  layout.parents.push_back(binary_tree_parents(identity_order(layout.members.size())));
   return layout;
 }
 

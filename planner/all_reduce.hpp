@@ -84,6 +84,9 @@ double ring_all_reduce_estimate_s(int members, double bytes, double alpha_s, dou
 double tree_all_reduce_estimate_s(int nodes, int per_node, int channels, double bytes, double intra_alpha_s,
                                   double intra_bytes_per_s, double inter_alpha_s, double inter_bytes_per_s);
 
+// Whether strategies all-reduce over groups of this kind (world, data, sequence).
+bool runs_all_reduces(GroupKind kind);
+
 // Sets CommGroup::all_reduce on the groups a strategy all-reduces over (world, data, sequence) of
 // three members or more: `forced` when given, else the tree where the estimates above make it
 // faster than the ring for the workload's weight gradients, with the topology's links inside a

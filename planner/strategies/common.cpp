@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 
+#include "planner/all_reduce.hpp"
 #include "planner/errors.hpp"
 
 namespace wallfacer::detail {
@@ -126,8 +127,7 @@ void validate_groups(const Plan& plan, const std::vector<CommGroup>& expected) {
   for (size_t i = 0; i < expected.size(); ++i) {
     const CommGroup& g = plan.groups[i];
     // The all-reduce algorithm is the planner's choice, not the strategy's.
-    if (g.all_reduce == AllReduceAlgorithm::Tree && g.kind != GroupKind::World && g.kind != GroupKind::Data &&
-        g.kind != GroupKind::Sequence)
+    if (g.all_reduce == AllReduceAlgorithm::Tree && !runs_all_reduces(g.kind))
       throw InputError(fmt::format("{}: group {} is {} and runs no all-reduce, so 'all_reduce: tree' does not apply",
                                    what, i, describe(g)));
     if (g.name == expected[i].name && g.kind == expected[i].kind && g.ranks == expected[i].ranks) continue;
