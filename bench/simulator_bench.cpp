@@ -6,6 +6,10 @@
 // process's CPU time (each simulation runs in a child process), steadier than wall time on a
 // shared machine; activities/s divides by the median CPU time.
 //
+// Where the simulation runs its actors on more than one thread (SimOptions::threads, automatic from
+// 2,048 ranks up), each repeat also runs it on one thread, right after, and the "x 1 thread" column
+// is the one-thread median wall time over the threaded one (the results are checked equal).
+//
 // Side by side, the same run measures SimGrid's floor at each size: as many actors as GPUs pass
 // 1 MB messages around a ring of private links through the simulator's own adapter (post a send
 // and a receive, wait for both; no compute, no dependencies, no contention), and the table gives
@@ -13,6 +17,7 @@
 // column is the replay's median CPU time per transfer (collective steps included) over the floor.
 //
 //   bench_simulator [--gpus 64,512,4096] [--strategy wallfacer] [--seq TOKENS] [--repeats N]
+//                   [--threads N]
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -41,11 +46,13 @@ struct Args {
   std::optional<wallfacer::StrategyKind> strategy;
   int64_t seq = int64_t(1) << 20;
   int repeats = 1;
+  int threads = 0;  // SimOptions::threads (0: automatic)
 };
 
 constexpr const char* kUsage =
     "usage: bench_simulator [--gpus LIST (default 64,512,4096)] [--strategy NAME (default: the search's best)]\n"
-    "                       [--seq TOKENS (default 1048576)] [--repeats N (default 1)]\n";
+    "                       [--seq TOKENS (default 1048576)] [--repeats N (default 1)]\n"
+    "                       [--threads N (default 0: automatic)]\n";
 
 // A positive integer flag value, or exit status 2 with a message naming the flag.
 int64_t positive_value(const std::string& flag, const std::string& text) {
@@ -92,6 +99,8 @@ Args parse_args(int argc, char** argv) {
       args.seq = positive_value(flag, value);
     } else if (flag == "--repeats") {
       args.repeats = int(positive_value(flag, value));
+    } else if (flag == "--threads") {
+      args.threads = int(positive_value(flag, value));
     } else {
       fmt::print(stderr, "unknown flag {}\n{}", flag, kUsage);
       std::exit(2);
@@ -144,6 +153,8 @@ struct Row {
   std::string plan;
   double search_s = 0, predicted_ms = 0;
   std::vector<double> wall_s, cpu_s;  // one per repeat
+  int threads = 1;
+  std::vector<double> one_thread_wall_s;  // one per repeat when threads > 1
   wallfacer::SimResult result;
   double floor_us = 0;  // simgrid_floor_us at this size
 };
@@ -158,6 +169,20 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Wall time of the same simulation on one thread; stops the benchmark if its result differs.
+double one_thread_wall_s(const wallfacer::Plan& plan, const wallfacer::Topology& topology,
+                         const wallfacer::SimResult& threaded) {
+  wallfacer::SimOptions sim;
+  sim.threads = 1;
+  const wallfacer::SimResult alone = wallfacer::simulate(plan, topology, sim);
+  if (alone.step_ms != threaded.step_ms || alone.activities != threaded.activities) {
+    fmt::print(stderr, "one thread gives {} ms and {} activities, threads {} ms and {}\n", alone.step_ms,
+               alone.activities, threaded.step_ms, threaded.activities);
+    std::exit(1);
+  }
+  return alone.wall_seconds;
 }
 
 Row run(int gpus, const wallfacer::Workload& workload, const Args& args) {
@@ -177,11 +202,15 @@ Row run(int gpus, const wallfacer::Workload& workload, const Args& args) {
   const wallfacer::Candidate& best = found.candidates[size_t(found.best)];
   row.plan = fmt::format("{} {}", wallfacer::to_string(best.plan.strategy), best.describe_params());
   row.predicted_ms = best.cost.step_ms;
+  wallfacer::SimOptions sim;
+  sim.threads = args.threads;
+  row.threads = wallfacer::simulation_threads(sim, best.plan.num_ranks());
   for (int i = 0; i < args.repeats; ++i) {
     const double cpu_before = children_cpu_seconds();
-    row.result = wallfacer::simulate(best.plan, topology);
+    row.result = wallfacer::simulate(best.plan, topology, sim);
     row.cpu_s.push_back(children_cpu_seconds() - cpu_before);
     row.wall_s.push_back(row.result.wall_seconds);
+    if (row.threads > 1) row.one_thread_wall_s.push_back(one_thread_wall_s(best.plan, topology, row.result));
   }
   row.floor_us = simgrid_floor_us(gpus, 200);
   return row;
@@ -198,9 +227,9 @@ int main(int argc, char** argv) {
       "simulator benchmark: dgx-h100, llama-3-8b, seq {} tokens, one attention layer fwd+bwd, {}, {} runs "
       "(best and median)\n",
       workload.seq, args.strategy ? wallfacer::to_string(*args.strategy) : "best plan of the search", args.repeats);
-  fmt::print("{:>6}  {:<26} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>12} {:>9} {:>8}\n", "GPUs",
-             "plan", "search s", "pred. ms", "sim. ms", "activities", "transfers", "wall s", "median", "CPU s",
-             "median", "activities/s", "floor us", "x floor");
+  fmt::print("{:>6}  {:<26} {:>9} {:>9} {:>9} {:>10} {:>10} {:>7} {:>8} {:>8} {:>8} {:>8} {:>12} {:>9} {:>8} {:>10}\n",
+             "GPUs", "plan", "search s", "pred. ms", "sim. ms", "activities", "transfers", "threads", "wall s",
+             "median", "CPU s", "median", "activities/s", "floor us", "x floor", "x 1 thread");
   for (int gpus : args.gpus) {
     const Row r = run(gpus, workload, args);
     // Events per second of CPU time, over the median run.
@@ -209,11 +238,14 @@ int main(int argc, char** argv) {
     // Replay CPU microseconds per transfer over SimGrid's floor at the same size.
     const double per_transfer_us = r.result.transfers > 0 ? cpu / double(r.result.transfers) * 1e6 : 0.0;
     const double over_floor = r.floor_us > 0 ? per_transfer_us / r.floor_us : 0.0;
+    // One-thread median wall time over the threaded median ("-" when the replay ran on one).
+    const std::string speedup =
+        r.one_thread_wall_s.empty() ? "-" : fmt::format("{:.2f}", median(r.one_thread_wall_s) / median(r.wall_s));
     fmt::print(
-        "{:>6}  {:<26} {:>9.2f} {:>9.3f} {:>9.3f} {:>10} {:>10} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>12.0f} "
-        "{:>9.2f} {:>8.1f}\n",
+        "{:>6}  {:<26} {:>9.2f} {:>9.3f} {:>9.3f} {:>10} {:>10} {:>7} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>12.0f} "
+        "{:>9.2f} {:>8.1f} {:>10}\n",
         r.gpus, r.plan, r.search_s, r.predicted_ms, r.result.step_ms, r.result.activities, r.result.transfers,
-        best(r.wall_s), median(r.wall_s), best(r.cpu_s), cpu, rate, r.floor_us, over_floor);
+        r.threads, best(r.wall_s), median(r.wall_s), best(r.cpu_s), cpu, rate, r.floor_us, over_floor, speedup);
     std::fflush(stdout);
   }
   return 0;

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "cli/commands.hpp"
+#include "simulator/simulator.hpp"
 
 namespace wallfacer::cli {
 
@@ -90,6 +91,17 @@ CLI::Validator at_least(long long minimum) {
       minimum == 0   ? "NONNEGATIVE"
       : minimum == 1 ? "POSITIVE"
                      : fmt::format("AT LEAST {}", minimum));
+}
+
+CLI::Option* add_sim_threads_flag(CLI::App* app, int& threads) {
+  return app
+      ->add_option("--sim-threads", threads,
+                   fmt::format("Threads that run a simulation's rank actors; same results with any number. 0 = "
+                               "automatic: 2 from {} ranks up when 2 CPUs are usable and one simulation runs at a "
+                               "time, else 1",
+                               kParallelFromRanks))
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
 }
 
 CLI::Option* add_progress_flag(CLI::App* app, double& seconds) {

@@ -39,6 +39,8 @@ Topology load(const TopologyFlags& flags);
 // --progress SECONDS for commands that run simulations: how often each prints how far it got to
 // stderr; 10 s when stderr is a terminal, else 0 (never).
 CLI::Option* add_progress_flag(CLI::App* app, double& seconds);
+// --sim-threads N for commands that run simulations (SimOptions::threads; 0 = automatic).
+CLI::Option* add_sim_threads_flag(CLI::App* app, int& threads);
 
 // The workload as a JSON object with the keys of the model files (docs/formats/workload.md).
 nlohmann::json to_json(const Workload& workload);

@@ -2,13 +2,11 @@
 // a topology (planner/search.hpp), prints the ranking (or JSON), and optionally writes the best
 // plan, checks its full schedule and re-ranks the best few by simulation.
 #include <fmt/format.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <thread>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
@@ -22,14 +20,10 @@
 namespace wallfacer::cli {
 namespace {
 
-// Simulations to run at once: one per CPU this process may use (each is single-threaded), at most
-// 8 (a 4,096-GPU simulation needs 0.4 to 1.1 GB).
+// Simulations to run at once: one per CPU this process may use (each then runs on one thread), at
+// most 8 (a 4,096-GPU simulation needs 0.4 to 1.6 GB).
 int default_jobs() {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  const int cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
-                                                                       : int(std::thread::hardware_concurrency());
-  return std::clamp(cpus, 1, 8);
+  return std::clamp(usable_cpus(), 1, 8);
 }
 
 struct PlanFlags {
@@ -44,6 +38,7 @@ struct PlanFlags {
   int simulate_top = 0;
   int jobs = default_jobs();
   double progress_s = 0;
+  int sim_threads = 0;
   std::string calibration;
   std::string search = "auto";
   std::string all_reduce = "auto";
@@ -78,7 +73,7 @@ SearchOptions search_options(const PlanFlags& flags) {
 // Simulates the K best feasible candidates and moves them, ordered by simulated step time, to the
 // front. A candidate the heuristic search left partly priced is priced in full first; one the
 // closed-form screen left without a placement cannot be simulated and is passed over.
-void simulate_best(Ranked& ranked, const CostModel& model, int k, int jobs, double progress_s) {
+void simulate_best(Ranked& ranked, const CostModel& model, int k, int jobs, double progress_s, int threads) {
   auto& candidates = ranked.result.candidates;
   ranked.simulated_ms.assign(candidates.size(), std::nullopt);
   std::vector<size_t> chosen;
@@ -96,6 +91,7 @@ void simulate_best(Ranked& ranked, const CostModel& model, int k, int jobs, doub
   SimOptions options;
   options.calibration = model.calibration();
   options.progress_every_s = progress_s;
+  options.threads = threads;
   std::vector<Plan> plans;
   for (size_t i : chosen)
     plans.push_back(candidates[i].plan);
@@ -234,7 +230,8 @@ int run_plan(const PlanFlags& flags) {
   const SearchOptions options = search_options(flags);
   Ranked ranked{search_plans(topology, workload, model, options), {}};
   const int gpus = options.ranks > 0 ? options.ranks : topology.num_gpus();
-  if (flags.simulate_top > 0) simulate_best(ranked, model, flags.simulate_top, flags.jobs, flags.progress_s);
+  if (flags.simulate_top > 0)
+    simulate_best(ranked, model, flags.simulate_top, flags.jobs, flags.progress_s, flags.sim_threads);
 
   if (flags.json)
     print_json_result(ranked, workload, topology, gpus);
@@ -321,6 +318,7 @@ void register_plan_command(CLI::App& app) {
       ->check(at_least(1))
       ->group(output);
   add_progress_flag(command, flags->progress_s)->group(output);
+  add_sim_threads_flag(command, flags->sim_threads)->group(output);
   command->callback([flags] {
     if (flags->strategy != "auto") {
       try {

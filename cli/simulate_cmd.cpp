@@ -35,6 +35,7 @@ struct SimulateFlags {
   bool no_shortcuts = false;
   bool json = false;
   double progress_s = 0;
+  int threads = 0;
 };
 
 // "0-7,64" -> {0, ..., 7, 64}. Ranks past the plan's are reported by the simulator.
@@ -138,6 +139,7 @@ void run(const SimulateFlags& flags) {
   options.all_to_all = flags.all_to_all;
   options.max_ring_steps = flags.max_ring_steps;
   options.progress_every_s = flags.progress_s;
+  options.threads = flags.threads;
   if (!flags.calibration_path.empty()) options.calibration = Calibration::load(flags.calibration_path);
   SimResult result;
   try {
@@ -197,6 +199,7 @@ void register_simulate_command(CLI::App& app) {
                     "Model every physical link and compute op as its own SimGrid object (slower; the default merges "
                     "link chains that carry the same routes and times full-speed compute exactly, same results)");
   add_progress_flag(command, flags->progress_s);
+  add_sim_threads_flag(command, flags->threads);
   command->callback([flags] { run(*flags); });
 }
 

@@ -61,7 +61,7 @@ void RankActor::run() {
   try {
     loop();
   } catch (const std::exception& e) {
-    replay_.fail(fmt::format("rank {}: {}", rank_, e.what()));
+    replay_.fail(SimEngine::now(), rank_, fmt::format("rank {}: {}", rank_, e.what()));
   }
 }
 

@@ -194,8 +194,13 @@ double Replay::op_seconds(const Op& op) {
   return (op.kind == OpKind::Copy ? 2.0 : 1.0) * double(op.bytes) / hbm;
 }
 
-void Replay::fail(const std::string& message) {
-  if (failure_.empty()) failure_ = message;
+void Replay::fail(double at_s, int rank, const std::string& message) {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (failure_.empty() || std::make_pair(at_s, rank) < std::make_pair(failure_at_s_, failure_rank_)) {
+    failure_ = message;
+    failure_at_s_ = at_s;
+    failure_rank_ = rank;
+  }
 }
 
 void Replay::run() {

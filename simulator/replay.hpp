@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -81,7 +82,9 @@ class Replay {
   }
   SimEngine& engine() { return engine_; }
   RankOutcome& outcome(int rank) { return outcomes_[size_t(rank)]; }
-  void fail(const std::string& message);
+  // A rank actor's error; the run reports the earliest (simulated time, then rank), so the
+  // message does not depend on which thread ran which actor first.
+  void fail(double at_s, int rank, const std::string& message);
 
  private:
   void validate_schedule() const;
@@ -121,7 +124,10 @@ class Replay {
   std::vector<RankOutcome> outcomes_;
   std::vector<double> resource_bytes_;
   std::vector<std::unique_ptr<RankActor>> actors_;
-  std::string failure_;
+  std::mutex failure_mutex_;  // rank actors may run on several threads
+  std::string failure_;       // the earliest failure, the lowest rank's among simultaneous ones
+  double failure_at_s_ = 0;
+  int failure_rank_ = 0;
 };
 
 }  // namespace wallfacer::sim

@@ -47,6 +47,9 @@ void configure(const EngineConfig& config) {
   }
   sg4::Engine::set_config("contexts/stack-size:" + std::to_string(config.actor_stack_KiB));
   sg4::Engine::set_config(config.stack_guard ? "contexts/guard-size:1" : "contexts/guard-size:0");
+  // SimGrid answers the actors' calls in a fixed order whatever thread ran them, so a parallel
+  // run gives the same simulation as a sequential one.
+  if (config.threads > 1) sg4::Engine::set_config("contexts/nthreads:" + std::to_string(config.threads));
 }
 
 sg4::NetZone* make_root_zone(sg4::Engine& engine) {

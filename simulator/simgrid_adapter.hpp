@@ -22,6 +22,7 @@ struct EngineConfig {
   bool verbose = false;                // let SimGrid log at info level (stderr)
   int actor_stack_KiB = 64;            // why these two defaults: SimOptions (simulator.hpp)
   bool stack_guard = false;
+  int threads = 1;  // threads running actors between scheduling rounds (SimGrid's parallel contexts)
 };
 
 // Network models simulate() accepts.

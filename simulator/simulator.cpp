@@ -3,6 +3,7 @@
 #include "simulator/simulator.hpp"
 
 #include <fmt/format.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <deque>
 #include <string>
+#include <thread>
 
 #include "planner/cost_model.hpp"
 #include "planner/errors.hpp"
@@ -127,6 +129,7 @@ SimResult simulate_here(const Plan& plan, const Topology& topology, const Schedu
   config.verbose = log::enabled("simulator", log::Level::Debug);
   config.actor_stack_KiB = options.actor_stack_KiB;
   config.stack_guard = options.stack_guard;
+  config.threads = simulation_threads(options, plan.num_ranks());
   sim::SimEngine engine(config);
   double peak = kernel_peak_tflops(topology.gpu(), plan.workload.dtype) * 1e12;
   std::vector<double> speeds = {peak};
@@ -141,8 +144,10 @@ SimResult simulate_here(const Plan& plan, const Topology& topology, const Schedu
                            exact_merge ? sim::LinkDetail::MergedChains : sim::LinkDetail::Physical);
   engine.seal();
   WF_LOG_INFO("simulator",
-              "{} ranks, {} GPU pairs routed over {} links, model {}; platform and replay ready after {:.2f} s",
-              plan.num_ranks(), network.routes, network.links, options.network_model, seconds_since(started));
+              "{} ranks, {} GPU pairs routed over {} links, model {}, {} thread(s); platform and replay ready "
+              "after {:.2f} s",
+              plan.num_ranks(), network.routes, network.links, options.network_model, config.threads,
+              seconds_since(started));
   auto running = std::chrono::steady_clock::now();
   if (options.progress_every_s > 0) engine.on_clock_advance(ProgressReport(options, plan, running));
   replay.run();
@@ -171,6 +176,8 @@ void check_options(const SimOptions& options) {
     throw InputError(fmt::format("--progress {}: must be a number of seconds, 0 or more", options.progress_every_s));
   if (options.actor_stack_KiB < 4 || options.actor_stack_KiB > 65536)
     throw InputError(fmt::format("actor stack of {} KiB: must be 4 to 65536 KiB", options.actor_stack_KiB));
+  if (options.threads < 0 || options.threads > 64)
+    throw InputError(fmt::format("--sim-threads {}: must be 0 (automatic) to 64", options.threads));
   if (options.all_to_all != "pairwise" && options.all_to_all != "direct")
     throw InputError(
         fmt::format("all-to-all algorithm '{}' is not supported ('pairwise' or 'direct')", options.all_to_all));
@@ -227,6 +234,18 @@ SimResult simulate_isolated(const Plan& plan, const Topology& topology, const Si
 
 }  // namespace
 
+int usable_cpus() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) return CPU_COUNT(&allowed);
+  return std::max(1, int(std::thread::hardware_concurrency()));
+}
+
+int simulation_threads(const SimOptions& options, int ranks) {
+  if (options.threads > 0) return options.threads;
+  return ranks >= kParallelFromRanks ? std::min(2, usable_cpus()) : 1;
+}
+
 SimResult simulate(const Plan& plan, const Topology& topology, const SimOptions& options) {
   check_plan_against_topology(plan, topology, "plan");
   return simulate_isolated(plan, topology, options, [&] { return build_in_child(plan); });
@@ -249,6 +268,8 @@ std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topol
       }
       const Plan& plan = plans[i];
       SimOptions own = options;  // progress lines say which plan they are about
+      // Simulations running side by side already share the CPUs.
+      if (own.threads == 0 && std::min(size_t(std::max(jobs, 1)), plans.size()) > 1) own.threads = 1;
       if (plans.size() > 1)
         own.progress_label =
             fmt::format("{} [{}/{} {}]", options.progress_label, i + 1, plans.size(), to_string(plan.strategy));

@@ -48,6 +48,11 @@ struct SimOptions {
   // the stacks share huge pages, which is faster at thousands of ranks (docs/simulator.md).
   int actor_stack_KiB = 64;
   bool stack_guard = false;
+  // Threads that run the rank actors (SimGrid's parallel contexts; its kernel, the sharing solver
+  // included, stays on one thread, and the results are the same to the byte). 0 = automatic:
+  // up to 2 from kParallelFromRanks ranks up, one when simulate_many() runs several simulations
+  // at once. Below that size the threads' hand-overs cost what they save (docs/simulator.md).
+  int threads = 0;
   // Every this many seconds of wall time, print to stderr how far the replay got in simulated
   // time (0: never): a 4,096-GPU replay runs for a minute or more. Lines start with the label.
   double progress_every_s = 0;
@@ -85,13 +90,21 @@ struct SimResult {
   double wall_seconds = 0;               // host time the simulation took
 };
 
+// Automatic SimOptions::threads: 2 (when the process may use 2 CPUs) from this many ranks up.
+constexpr int kParallelFromRanks = 2048;
+// CPUs this process may run on (its affinity mask).
+int usable_cpus();
+// Threads a simulation of `ranks` ranks runs its actors on under `options`.
+int simulation_threads(const SimOptions& options, int ranks);
+
 // Throws InputError when the plan does not match the topology or an option is invalid, and
 // ScheduleError when the schedule cannot run to completion (a deadlock, mismatched messages).
 // Each call runs SimGrid in a child process of its own (SimGrid keeps process-wide state), so
 // calls are independent and may be repeated.
 SimResult simulate(const Plan& plan, const Topology& topology, const SimOptions& options = {});
-// Simulates several plans on one topology, up to `jobs` child processes at a time (each
-// simulation is single-threaded); results in the order of `plans`; progress labels name each.
+// Simulates several plans on one topology, up to `jobs` child processes at a time (each on one
+// thread unless SimOptions::threads says otherwise); results in the order of `plans`; progress
+// labels name each.
 // Errors as simulate(); a trace path needs a single plan. wall_seconds runs from a child's start
 // to when its result was read.
 std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topology& topology,

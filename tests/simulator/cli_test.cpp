@@ -123,6 +123,11 @@ TEST(SimulateCommandInput, BadCountsAreRejectedWithTheFlagAndStatus2) {
   const test::CliResult steps = test::run_cli("simulate plan.yaml --max-ring-steps -1", "2>&1");
   EXPECT_EQ(steps.status, 2);
   EXPECT_NE(steps.output.find("--max-ring-steps: must be at least 0 (got -1)"), std::string::npos) << steps.output;
+  for (const char* command : {"simulate plan.yaml --sim-threads 65", "plan --simulate-top 1 --sim-threads -1"}) {
+    const test::CliResult threads = test::run_cli(command, "2>&1");
+    EXPECT_EQ(threads.status, 2) << command;
+    EXPECT_NE(threads.output.find("--sim-threads"), std::string::npos) << threads.output;
+  }
 }
 
 TEST(SimulateCommandInput, AllReduceFlagReachesThePlanAndTheReplay) {
