@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 
 #include "planner/errors.hpp"
@@ -127,7 +128,19 @@ ActivitySet::ActivitySet() : impl_(std::make_unique<Impl>()) {}
 ActivitySet::~ActivitySet() = default;
 
 void ActivitySet::exec(int host, double flops, uint64_t tag) {
-  impl_->activities.push_back(g_state->hosts.at(size_t(host))->exec_async(flops));
+  // SimGrid 3.32's Exec::init() connects a callback to a process-wide signal, which actors on
+  // several threads (EngineConfig::threads) would do at once; the rest is the actor's own or a
+  // SimGrid call, which its kernel serialises. The lock is not held across that call: the kernel
+  // runs only once every thread has finished its actors.
+  sg4::ExecPtr exec;
+  {
+    static std::mutex signal_mutex;
+    std::lock_guard<std::mutex> lock(signal_mutex);
+    exec = sg4::Exec::init();
+  }
+  exec->set_flops_amount(flops)->set_host(g_state->hosts.at(size_t(host)));
+  exec->start();
+  impl_->activities.push_back(std::move(exec));
   impl_->slots.push_back({tag, nullptr});
 }
 

@@ -35,9 +35,11 @@ struct Replayed {
 };
 
 // The result as JSON without the host time it took, and the trace file's bytes.
-Replayed simulate_on(int threads, const Plan& plan, const Topology& topology, const std::string& name) {
+Replayed simulate_on(int threads, const Plan& plan, const Topology& topology, const std::string& name,
+                     bool shortcuts = true) {
   SimOptions options;
   options.threads = threads;
+  options.shortcuts = shortcuts;
   options.trace_path = (std::filesystem::temp_directory_path() /
                         ("wallfacer-threads-" + std::to_string(::getpid()) + "-" + name + ".json"))
                            .string();
@@ -63,6 +65,21 @@ TEST(SimulatorThreads, EveryStrategyGivesTheSameResultAndTraceOnTwoAndFourThread
       EXPECT_EQ(alone.json, threaded.json) << name << " on " << threads << " threads";
       EXPECT_TRUE(alone.trace == threaded.trace) << name << " on " << threads << " threads: traces differ";
     }
+  }
+}
+
+// Without the shortcuts every compute op is a SimGrid exec, which actors on several threads
+// create at once (ActivitySet::exec).
+TEST(SimulatorThreads, ComputeAsSimGridExecsGivesTheSameResultOnFourThreads) {
+  const Topology topology = Topology::load("dgx-h100", 2);
+  const Workload workload = test::test_workload(16 * 4096, true);
+  for (StrategyKind kind : {StrategyKind::Usp, StrategyKind::WallFacer}) {
+    const std::string name = to_string(kind);
+    const Plan plan = test::plan_for(kind, workload, topology, 16);
+    const Replayed alone = simulate_on(1, plan, topology, name + "-exec-1", false);
+    const Replayed threaded = simulate_on(4, plan, topology, name + "-exec-4", false);
+    EXPECT_EQ(alone.json, threaded.json) << name;
+    EXPECT_TRUE(alone.trace == threaded.trace) << name << ": traces differ";
   }
 }
 
