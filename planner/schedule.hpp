@@ -121,6 +121,7 @@ struct BufferDecl {
   HeadRange heads;              // query heads for query-class fields, kv heads for kv-class ones
   int64_t capacity_tokens = 0;  // rows per batch element
   bool fp32 = false;            // accumulators (O/Lse, dQ, dK, dV) are fp32; others use the dtype
+  bool operator==(const BufferDecl&) const = default;
 };
 
 // What every member of a collective contributes and receives. Identical on every member.
@@ -137,6 +138,7 @@ struct CollectiveSpec {
   std::vector<HeadRange> in_heads, out_heads;               // per member
   int64_t elements = 0;                                     // AllReduce only
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::Ring;  // AllReduce only: the group's (Plan)
+  bool operator==(const CollectiveSpec&) const = default;
 };
 
 struct Op {
@@ -163,6 +165,7 @@ struct Op {
   double flops = 0;        // compute ops: exact FLOPs (algorithms.md §1.3 convention)
   uint32_t dep_begin = 0;  // explicit dependencies: RankProgram::deps[dep_begin, dep_begin+dep_count)
   uint16_t dep_count = 0;
+  bool operator==(const Op&) const = default;
 };
 
 // A tensor slice a rank reads at the start (inputs) or provides at the end (outputs).
@@ -171,6 +174,7 @@ struct Binding {
   Field field = Field::Q;
   int32_t tokens = -1;  // TokenSetPool id: global tokens, in buffer row order
   HeadRange heads;
+  bool operator==(const Binding&) const = default;
 };
 
 struct RankProgram {
@@ -188,6 +192,7 @@ struct RankProgram {
   // Appends an op with its dependencies; returns its index.
   int32_t add(Op op, std::initializer_list<int32_t> dependencies = {});
   int32_t add(Op op, const std::vector<int32_t>& dependencies);
+  bool operator==(const RankProgram&) const = default;
 };
 
 // Flows that a strategy starts at the same time (e.g. every rank sending K,V to its ring

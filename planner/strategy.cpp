@@ -4,8 +4,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <exception>
+#include <functional>
 #include <numeric>
+#include <thread>
 
 #include "planner/all_reduce.hpp"
 #include "planner/errors.hpp"
@@ -187,6 +191,79 @@ Schedule ScheduleBuilder::build(const std::vector<int>& ranks) const {
     schedule.ranks.reserve(ranks.size());
     for (int r : ranks)
       schedule.ranks.push_back(build_rank(r, schedule.tokens));
+  }
+  return schedule;
+}
+
+namespace {
+
+// Re-interns `programs`' token sets, built with `local`, into `pool`. Sets the block meets
+// first get the next ids of `pool`, so merging blocks in rank order numbers sets as one pass
+// over the ranks would.
+void merge_tokens(std::vector<RankProgram>& programs, const TokenSetPool& local, TokenSetPool& pool) {
+  std::vector<int32_t> id(local.size());
+  for (size_t i = 0; i < local.size(); ++i)
+    id[i] = pool.intern(local.get(int32_t(i)));
+  auto remap = [&](int32_t& token) {
+    if (token >= 0) token = id[size_t(token)];
+  };
+  for (RankProgram& program : programs) {
+    for (Op& op : program.ops)
+      for (int32_t& token : op.tok)
+        remap(token);
+    for (CollectiveSpec& spec : program.collectives) {
+      for (int32_t& token : spec.in_tokens)
+        remap(token);
+      for (int32_t& token : spec.out_tokens)
+        remap(token);
+    }
+    for (std::vector<Binding>* bindings : {&program.inputs, &program.outputs})
+      for (Binding& binding : *bindings)
+        remap(binding.tokens);
+  }
+}
+
+}  // namespace
+
+Schedule ScheduleBuilder::build_all(int threads) const {
+  const int ranks = num_ranks();
+  const int blocks = std::clamp(threads, 1, std::max(1, ranks));
+  if (blocks == 1) return build();
+  Schedule schedule;
+  schedule.dims = dims();
+  schedule.flow_sets = flow_sets();
+  struct Block {
+    int begin = 0, end = 0;
+    std::vector<RankProgram> programs;
+    TokenSetPool pool;
+    std::exception_ptr error;
+  };
+  std::vector<Block> parts(static_cast<size_t>(blocks));
+  for (int b = 0; b < blocks; ++b) {
+    parts[size_t(b)].begin = int(int64_t(ranks) * b / blocks);
+    parts[size_t(b)].end = int(int64_t(ranks) * (b + 1) / blocks);
+  }
+  auto build_block = [this](Block& part) {
+    try {
+      part.programs.reserve(size_t(part.end - part.begin));
+      for (int r = part.begin; r < part.end; ++r)
+        part.programs.push_back(build_rank(r, part.pool));
+    } catch (...) {
+      part.error = std::current_exception();
+    }
+  };
+  std::vector<std::thread> workers;
+  for (size_t b = 1; b < parts.size(); ++b)
+    workers.emplace_back(build_block, std::ref(parts[b]));
+  build_block(parts[0]);
+  for (std::thread& worker : workers)
+    worker.join();
+  schedule.ranks.reserve(size_t(ranks));
+  for (Block& part : parts) {
+    if (part.error) std::rethrow_exception(part.error);
+    merge_tokens(part.programs, part.pool, schedule.tokens);
+    for (RankProgram& program : part.programs)
+      schedule.ranks.push_back(std::move(program));
   }
   return schedule;
 }

@@ -56,6 +56,11 @@ class ScheduleBuilder {
   RankProgram build_rank(int rank, TokenSetPool& pool) const;
   // Programs of the given ranks (all when empty), with flow sets and dims filled in.
   Schedule build(const std::vector<int>& ranks = {}) const;
+  // Every rank's program, built on up to `threads` threads (blocks of consecutive ranks, each
+  // with a token pool of its own, merged in rank order): the same schedule as build(), token ids
+  // included. For one large schedule built alone (the simulator's); a search that prices
+  // candidates on several threads already keeps the CPUs busy.
+  Schedule build_all(int threads) const;
 
   struct Impl;
 

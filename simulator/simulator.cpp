@@ -184,10 +184,13 @@ void check_options(const SimOptions& options) {
 }
 
 // Built in the child: a large schedule never occupies the caller's memory.
-Schedule build_in_child(const Plan& plan) {
+// On as many threads as the replay will run on.
+Schedule build_in_child(const Plan& plan, const SimOptions& options) {
   auto started = std::chrono::steady_clock::now();
-  Schedule schedule = ScheduleBuilder(plan).build();
-  WF_LOG_INFO("simulator", "schedule of {} ranks built in {:.2f} s", plan.num_ranks(), seconds_since(started));
+  const int threads = simulation_threads(options, plan.num_ranks());
+  Schedule schedule = ScheduleBuilder(plan).build_all(threads);
+  WF_LOG_INFO("simulator", "schedule of {} ranks built in {:.2f} s on {} thread(s)", plan.num_ranks(),
+              seconds_since(started), threads);
   return schedule;
 }
 
@@ -248,7 +251,7 @@ int simulation_threads(const SimOptions& options, int ranks) {
 
 SimResult simulate(const Plan& plan, const Topology& topology, const SimOptions& options) {
   check_plan_against_topology(plan, topology, "plan");
-  return simulate_isolated(plan, topology, options, [&] { return build_in_child(plan); });
+  return simulate_isolated(plan, topology, options, [&] { return build_in_child(plan, options); });
 }
 
 std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topology& topology,
@@ -273,7 +276,7 @@ std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topol
       if (plans.size() > 1)
         own.progress_label =
             fmt::format("{} [{}/{} {}]", options.progress_label, i + 1, plans.size(), to_string(plan.strategy));
-      running.push_back(start_simulation(i, plan, topology, own, [&] { return build_in_child(plan); }));
+      running.push_back(start_simulation(i, plan, topology, own, [&] { return build_in_child(plan, own); }));
     }
     while (!running.empty()) {
       results[running.front().index] = finish(running.front());
