@@ -261,7 +261,11 @@ Schedule ScheduleBuilder::build_all(int threads) const {
   schedule.ranks.reserve(size_t(ranks));
   for (Block& part : parts) {
     if (part.error) std::rethrow_exception(part.error);
-    merge_tokens(part.programs, part.pool, schedule.tokens);
+    // The first block's pool numbers its sets as build() would; later blocks are merged into it.
+    if (&part == &parts.front())
+      schedule.tokens = std::move(part.pool);
+    else
+      merge_tokens(part.programs, part.pool, schedule.tokens);
     for (RankProgram& program : part.programs)
       schedule.ranks.push_back(std::move(program));
   }

@@ -6,7 +6,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +23,19 @@
 #include "planner/workload.hpp"
 
 namespace wallfacer::test {
+
+// A scratch file name unique to this test process.
+inline std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("wallfacer-sim-" + std::to_string(::getpid()) + "-" + name))
+      .string();
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 // The GPU block of every test topology: a model no calibration point matches, so compute runs at
 // the calibration's fallback efficiency times this peak.

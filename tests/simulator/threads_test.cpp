@@ -3,12 +3,8 @@
 // follows the rank count; bad counts are input errors.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "planner/errors.hpp"
@@ -22,14 +18,6 @@ namespace {
 using test::recv_op;
 using test::send_op;
 
-std::string read_and_remove(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  std::filesystem::remove(path);
-  return text.str();
-}
-
 struct Replayed {
   std::string json, trace;
 };
@@ -40,12 +28,12 @@ Replayed simulate_on(int threads, const Plan& plan, const Topology& topology, co
   SimOptions options;
   options.threads = threads;
   options.shortcuts = shortcuts;
-  options.trace_path = (std::filesystem::temp_directory_path() /
-                        ("wallfacer-threads-" + std::to_string(::getpid()) + "-" + name + ".json"))
-                           .string();
+  options.trace_path = test::temp_path("threads-" + name + ".json");
   SimResult result = simulate(plan, topology, options);
   result.wall_seconds = 0;
-  return {to_json(result), read_and_remove(options.trace_path)};
+  Replayed replayed{to_json(result), test::read_file(options.trace_path)};
+  std::filesystem::remove(options.trace_path);
+  return replayed;
 }
 
 // Two DGX H100 nodes: NVSwitch inside, rails through NICs between them, so flows contend and

@@ -4,12 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
-
-#include <unistd.h>
 
 #include "planner/errors.hpp"
 #include "simulator/simulator.hpp"
@@ -19,20 +15,10 @@ namespace wallfacer {
 namespace {
 
 using test::compute_op;
+using test::read_file;
 using test::recv_op;
 using test::send_op;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("wallfacer-sim-" + std::to_string(::getpid()) + "-" + name))
-      .string();
-}
+using test::temp_path;
 
 // Every rank sends to its successor, receives from its predecessor, and computes, for 3 steps.
 struct RingTraceCase {
