@@ -11,12 +11,37 @@
 
 namespace wallfacer::yaml {
 
+namespace {
+
+// The readers look fields up by name, so a key that is itself a list or a mapping (`{}: 1`, valid
+// YAML) can only be a mistake; rejected here once for every file instead of in each reader.
+void check_plain_keys(const std::string& source, const YAML::Node& node) {
+  if (node.IsSequence()) {
+    for (const auto& item : node)
+      check_plain_keys(source, item);
+  } else if (node.IsMap()) {
+    for (const auto& kv : node) {
+      if (!kv.first.IsScalar())
+        fail(source, kv.first,
+             fmt::format("a key must be a plain name, not {}", kv.first.IsMap()        ? "a mapping"
+                                                               : kv.first.IsSequence() ? "a list"
+                                                                                       : "empty"));
+      check_plain_keys(source, kv.second);
+    }
+  }
+}
+
+}  // namespace
+
 YAML::Node parse(const std::string& text, const std::string& source) {
+  YAML::Node root;
   try {
-    return YAML::Load(text);
+    root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     throw InputError(source, e.mark.line + 1, fmt::format("invalid YAML: {}", e.msg));
   }
+  check_plain_keys(source, root);
+  return root;
 }
 
 int line_of(const YAML::Node& node) {

@@ -107,6 +107,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"points:\n  - {gpu: H100, op: forward, block_tokens: 512, tflops: 3}\n"
                 "  - {gpu: H100, op: forward, block_tokens: 512, tflops: 4}\n",
                 "cal.yaml:3: error: duplicate"},
+        BadFile{"points:\n  - {gpu: H100, [op]: forward, block_tokens: 512, tflops: 3}\n",
+                "cal.yaml:2: error: a key must be a plain name, not a list"},
         BadFile{"points: [1, 2\n", "cal.yaml:"}));
 
 }  // namespace

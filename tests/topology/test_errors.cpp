@@ -67,6 +67,8 @@ TEST(TopologyErrors, DocumentStructure) {
   EXPECT_EQ(error_of(edit(kCompact, "nodes: 2", "nodez: 2")),
             "t.yaml:3: error: unknown key 'nodez' in a compact-form topology (allowed: name, description, sources, "
             "gpu, nodes, node, network)");
+  EXPECT_EQ(error_of(edit(kCompact, "name: tiny\n", "name: tiny\n{nodes: 2}: 1\n")),
+            "t.yaml:2: error: a key must be a plain name, not a mapping");
   EXPECT_EQ(error_of(edit(kCompact, "name: tiny\n", "")), "t.yaml:1: error: missing required field 'name'");
   EXPECT_EQ(error_of(edit(kCompact,
                           "gpu: {model: X, peak_bf16_tflops: 100, peak_fp16_tflops: 100, memory_GiB: 16, hbm_GBps: "

@@ -89,6 +89,15 @@ TEST(PlanErrors, UnknownKeys) {
                    "mfu_percent"});
 }
 
+TEST(PlanErrors, KeysThatAreNotNames) {
+  // Valid YAML that yaml-cpp cannot turn into a key name: rejected where it stands, not an
+  // internal error.
+  expect_rejected({"{rank: 3, gpu: 3,", "{rank: 3, {}: 3,", "a key must be a plain name, not a mapping"});
+  expect_rejected({"strategy: wallfacer\n", "strategy: wallfacer\n[a, b]: 1\n",
+                   "a key must be a plain name, not a list", "[a, b]: 1"});
+  expect_rejected({"  seq: 131072\n", "  seq: 131072\n  ~: 1\n", "a key must be a plain name, not empty", "  ~: 1"});
+}
+
 TEST(PlanErrors, MissingFields) {
   // A missing key is blamed on the first line of the mapping that should hold it.
   expect_rejected({"strategy: wallfacer\n", "", "missing required field 'strategy'", "format_version:"});
