@@ -4,8 +4,10 @@
 
 #include <bit>
 #include <cctype>
+#include <charconv>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "planner/errors.hpp"
@@ -90,7 +92,11 @@ class DictParser {
       std::string digits = word();
       if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
         fail("shape holds something other than non-negative integers");
-      dims.push_back(std::stoll(digits));
+      int64_t dim = 0;
+      auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), dim);
+      if (error != std::errc() || end != digits.data() + digits.size())
+        fail(fmt::format("shape dimension {} is too large", digits));
+      dims.push_back(dim);
       if (!peek(')')) expect(',');
     }
     expect(')');
@@ -119,6 +125,17 @@ std::string read_whole_file(const std::string& path) {
 
 size_t element_bytes(NpyDType dtype) {
   return dtype == NpyDType::Float32 ? 4 : 8;
+}
+
+// Bytes the data of `header` takes, or SIZE_MAX when that does not fit in memory's address range:
+// the header is checked against the file before anything that large is allocated.
+size_t data_bytes(const NpyHeader& header) {
+  size_t bytes = element_bytes(header.dtype);
+  for (int64_t dim : header.shape) {
+    if (dim != 0 && bytes > std::numeric_limits<size_t>::max() / size_t(dim)) return std::numeric_limits<size_t>::max();
+    bytes *= size_t(dim);
+  }
+  return bytes;
 }
 
 }  // namespace
@@ -153,10 +170,12 @@ Tensor<double> read_npy(const std::string& path, NpyDType* dtype) {
   std::string bytes = read_whole_file(path);
   NpyHeader header = parse_npy_header(bytes, path);
   if (dtype) *dtype = header.dtype;
-  Tensor<double> t(header.shape);
-  size_t elem = element_bytes(header.dtype);
-  size_t want = size_t(t.numel()) * elem;
-  size_t have = bytes.size() - header.data_offset;
+  const size_t want = data_bytes(header);
+  const size_t have = bytes.size() - header.data_offset;
+  if (want == std::numeric_limits<size_t>::max())
+    throw InputError(path, 0,
+                     fmt::format("shape {} of {} is larger than any file can hold; wrong shape in the header?",
+                                 shape_to_string(header.shape), to_string(header.dtype)));
   if (have < want)
     throw InputError(path, 0,
                      fmt::format("truncated: shape {} of {} needs {} data bytes, the file has {}",
@@ -165,6 +184,7 @@ Tensor<double> read_npy(const std::string& path, NpyDType* dtype) {
     throw InputError(path, 0,
                      fmt::format("{} bytes after the data of shape {} ({}); wrong shape in the header?", have - want,
                                  shape_to_string(header.shape), to_string(header.dtype)));
+  Tensor<double> t(header.shape);
   const char* src = bytes.data() + header.data_offset;
   for (int64_t i = 0; i < t.numel(); ++i) {
     if (header.dtype == NpyDType::Float32) {

@@ -128,6 +128,16 @@ TEST(Npy, MalformedFiles) {
   expect_input_error(path, "truncated");
   write_bytes(path, npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", floats({1, 2})));
   expect_input_error(path, "after the data");
+  // Shapes far beyond the file are rejected before anything is allocated for them.
+  write_bytes(path,
+              npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 256, 99999999999, 8), }", floats({1, 2})));
+  expect_input_error(path, "needs 819199999991808 data bytes, the file has 8");
+  write_bytes(path,
+              npy_v1("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", floats({1, 2})));
+  expect_input_error(path, "larger than any file can hold");
+  write_bytes(path,
+              npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", floats({1})));
+  expect_input_error(path, "shape dimension 99999999999999999999 is too large");
   write_bytes(path, std::string("\x93NUMPY\x01\x00\xff\x00{'descr'", 18));
   expect_input_error(path, "truncated .npy header");
   expect_input_error(temp_path("does_not_exist.npy"), "cannot open");
