@@ -107,7 +107,7 @@ std::pair<double, double> gather_like(const Screen& c, int S, double kv_fraction
 
 std::pair<double, double> wallfacer(const Screen& c) {
   const Workload& w = c.w;
-  const int S = c.p.sequence_parallel, C = std::max(c.p.team, 1), G = std::max(S / (C * C), 1);
+  const int S = c.p.sequence_parallel, C = std::max(c.p.team, 1), G = int(std::max<int64_t>(S / (int64_t(C) * C), 1));
   const bool collect_intra = c.p.placement != Placement::P2PIntra;
   const LinkClass& team = collect_intra ? c.link(C, 1) : c.link(C, G);
   const LinkClass& sub = collect_intra ? c.link(G, C) : c.link(G, 1);

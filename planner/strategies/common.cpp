@@ -43,6 +43,10 @@ Feasibility generic_feasibility(const StrategyParams& params, const Workload& w,
     return no(fmt::format("sequence parallel ({}) and data parallel ({}) degrees must be >= 1", S, D));
   if (int64_t(S) * D != ranks)
     return no(fmt::format("sequence parallel {} x data parallel {} = {} != {} ranks", S, D, int64_t(S) * D, ranks));
+  // Every strategy numbers its steps below S in the message tags (make_tag).
+  if (S > kTagStepLimit)
+    return no(fmt::format("sequence parallel degree {} exceeds the {} ranks a schedule's message tags can number", S,
+                          kTagStepLimit));
   if (w.heads < 1 || w.kv_heads < 1 || w.head_dim < 1 || w.seq < 1 || w.batch < 1)
     return no("workload needs heads, kv_heads, head_dim, seq and batch >= 1");
   if (w.heads % w.kv_heads != 0)

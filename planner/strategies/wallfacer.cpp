@@ -327,8 +327,9 @@ class WallFacerImpl final : public StrategyImpl {
     auto no = [](std::string why) { return Feasibility{false, std::move(why)}; };
     if (C < 1) return no(fmt::format("team size C = {} must be at least 1", C));
     if (S % C != 0) return no(fmt::format("team size C = {} does not divide the {} sequence ranks", C, S));
-    if (S % (C * C) != 0)
-      return no(fmt::format("C^2 = {} does not divide the {} sequence ranks (C <= sqrt(S) with C^2 | S)", C * C, S));
+    // C^2 in 64 bits: a team size near S (hundreds of thousands of ranks) overflows int.
+    if (const int64_t squared = int64_t(C) * C; S % squared != 0)
+      return no(fmt::format("C^2 = {} does not divide the {} sequence ranks (C <= sqrt(S) with C^2 | S)", squared, S));
     if (workload.causal && workload.seq % (2 * int64_t(S)) != 0)
       return no(fmt::format("sequence length {} not divisible by 2 x {} ranks = {} (zigzag layout)", workload.seq, S,
                             2 * int64_t(S)));
@@ -345,14 +346,15 @@ class WallFacerImpl final : public StrategyImpl {
     for (int D : data_parallel_splits(workload, ranks)) {
       const int S = ranks / D;
       for (int C : divisors(S)) {
-        if (S % (C * C) != 0) continue;
+        const int64_t squared = int64_t(C) * C;  // overflows int for C near S at 2^16+ ranks
+        if (S % squared != 0) continue;
         StrategyParams p;
         p.data_parallel = D;
         p.sequence_parallel = S;
         p.team = C;
         p.placement = Placement::CollectIntra;
         out.push_back(p);
-        if (C > 1 && S / (C * C) > 1) {
+        if (C > 1 && S / squared > 1) {
           p.placement = Placement::P2PIntra;
           out.push_back(p);
         }

@@ -38,6 +38,14 @@ TEST(Feasibility, GenericRules) {
   EXPECT_TRUE(check_feasible(StrategyKind::Ring, params_of(4, 2), w, 8).ok);
 }
 
+TEST(Feasibility, SequenceRanksFitTheMessageTags) {
+  // Schedules number their steps (< S) in 16 bits of each message tag.
+  const Workload w = small_workload(1 << 20, 8, 8, true);
+  for (StrategyKind kind : {StrategyKind::Ring, StrategyKind::DoubleRing, StrategyKind::WallFacer})
+    expect_infeasible(kind, params_of(65537 * 2), w, 65537 * 2, "exceeds the 65536 ranks a schedule's message tags");
+  EXPECT_TRUE(check_feasible(StrategyKind::Ring, params_of(65536), w, 65536).ok);
+}
+
 TEST(Feasibility, ZigzagNeedsTwoChunksPerRank) {
   expect_infeasible(StrategyKind::Zigzag, params_of(4), small_workload(20, 4, 4, true), 4, "divisible by 2 x 4");
   EXPECT_TRUE(check_feasible(StrategyKind::Zigzag, params_of(4), small_workload(24, 4, 4, true), 4).ok);

@@ -143,6 +143,22 @@ TEST(WallFacer, EnumeratesEveryTeamSizePlacementAndSplit) {
   EXPECT_EQ(got, expected);
 }
 
+TEST(WallFacer, TeamSizesOfHugeRankCountsDoNotOverflow) {
+  // C^2 for C = 2^19 overflows 32 bits (to 0 for C = 2^16, a division by zero before the fix).
+  const int ranks = 1 << 19;
+  std::set<int> teams;
+  for (const StrategyParams& p : enumerate_params(StrategyKind::WallFacer, workload(1 << 20, 4, 4, true), ranks))
+    teams.insert(p.team);
+  std::set<int> expected;
+  for (int C = 1; int64_t(C) * C <= ranks; C *= 2)
+    expected.insert(C);
+  EXPECT_EQ(teams, expected);
+  EXPECT_NE(
+      check_feasible(StrategyKind::WallFacer, params_of(1 << 16, 1, 1 << 16), workload(1 << 20, 4, 4, true), 1 << 16)
+          .reason.find("C^2 = 4294967296 does not divide"),
+      std::string::npos);
+}
+
 TEST(WallFacer, GroupsAreTeamsThenSubRings) {
   const std::vector<CommGroup> groups = make_groups(StrategyKind::WallFacer, params_of(8, 1, 2), 8);
   ASSERT_EQ(groups.size(), 4u + 4u + 1u);  // 4 teams, C^2 = 4 sub-rings of G = 2, world
