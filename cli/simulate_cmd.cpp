@@ -177,7 +177,7 @@ void register_simulate_command(CLI::App& app) {
   command->add_flag("--json", flags->json, "Print the result as JSON on stdout");
   command
       ->add_option("--network-model", flags->network_model,
-                   "SimGrid network model: CM02 (exact latency + size/bandwidth), LV08, SMPI, IB, Constant")
+                   "SimGrid network model: CM02 (exact latency + size/bandwidth), LV08, SMPI, IB")
       ->capture_default_str();
   command->add_option("--calibration", flags->calibration_path,
                       "Kernel throughput calibration file (default: the built-in table, docs/calibration.md)");

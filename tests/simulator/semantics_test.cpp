@@ -178,6 +178,9 @@ TEST(SimulatorSemantics, BadOptionsAndPlacementsAreInputErrors) {
   SimOptions options;
   options.network_model = "NoSuchModel";
   EXPECT_THROW(simulate_schedule(star.plan, star.topology, test::empty_schedule(2), options), InputError);
+  // SimGrid's Constant model refuses any link: it would abort the simulation process.
+  options.network_model = "Constant";
+  EXPECT_THROW(simulate_schedule(star.plan, star.topology, test::empty_schedule(2), options), InputError);
   options = SimOptions{};
   options.actor_stack_KiB = 2;
   EXPECT_THROW(simulate_schedule(star.plan, star.topology, test::empty_schedule(2), options), InputError);
@@ -198,6 +201,12 @@ TEST(SimulatorSemantics, OtherNetworkModelsAreSelectable) {
   SimResult lv08 = simulate_schedule(star.plan, star.topology, s, options);
   // LV08 scales latency up (x13.01) and bandwidth down (x0.97): strictly slower here.
   EXPECT_GT(lv08.step_ms, cm02.step_ms * 1.02);
+  // SMPI's and IB's fitted factors also lower the bandwidth of a 64 MiB message (SMPI's 0.94
+  // above 64 KiB; IB adds its own penalties on top).
+  for (const char* model : {"SMPI", "IB"}) {
+    options.network_model = model;
+    EXPECT_GT(simulate_schedule(star.plan, star.topology, s, options).step_ms, cm02.step_ms * 1.02) << model;
+  }
   EXPECT_NEAR(cm02.step_ms, star.hop(bytes) * 1e3, star.hop(bytes) * 1e3 * kRel);
 }
 
