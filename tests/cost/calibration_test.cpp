@@ -3,9 +3,11 @@
 
 #include <cmath>
 #include <string>
+#include <typeinfo>
 
 #include "planner/calibration.hpp"
 #include "planner/errors.hpp"
+#include "tests/common/text_mutations.hpp"
 
 namespace wallfacer {
 namespace {
@@ -110,6 +112,37 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"points:\n  - {gpu: H100, [op]: forward, block_tokens: 512, tflops: 3}\n",
                 "cal.yaml:2: error: a key must be a plain name, not a list"},
         BadFile{"points: [1, 2\n", "cal.yaml:"}));
+
+// Edited calibration files (tests/common/text_mutations.hpp): accepted ones give finite positive
+// rates for every block, the rest are InputErrors.
+TEST(CalibrationMutations, EveryEditIsAcceptedOrAnInputError) {
+  const std::string text =
+      "keep_defaults: true\n"
+      "fallback_efficiency: 0.5\n"
+      "compute_slowdown_under_comm: 0.9\n"
+      "points:\n"
+      "  - {gpu: H100-SXM5-80GB, op: forward, dtype: bf16, head_dim: 128, block_tokens: 1024, tflops: 410, source: "
+      "\"bench\"}\n"
+      "  - {gpu: H100-SXM5-80GB, op: forward, dtype: bf16, head_dim: 128, block_tokens: 16384, tflops: 640}\n"
+      "  - {gpu: H100-SXM5-80GB, op: backward, dtype: fp16, head_dim: 64, block_tokens: 4096, tflops: 480}\n";
+  int rejected = 0;
+  for (uint32_t i = 0; i < 300; ++i) {
+    const std::string edited = testing::mutated(text, 5000 + i);
+    try {
+      const Calibration c = Calibration::parse(edited, "cal.yaml");
+      for (KernelOp op : {KernelOp::AttnFwd, KernelOp::AttnBwd})
+        for (int64_t tokens : {int64_t(1), int64_t(512), int64_t(1) << 20}) {
+          const double rate = c.tflops("H100-SXM5-80GB", op, DType::BF16, 128, tokens, tokens, kH100Peak);
+          EXPECT_TRUE(std::isfinite(rate) && rate > 0) << "edit " << i << ": " << rate << "\n" << edited;
+        }
+    } catch (const InputError&) {
+      ++rejected;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "edit " << i << " escaped as " << typeid(e).name() << ": " << e.what() << "\n" << edited;
+    }
+  }
+  EXPECT_GT(rejected, 100);  // the edits reach the checks
+}
 
 }  // namespace
 }  // namespace wallfacer

@@ -5,6 +5,7 @@ wallfacer_add_test(NAME test_topology
     ${CMAKE_CURRENT_SOURCE_DIR}/topology/test_presets.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/topology/test_routing.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/topology/test_errors.cpp
+    ${CMAKE_CURRENT_SOURCE_DIR}/topology/test_mutations.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/topology/test_scale.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/topology/test_cli.cpp
   LIBS wallfacer::planner yaml-cpp nlohmann_json::nlohmann_json)

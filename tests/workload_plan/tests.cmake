@@ -5,5 +5,6 @@ wallfacer_add_test(NAME test_workload_plan
           ${CMAKE_CURRENT_LIST_DIR}/workload_errors_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/plan_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/plan_errors_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/plan_mutation_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/plan_topology_test.cpp
   LIBS wallfacer::planner yaml-cpp)
