@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include <cerrno>
 #include <csignal>
@@ -86,6 +89,7 @@ ChildProcess start_child_process(const std::function<std::string()>& work) {
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);
+  const pid_t parent = ::getpid();
   pid_t child = ::fork();
   if (child < 0) {
     ::close(fds[0]);
@@ -94,6 +98,14 @@ ChildProcess start_child_process(const std::function<std::string()>& work) {
   }
   if (child == 0) {
     ::close(fds[0]);
+#ifdef __linux__
+    // A simulation is useless once its parent is gone (interrupted, killed): it goes too, rather
+    // than running on for minutes. The signal follows the forking thread, which waits for the
+    // child in finish_child_process, so it outlives the child unless the process dies. The
+    // check covers a parent that died before the request took effect.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(3);
+#endif
     child_main(fds[1], work);
   }
   ::close(fds[1]);

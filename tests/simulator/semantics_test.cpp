@@ -1,11 +1,18 @@
 // The schedule's execution rules as the simulator applies them: stream order and explicit
 // dependencies, forward/backward split, the compute slowdown under communication, memory-bound
-// ops, and the errors for schedules that cannot run (deadlocks, mismatched messages, bad input).
+// ops, the errors for schedules that cannot run (deadlocks, mismatched messages, bad input), and
+// the simulation's child process.
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <csignal>
+#include <string>
 
 #include "planner/errors.hpp"
+#include "simulator/isolated_run.hpp"
 #include "simulator/simulator.hpp"
 #include "tests/simulator/sim_test_util.hpp"
 
@@ -187,6 +194,37 @@ TEST(SimulatorSemantics, BadOptionsAndPlacementsAreInputErrors) {
   Plan far = test::placement_plan(star.topology, 2);
   far.ranks[1].gpu = 9;
   EXPECT_THROW(simulate_schedule(far, star.topology, test::empty_schedule(2)), InputError);
+}
+
+// A simulation process must not outlive the process that started it (an interrupted
+// `wallfacer plan --simulate-top` would leave its simulations running): this test process adopts
+// the orphan as a subreaper, kills the simulation's parent and expects the simulation to die of
+// SIGKILL, not to finish its 20 s of work.
+TEST(SimulatorSemantics, SimulationProcessDiesWithItsParent) {
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  int pids[2];
+  ASSERT_EQ(::pipe(pids), 0);
+  const pid_t parent = ::fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {
+    sim::run_in_child_process([&] {
+      const pid_t self = ::getpid();
+      if (::write(pids[1], &self, sizeof self) != ssize_t(sizeof self)) ::_exit(4);
+      ::sleep(20);
+      return std::string();
+    });
+    ::_exit(0);
+  }
+  pid_t simulation = -1;
+  ASSERT_EQ(::read(pids[0], &simulation, sizeof simulation), ssize_t(sizeof simulation));
+  ::kill(parent, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(parent, &status, 0), parent);
+  ASSERT_EQ(::waitpid(simulation, &status, 0), simulation);  // adopted by this process
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+  ::close(pids[0]);
+  ::close(pids[1]);
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
 TEST(SimulatorSemantics, OtherNetworkModelsAreSelectable) {
