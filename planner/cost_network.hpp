@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -38,6 +39,8 @@ class ContentionCounter {
  public:
   explicit ContentionCounter(const Topology& topology);
   void add(int src_gpu, int dst_gpu);
+  // Takes back one add() of the same pair.
+  void remove(int src_gpu, int dst_gpu);
   // Price of a flow between two GPUs given the flows added since the last clear().
   FlowPrice price(int src_gpu, int dst_gpu) const;
   void clear();
@@ -116,6 +119,12 @@ class NetworkPricer {
   const Plan& plan_;
   const std::vector<FlowSet>& flow_sets_;
   ContentionCounter counter_;
+  // Bytes that cross one resource during a tree all-reduce, and when the first may start to.
+  struct ResourceLoad {
+    double first_s = std::numeric_limits<double>::infinity();
+    double bytes = 0;
+  };
+  void add_load(std::vector<ResourceLoad>& loads, int src_gpu, int dst_gpu, double first_s, double bytes) const;
   std::unordered_map<int, SetIndex> sets_;
   struct LastFlow {
     int flow_set = -2, src = -1, dst = -1;

@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <tuple>
 #include <unordered_map>
 
 #include "planner/cost_network.hpp"
@@ -164,12 +165,17 @@ std::vector<std::vector<int>> NodeOrders::all_distinct(size_t limit) const {
   return orders;
 }
 
-std::pair<double, double> NodeOrders::ring_score(const std::vector<int>& local_order) const {
+std::vector<int> NodeOrders::first_nodes(const std::vector<int>& local_order) const {
   const int nodes = std::min(2, (ranks_ + gpus_per_node_ - 1) / gpus_per_node_);
-  std::vector<int> ring;
+  std::vector<int> gpus;
   for (int n = 0; n < nodes; ++n)
     for (int pos = 0; pos < used_per_node_; ++pos)
-      ring.push_back(n * gpus_per_node_ + local_order[size_t(pos)]);
+      gpus.push_back(n * gpus_per_node_ + local_order[size_t(pos)]);
+  return gpus;
+}
+
+std::pair<double, double> NodeOrders::ring_score(const std::vector<int>& local_order) const {
+  const std::vector<int> ring = first_nodes(local_order);
   ContentionCounter counter(topology_);
   const size_t k = ring.size();
   for (size_t i = 0; i < k; ++i)
@@ -204,13 +210,37 @@ std::vector<int> NodeOrders::best_ring_order(size_t limit) const {
     }
     return order;
   }
+  // Among orders whose rings have the same bottleneck (often many: a ring crosses a slow link the
+  // same number of times in several ways), the one a pairwise all-to-all over the same GPUs runs
+  // fastest on, then the best ring sum: Ulysses and USP plans need both a good ring (their
+  // gradient all-reduce) and a good all-to-all.
   size_t best = 0;
-  std::pair<double, double> best_score{-1, -1};
+  std::tuple<double, double, double> best_score{-1, 0, 0};  // ring bottleneck, -all-to-all, ring sum
   for (size_t i = 0; i < orders.size(); ++i) {
-    const auto score = ring_score(orders[i]);
+    const auto [worst, sum] = ring_score(orders[i]);
+    if (worst < std::get<0>(best_score)) continue;
+    const std::tuple<double, double, double> score{worst, -all_to_all_score(orders[i]), sum};
     if (score > best_score) best = i, best_score = score;
   }
   return orders[best];
+}
+
+double NodeOrders::all_to_all_score(const std::vector<int>& local_order) const {
+  const std::vector<int> gpus = first_nodes(local_order);
+  const size_t k = gpus.size();
+  ContentionCounter counter(topology_);
+  // As the cost model prices a pairwise all-to-all: each step at its slowest flow.
+  double seconds_per_byte = 0;
+  for (size_t offset = 1; offset < k; ++offset) {
+    for (size_t i = 0; i < k; ++i)
+      counter.add(gpus[i], gpus[(i + offset) % k]);
+    double worst = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < k; ++i)
+      worst = std::min(worst, counter.price(gpus[i], gpus[(i + offset) % k]).bandwidth_GBps);
+    counter.clear();
+    seconds_per_byte += 1 / worst;
+  }
+  return seconds_per_byte;
 }
 
 std::vector<int> NodeOrders::gpu_order(const std::vector<int>& local_order) const {

@@ -27,7 +27,8 @@ class NodeOrders {
   // Number of distinct orders, saturating at `limit`.
   size_t count_distinct(size_t limit) const;
   // The order whose ring over the used GPUs has the best contended bottleneck bandwidth (then the
-  // best sum), among the distinct orders when at most `limit` exist, else built greedily.
+  // fastest pairwise all-to-all over those GPUs, then the best ring sum), among the distinct
+  // orders when at most `limit` exist, else built greedily.
   std::vector<int> best_ring_order(size_t limit) const;
   // The global GPU of each rank under a node-local order.
   std::vector<int> gpu_order(const std::vector<int>& local_order) const;
@@ -38,6 +39,10 @@ class NodeOrders {
   std::vector<int> materialize(const std::vector<int>& class_sequence) const;
   // (min, sum) of contended ring bandwidth over the first one or two nodes.
   std::pair<double, double> ring_score(const std::vector<int>& local_order) const;
+  // Seconds per byte of a pairwise all-to-all over the first one or two nodes.
+  double all_to_all_score(const std::vector<int>& local_order) const;
+  // The used GPUs of the first one or two nodes in rank order.
+  std::vector<int> first_nodes(const std::vector<int>& local_order) const;
 
   const Topology& topology_;
   int ranks_ = 0;
