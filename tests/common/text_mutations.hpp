@@ -4,6 +4,8 @@
 // chosen to break assumptions (negative, zero, huge, NaN, empty, a list or a mapping as a key).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cctype>
 #include <cstddef>
 #include <cstdint>
@@ -11,8 +13,11 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <typeinfo>
 #include <utility>
 #include <vector>
+
+#include "planner/errors.hpp"
 
 namespace wallfacer::testing {
 
@@ -81,6 +86,34 @@ inline std::string mutated(const std::string& text, uint32_t index) {
   for (const std::string& line : lines)
     out += line + "\n";
   return out;
+}
+
+// Which exceptions count as a rejection of an edit.
+enum class Rejection { InputError, InputOrScheduleError };
+
+// Runs `use` (taking the edited text) on edits first .. first + count - 1 of `text` and returns
+// how many it rejected; any other exception fails the calling test with the edit's index and text.
+template <typename Use>
+int rejected_edits(const std::string& text, uint32_t first, uint32_t count, Use&& use,
+                   Rejection rejection = Rejection::InputError) {
+  int rejected = 0;
+  for (uint32_t index = first; index < first + count; ++index) {
+    const std::string edited = mutated(text, index);
+    SCOPED_TRACE("edit " + std::to_string(index) + ":\n" + edited);
+    try {
+      use(edited);
+    } catch (const InputError&) {
+      ++rejected;
+    } catch (const ScheduleError& e) {
+      if (rejection == Rejection::InputOrScheduleError)
+        ++rejected;
+      else
+        ADD_FAILURE() << "escaped as ScheduleError: " << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "escaped as " << typeid(e).name() << ": " << e.what();
+    }
+  }
+  return rejected;
 }
 
 }  // namespace wallfacer::testing
