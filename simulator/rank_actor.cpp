@@ -63,12 +63,22 @@ void RankActor::run() {
   } catch (const std::exception& e) {
     replay_.fail(SimEngine::now(), rank_, fmt::format("rank {}: {}", rank_, e.what()));
   }
+  publish();
+}
+
+void RankActor::publish() {
+  outcome_.compute_s = compute_s_;
+  outcome_.comm_s = comm_s_;
+  outcome_.busy_s = busy_s_;
+  outcome_.forward_finish = forward_finish_;
+  outcome_.activities = activities_run_;
+  outcome_.transfers = transfers_sent_;
 }
 
 void RankActor::loop() {
   now_ = SimEngine::now();
   start_ready();
-  while (completed_ < program_.ops.size()) {
+  while (completed_ + 1 < ops_.size()) {
     if (activities_.empty()) return;  // waits on itself: describe_wait() reports it
     Completion done = activities_.wait_any();
     now_ = activities_.woken_at();
@@ -83,6 +93,9 @@ void RankActor::index_program() {
   const size_t count = program_.ops.size();
   ops_.resize(count + 1);
   std::vector<uint32_t> dependents_count(count + 1, 0);
+  head_.fill(-1);
+  std::array<int32_t, kNumStreams> last_in_stream;
+  last_in_stream.fill(-1);
   for (size_t i = 0; i < count; ++i) {
     const Op& op = program_.ops[i];
     RunOp& run = ops_[i];
@@ -101,7 +114,12 @@ void RankActor::index_program() {
       run.kind = RunKind::Compute;
       run.amount = replay_.op_seconds(op);
     }
-    queue_[size_t(op.stream)].push_back(int32_t(i));
+    const size_t stream = size_t(op.stream);
+    if (last_in_stream[stream] < 0)
+      head_[stream] = int32_t(i);
+    else
+      ops_[size_t(last_in_stream[stream])].next_in_stream = int32_t(i);
+    last_in_stream[stream] = int32_t(i);
     // A dependency that is no op of this rank never finishes: the op waits forever and the
     // replay reports the deadlock.
     for (const int32_t* dep = program_.deps_begin(op); dep != program_.deps_end(op); ++dep)
@@ -117,25 +135,20 @@ void RankActor::index_program() {
     for (const int32_t* dep = program_.deps_begin(op); dep != program_.deps_end(op); ++dep)
       if (*dep >= 0 && size_t(*dep) < count) dependents_[dependents_count[size_t(*dep)]++] = int32_t(i);
   }
-  for (size_t s = 0; s < size_t(kNumStreams); ++s) {
-    next_[s] = queue_[s].data();
-    end_[s] = queue_[s].data() + queue_[s].size();
-  }
 }
 
 // Starting an op can complete it on the spot (an empty collective), which may free other
-// streams, so sweep until nothing changes.
+// streams, so sweep in stream order until nothing changes.
 void RankActor::start_ready() {
-  bool progress = true;
-  while (progress) {
-    progress = false;
+  while (unsettled_streams_ != 0) {
     for (size_t s = 0; s < size_t(kNumStreams); ++s) {
-      if (busy_[s] || next_[s] == end_[s]) continue;
-      int32_t index = *next_[s];
-      if (ops_[size_t(index)].pending != 0) continue;
+      const uint8_t bit = uint8_t(1u << s);
+      if (!(unsettled_streams_ & bit)) continue;
+      unsettled_streams_ &= uint8_t(~bit);
+      const int32_t index = head_[s];
+      if (busy_[s] || index < 0 || ops_[size_t(index)].pending != 0) continue;
       busy_[s] = true;
       start_op(index);
-      progress = true;
     }
   }
 }
@@ -161,7 +174,7 @@ void RankActor::start_op(int32_t index) {
         activities_.timer(op.amount, make_tag(TagKind::Compute, uint64_t(index)));
       else
         activities_.exec(host_, replay_.exec_amount(op.amount), make_tag(TagKind::Compute, uint64_t(index)));
-      ++outcome_.activities;
+      ++activities_run_;
   }
 }
 
@@ -193,7 +206,7 @@ void RankActor::advance_collective() {
     // A merged ring step first spends the latency of the steps it replaces (bar its own).
     if (send.delay > 0) {
       activities_.timer(send.delay, make_tag(TagKind::CollectiveDelay, c.sends_posted));
-      ++outcome_.activities;
+      ++activities_run_;
     } else {
       post_collective_send(c.sends_posted);
     }
@@ -237,8 +250,8 @@ void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& 
   transfer_finished();
   if (kind == TagKind::Send) {
     record(RecordKind::Send, int32_t(index), done.start, done.finish, flow_id(rank_, int64_t(index)));
-    ++outcome_.activities;
-    ++outcome_.transfers;
+    ++activities_run_;
+    ++transfers_sent_;
     complete_op(int32_t(index), done.finish);
   } else if (kind == TagKind::Recv) {
     const P2pPayload sent = decode_p2p_payload(done.payload);
@@ -256,8 +269,8 @@ void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& 
   } else {
     Collective& c = collective_;
     if (kind == TagKind::CollectiveSend) {
-      ++outcome_.activities;
-      ++outcome_.transfers;
+      ++activities_run_;
+      ++transfers_sent_;
       ++c.sends_done;
     } else {
       uint64_t step = c.steps->order == StepOrder::Ring ? index : 0;
@@ -274,12 +287,15 @@ void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& 
 
 void RankActor::complete_op(int32_t index, double at) {
   const RunOp& op = ops_[size_t(index)];
-  for (uint32_t k = op.dependents_begin; k < ops_[size_t(index) + 1].dependents_begin; ++k)
-    --ops_[size_t(dependents_[k])].pending;
+  for (uint32_t k = op.dependents_begin; k < ops_[size_t(index) + 1].dependents_begin; ++k) {
+    RunOp& dependent = ops_[size_t(dependents_[k])];
+    if (--dependent.pending == 0) unsettled_streams_ |= uint8_t(1u << dependent.stream);
+  }
   ++completed_;
   busy_[op.stream] = false;
-  ++next_[op.stream];
-  if (op.forward) outcome_.forward_finish = std::max(outcome_.forward_finish, at);
+  head_[op.stream] = op.next_in_stream;
+  unsettled_streams_ |= uint8_t(1u << op.stream);
+  if (op.forward) forward_finish_ = std::max(forward_finish_, at);
 }
 
 bool RankActor::wakes_for(const void* actor, uint64_t tag) {
@@ -289,7 +305,7 @@ bool RankActor::wakes_for(const void* actor, uint64_t tag) {
 }
 
 bool RankActor::completion_enables(int32_t index) const {
-  if (completed_ + 1 == program_.ops.size()) return true;  // the program's end time
+  if (completed_ + 2 == ops_.size()) return true;  // the program's end time
   // An op waiting on this one starts if this is its last dependency and its stream is free at
   // it; the op's own stream frees up too, so its next op may start.
   const RunOp& op = ops_[size_t(index)];
@@ -297,13 +313,12 @@ bool RankActor::completion_enables(int32_t index) const {
   auto starts_after = [&](int32_t candidate, uint32_t deps_left) {
     const RunOp& next = ops_[size_t(candidate)];
     size_t s = next.stream;
-    bool at_head = s == own ? next_[s] + 1 < end_[s] && next_[s][1] == candidate
-                            : !busy_[s] && next_[s] != end_[s] && *next_[s] == candidate;
+    bool at_head = s == own ? op.next_in_stream == candidate : !busy_[s] && head_[s] == candidate;
     return at_head && next.pending == deps_left;
   };
   for (uint32_t k = op.dependents_begin; k < ops_[size_t(index) + 1].dependents_begin; ++k)
     if (starts_after(dependents_[k], 1)) return true;
-  return next_[own] + 1 < end_[own] && starts_after(next_[own][1], 0);
+  return op.next_in_stream >= 0 && starts_after(op.next_in_stream, 0);
 }
 
 // Communication kernels occupy SMs from launch to completion, waiting included.
@@ -320,9 +335,9 @@ void RankActor::transfer_finished() {
 // The actor sees its own events in time order, so the counters integrate exactly.
 void RankActor::advance_clock(double at) {
   double elapsed = at - last_change_;
-  if (computing_) outcome_.compute_s += elapsed;
-  if (transfers_in_flight_ > 0) outcome_.comm_s += elapsed;
-  if (computing_ || transfers_in_flight_ > 0) outcome_.busy_s += elapsed;
+  if (computing_) compute_s_ += elapsed;
+  if (transfers_in_flight_ > 0) comm_s_ += elapsed;
+  if (computing_ || transfers_in_flight_ > 0) busy_s_ += elapsed;
   last_change_ = at;
 }
 
@@ -340,8 +355,8 @@ void RankActor::record(RecordKind kind, int32_t op, double start, double finish,
 std::string RankActor::describe_wait() const {
   std::string text = fmt::format("rank {}:", rank_);
   for (size_t s = 0; s < size_t(kNumStreams); ++s) {
-    if (next_[s] == end_[s]) continue;
-    int32_t index = *next_[s];
+    const int32_t index = head_[s];
+    if (index < 0) continue;
     const Op& op = program_.ops[size_t(index)];
     text +=
         fmt::format(" {} stream at op {} ({} step {}{}{})", to_string(Stream(s)), index, to_string(op.kind), op.step,

@@ -42,11 +42,14 @@ class RankActor {
     int32_t target = -1;            // Send/Recv: channel; Collective: index in the program's collectives
     int32_t tag = -1;               // Send/Recv: the message tag
     uint32_t dependents_begin = 0;  // dependents_[dependents_begin, next op's dependents_begin)
+    int32_t next_in_stream = -1;    // the op after this one on its stream (-1: the stream ends)
     uint16_t pending = 0;           // explicit dependencies not finished yet
     RunKind kind = RunKind::Compute;
     uint8_t stream = 0;
     bool forward = false;
   };
+  // Half a cache line: an event reads the records of a few ops, each out of cache.
+  static_assert(sizeof(RunOp) <= 32);
 
   void loop();
   void index_program();
@@ -68,19 +71,28 @@ class RankActor {
   // counters (`at` may lie before the engine's clock for a timer handed out late).
   void advance_clock(double at);
   void record(RecordKind kind, int32_t op, double start, double finish, int64_t flow = -1);
+  // Copies the counters kept in the actor into the rank's outcome (once, when the loop ends).
+  void publish();
 
   // Hot state first: what every event reads or writes.
   ActivitySet activities_;
   std::vector<RunOp> ops_;  // one per op, plus a sentinel closing the dependents ranges
   std::vector<int32_t> dependents_;
-  std::array<const int32_t*, kNumStreams> next_{};  // each stream's next op (index into its queue)
-  std::array<const int32_t*, kNumStreams> end_{};
+  std::array<int32_t, kNumStreams> head_{};  // each stream's next op (-1: the stream is done)
   std::array<bool, kNumStreams> busy_{};
+  // Streams whose head may have become startable since start_ready() last looked: the stream of
+  // an op that completed and the streams of ops whose last dependency finished. The others need
+  // no look, which saves two reads of state last touched thousands of actors ago.
+  uint8_t unsettled_streams_ = (1u << kNumStreams) - 1;
   bool computing_ = false;
   int transfers_in_flight_ = 0;
   size_t completed_ = 0;
   double last_change_ = 0;
   double now_ = 0;  // the engine's clock when the actor last woke (it only runs then)
+  // The outcome's counters, kept here while the actor runs so an event touches no memory of the
+  // replay's (publish() copies them).
+  double compute_s_ = 0, comm_s_ = 0, busy_s_ = 0, forward_finish_ = 0;
+  int64_t activities_run_ = 0, transfers_sent_ = 0;
   Collective collective_;
 
   Replay& replay_;
@@ -88,9 +100,8 @@ class RankActor {
   int host_;
   const RankProgram& program_;
   RankOutcome& outcome_;
-  const bool records_;                                   // this rank's ops go into the trace
-  std::array<std::vector<int32_t>, kNumStreams> queue_;  // op indices per stream, in program order
-  std::vector<uint64_t> group_sequence_;                 // collectives started per group
+  const bool records_;                    // this rank's ops go into the trace
+  std::vector<uint64_t> group_sequence_;  // collectives started per group
 };
 
 // Flow id shared by a send and its receive: the sending rank and the send op's index.

@@ -9,6 +9,7 @@
 #include <simgrid/Exception.hpp>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
@@ -82,12 +83,40 @@ const std::vector<std::string>& supported_network_models() {
 struct ActivitySet::Impl {
   struct Slot {
     uint64_t tag = 0;
-    std::unique_ptr<void*> payload;  // receive buffer: SimGrid writes the sender's pointer here
+    void** payload = nullptr;  // receive buffer: SimGrid writes the sender's pointer here
   };
   std::vector<sg4::ActivityPtr> activities;
-  std::vector<Slot> slots;                          // parallel to activities
-  std::vector<std::unique_ptr<void*>> spare_cells;  // receive buffers of finished receives, reused
+  std::vector<Slot> slots;  // parallel to activities
   double woken_at = 0;
+  // Receive buffers must keep their address until the receive finishes. The first few live
+  // here, next to the rest of the set, so that reading one touches no other memory; a rank
+  // with more receives in flight (a direct all-to-all) gets more from the heap.
+  static constexpr int kInlineCells = 8;
+  std::array<void*, kInlineCells> inline_cells{};
+  uint32_t free_inline_cells = (1u << kInlineCells) - 1;
+  std::vector<std::unique_ptr<void*>> heap_cells;
+  std::vector<void**> free_heap_cells;
+
+  void** acquire_cell() {
+    if (free_inline_cells != 0) {
+      int index = __builtin_ctz(free_inline_cells);
+      free_inline_cells &= free_inline_cells - 1;
+      return &inline_cells[size_t(index)];
+    }
+    if (free_heap_cells.empty()) {
+      heap_cells.push_back(std::make_unique<void*>(nullptr));
+      return heap_cells.back().get();
+    }
+    void** cell = free_heap_cells.back();
+    free_heap_cells.pop_back();
+    return cell;
+  }
+  void release_cell(void** cell) {
+    if (cell >= inline_cells.data() && cell < inline_cells.data() + kInlineCells)
+      free_inline_cells |= 1u << (cell - inline_cells.data());
+    else
+      free_heap_cells.push_back(cell);
+  }
   struct Timer {
     double deadline = 0, start = 0;
     uint64_t tag = 0;
@@ -154,15 +183,9 @@ void ActivitySet::send(int channel, double bytes, void* payload, uint64_t tag) {
 
 void ActivitySet::recv(int channel, uint64_t tag) {
   sg4::Mailbox* mailbox = g_state->channels.at(size_t(channel));
-  std::unique_ptr<void*> cell;
-  if (impl_->spare_cells.empty()) {
-    cell = std::make_unique<void*>(nullptr);
-  } else {
-    cell = std::move(impl_->spare_cells.back());
-    impl_->spare_cells.pop_back();
-  }
-  impl_->activities.push_back(mailbox->get_async<void>(cell.get()));
-  impl_->slots.push_back({tag, std::move(cell)});
+  void** cell = impl_->acquire_cell();
+  impl_->activities.push_back(mailbox->get_async<void>(cell));
+  impl_->slots.push_back({tag, cell});
 }
 
 void ActivitySet::timer(double seconds, uint64_t tag) {
@@ -236,9 +259,9 @@ Completion ActivitySet::take(size_t index) {
   } else {
     done_info.finish = set.woken_at;  // the actor wakes when it finishes
   }
-  if (set.slots[index].payload) {
-    done_info.payload = *set.slots[index].payload;
-    set.spare_cells.push_back(std::move(set.slots[index].payload));
+  if (void** cell = set.slots[index].payload) {
+    done_info.payload = *cell;
+    set.release_cell(cell);
   }
   // Swap-remove: order inside the set carries no meaning.
   std::swap(set.activities[index], set.activities.back());
