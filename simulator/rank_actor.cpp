@@ -45,16 +45,18 @@ P2pPayload decode_p2p_payload(const void* payload) {
 }  // namespace
 
 RankActor::RankActor(Replay& replay, int rank)
-    : replay_(replay),
+    : host_(replay.host_of_rank(rank)),
+      records_(replay.records_ops(rank)),
+      replay_(replay),
       rank_(rank),
-      host_(replay.host_of_rank(rank)),
       program_(replay.schedule().ranks[size_t(rank)]),
-      outcome_(replay.outcome(rank)),
-      records_(replay.records_ops(rank)) {
+      outcome_(replay.outcome(rank)) {
+  timed_compute_ = replay.compute_runs_alone();
+  slows_compute_ = replay.slows_compute();
   index_program();
   if (records_) outcome_.records.reserve(program_.ops.size());
   activities_.keep_times(records_);
-  if (replay_.compute_runs_alone()) activities_.set_wake_policy(&RankActor::wakes_for, this);
+  if (timed_compute_) activities_.set_wake_policy(&RankActor::wakes_for, this);
 }
 
 void RankActor::run() {
@@ -78,7 +80,7 @@ void RankActor::publish() {
 void RankActor::loop() {
   now_ = SimEngine::now();
   start_ready();
-  while (completed_ + 1 < ops_.size()) {
+  while (completed_ < op_count_) {
     if (activities_.empty()) return;  // waits on itself: describe_wait() reports it
     Completion done = activities_.wait_any();
     now_ = activities_.woken_at();
@@ -91,7 +93,9 @@ void RankActor::loop() {
 
 void RankActor::index_program() {
   const size_t count = program_.ops.size();
-  ops_.resize(count + 1);
+  op_count_ = uint32_t(count);  // op indices are int32_t
+  ops_storage_.resize(count + 1);
+  ops_ = ops_storage_.data();
   std::vector<uint32_t> dependents_count(count + 1, 0);
   head_.fill(-1);
   std::array<int32_t, kNumStreams> last_in_stream;
@@ -129,12 +133,13 @@ void RankActor::index_program() {
     dependents_count[i + 1] += dependents_count[i];
   for (size_t i = 0; i <= count; ++i)
     ops_[i].dependents_begin = dependents_count[i];
-  dependents_.resize(dependents_count[count]);
+  dependents_storage_.resize(dependents_count[count]);
   for (size_t i = 0; i < count; ++i) {
     const Op& op = program_.ops[i];
     for (const int32_t* dep = program_.deps_begin(op); dep != program_.deps_end(op); ++dep)
-      if (*dep >= 0 && size_t(*dep) < count) dependents_[dependents_count[size_t(*dep)]++] = int32_t(i);
+      if (*dep >= 0 && size_t(*dep) < count) dependents_storage_[dependents_count[size_t(*dep)]++] = int32_t(i);
   }
+  dependents_ = dependents_storage_.data();
 }
 
 // Starting an op can complete it on the spot (an empty collective), which may free other
@@ -170,7 +175,7 @@ void RankActor::start_op(int32_t index) {
     case RunKind::Compute:
       advance_clock(now_);
       computing_ = true;
-      if (replay_.compute_runs_alone())
+      if (timed_compute_)
         activities_.timer(op.amount, make_tag(TagKind::Compute, uint64_t(index)));
       else
         activities_.exec(host_, replay_.exec_amount(op.amount), make_tag(TagKind::Compute, uint64_t(index)));
@@ -305,7 +310,7 @@ bool RankActor::wakes_for(const void* actor, uint64_t tag) {
 }
 
 bool RankActor::completion_enables(int32_t index) const {
-  if (completed_ + 2 == ops_.size()) return true;  // the program's end time
+  if (completed_ + 1 == op_count_) return true;  // the program's end time
   // An op waiting on this one starts if this is its last dependency and its stream is free at
   // it; the op's own stream frees up too, so its next op may start.
   const RunOp& op = ops_[size_t(index)];
@@ -324,12 +329,12 @@ bool RankActor::completion_enables(int32_t index) const {
 // Communication kernels occupy SMs from launch to completion, waiting included.
 void RankActor::transfer_started() {
   advance_clock(now_);
-  if (transfers_in_flight_++ == 0 && replay_.slows_compute()) SimEngine::set_power_state(host_, 1);
+  if (transfers_in_flight_++ == 0 && slows_compute_) SimEngine::set_power_state(host_, 1);
 }
 
 void RankActor::transfer_finished() {
   advance_clock(now_);
-  if (--transfers_in_flight_ == 0 && replay_.slows_compute()) SimEngine::set_power_state(host_, 0);
+  if (--transfers_in_flight_ == 0 && slows_compute_) SimEngine::set_power_state(host_, 0);
 }
 
 // The actor sees its own events in time order, so the counters integrate exactly.

@@ -13,7 +13,7 @@
 
 namespace wallfacer::sim {
 
-class RankActor {
+class alignas(64) RankActor {
  public:
   RankActor(Replay& replay, int rank);
   // The actor body; never throws (errors go to Replay::fail).
@@ -74,10 +74,11 @@ class RankActor {
   // Copies the counters kept in the actor into the rank's outcome (once, when the loop ends).
   void publish();
 
-  // Hot state first: what every event reads or writes.
+  // What every event reads or writes, in the object's first two cache lines: an actor wakes
+  // with its state out of cache (thousands of other actors ran since).
   ActivitySet activities_;
-  std::vector<RunOp> ops_;  // one per op, plus a sentinel closing the dependents ranges
-  std::vector<int32_t> dependents_;
+  RunOp* ops_ = nullptr;                     // ops_storage_'s records
+  const int32_t* dependents_ = nullptr;      // dependents_storage_'s entries
   std::array<int32_t, kNumStreams> head_{};  // each stream's next op (-1: the stream is done)
   std::array<bool, kNumStreams> busy_{};
   // Streams whose head may have become startable since start_ready() last looked: the stream of
@@ -85,22 +86,27 @@ class RankActor {
   // no look, which saves two reads of state last touched thousands of actors ago.
   uint8_t unsettled_streams_ = (1u << kNumStreams) - 1;
   bool computing_ = false;
-  int transfers_in_flight_ = 0;
-  size_t completed_ = 0;
+  bool timed_compute_ = false;  // Replay::compute_runs_alone()
+  bool slows_compute_ = false;  // Replay::slows_compute()
+  int32_t transfers_in_flight_ = 0;
+  uint32_t completed_ = 0;
+  uint32_t op_count_ = 0;
+  int32_t host_ = -1;
   double last_change_ = 0;
   double now_ = 0;  // the engine's clock when the actor last woke (it only runs then)
   // The outcome's counters, kept here while the actor runs so an event touches no memory of the
   // replay's (publish() copies them).
   double compute_s_ = 0, comm_s_ = 0, busy_s_ = 0, forward_finish_ = 0;
-  int64_t activities_run_ = 0, transfers_sent_ = 0;
+  uint32_t activities_run_ = 0, transfers_sent_ = 0;
+  bool records_ = false;  // this rank's ops go into the trace
   Collective collective_;
 
   Replay& replay_;
   int rank_;
-  int host_;
   const RankProgram& program_;
   RankOutcome& outcome_;
-  const bool records_;                    // this rank's ops go into the trace
+  std::vector<RunOp> ops_storage_;  // one per op, plus a sentinel closing the dependents ranges
+  std::vector<int32_t> dependents_storage_;
   std::vector<uint64_t> group_sequence_;  // collectives started per group
 };
 

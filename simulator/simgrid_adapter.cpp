@@ -80,22 +80,39 @@ const std::vector<std::string>& supported_network_models() {
 
 // ---- ActivitySet ------------------------------------------------------------------------------
 
-struct ActivitySet::Impl {
+// Laid out by use: an actor wakes with its set out of cache (thousands of other actors ran since),
+// so what every wake-up reads shares the first two cache lines.
+struct alignas(64) ActivitySet::Impl {
   struct Slot {
     uint64_t tag = 0;
     void** payload = nullptr;  // receive buffer: SimGrid writes the sender's pointer here
   };
+  struct Timer {
+    double deadline = 0, start = 0;
+    uint64_t tag = 0;
+    static bool later(const Timer& a, const Timer& b) {
+      return a.deadline > b.deadline || (a.deadline == b.deadline && a.tag > b.tag);
+    }
+  };
+  static constexpr int kInlineCells = 8;
+
   std::vector<sg4::ActivityPtr> activities;
   std::vector<Slot> slots;  // parallel to activities
   double woken_at = 0;
-  // Receive buffers must keep their address until the receive finishes. The first few live
-  // here, next to the rest of the set, so that reading one touches no other memory; a rank
-  // with more receives in flight (a direct all-to-all) gets more from the heap.
-  static constexpr int kInlineCells = 8;
-  std::array<void*, kInlineCells> inline_cells{};
   uint32_t free_inline_cells = (1u << kInlineCells) - 1;
+  bool keep_times = false;
+  // A completion that came in while an unwoken timer had expired before it: handed out after it.
+  bool holding = false;
+  std::vector<Timer> timers;  // min-heap on deadline
+  WakePolicy wake_policy = nullptr;
+  const void* wake_context = nullptr;
+  // Receive buffers must keep their address until the receive finishes. The first few live
+  // here, next to the rest of the set; a rank with more receives in flight (a direct
+  // all-to-all) gets more from the heap.
+  std::array<void*, kInlineCells> inline_cells{};
   std::vector<std::unique_ptr<void*>> heap_cells;
   std::vector<void**> free_heap_cells;
+  Completion held;
 
   void** acquire_cell() {
     if (free_inline_cells != 0) {
@@ -117,20 +134,6 @@ struct ActivitySet::Impl {
     else
       free_heap_cells.push_back(cell);
   }
-  struct Timer {
-    double deadline = 0, start = 0;
-    uint64_t tag = 0;
-    static bool later(const Timer& a, const Timer& b) {
-      return a.deadline > b.deadline || (a.deadline == b.deadline && a.tag > b.tag);
-    }
-  };
-  std::vector<Timer> timers;  // min-heap on deadline
-  bool keep_times = false;
-  WakePolicy wake_policy = nullptr;
-  const void* wake_context = nullptr;
-  // A completion that came in while an unwoken timer had expired before it: handed out after it.
-  bool holding = false;
-  Completion held;
 
   bool wakes_for(const Timer& timer) const { return wake_policy == nullptr || wake_policy(wake_context, timer.tag); }
   // Earliest deadline of the timers the actor must be woken for (infinity when none).
