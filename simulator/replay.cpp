@@ -203,12 +203,18 @@ void Replay::fail(double at_s, int rank, const std::string& message) {
   }
 }
 
-void Replay::run() {
-  int ranks = int(schedule_.ranks.size());
+void Replay::prepare_actors() {
+  const int ranks = int(schedule_.ranks.size());
   actors_.reserve(size_t(ranks));
-  for (int rank = 0; rank < ranks; ++rank) {
+  for (int rank = 0; rank < ranks; ++rank)
     actors_.push_back(std::make_unique<RankActor>(*this, rank));
-    RankActor* actor = actors_.back().get();
+}
+
+void Replay::run() {
+  const int ranks = int(schedule_.ranks.size());
+  if (actors_.empty()) prepare_actors();
+  for (int rank = 0; rank < ranks; ++rank) {
+    RankActor* actor = actors_[size_t(rank)].get();
     engine_.spawn(fmt::format("rank{}", rank), host_of_rank(rank), [actor] { actor->run(); });
   }
   WF_LOG_DEBUG("simulator", "running {} rank actors", ranks);

@@ -54,6 +54,9 @@ class Replay {
 
   // GPU pairs (source, destination) that exchange data: the routes the platform needs.
   const std::vector<std::pair<int, int>>& gpu_pairs() const { return gpu_pairs_; }
+  // Builds each rank's run state (RankActor). Calls nothing of SimGrid's, so it may run on another
+  // thread while the caller declares the platform; run() calls it if nobody did.
+  void prepare_actors();
   // Starts one actor per rank (after the platform is sealed) and runs the simulation. Throws
   // ScheduleError when the replay deadlocks or a rank meets a broken op.
   void run();

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <deque>
+#include <future>
 #include <string>
 #include <thread>
 
@@ -137,12 +138,19 @@ SimResult simulate_here(const Plan& plan, const Topology& topology, const Schedu
     speeds.push_back(peak * options.calibration.compute_slowdown_under_comm());
   sim::PlatformLayout layout = sim::declare_hosts(engine, topology, speeds);
   sim::Replay replay(plan, topology, schedule, options, engine, layout.host_of_gpu);
+  WF_LOG_DEBUG("simulator", "hosts declared, collectives expanded and channels made after {:.2f} s",
+               seconds_since(started));
+  // With a second CPU, the ranks' run state is built while this thread declares the platform.
+  std::future<void> actors_prepared;
+  if (config.threads > 1) actors_prepared = std::async(std::launch::async, [&replay] { replay.prepare_actors(); });
   // Merging chains of links is exact only where sharing is plain max-min with unit weights.
   bool exact_merge = options.shortcuts && options.network_model == "CM02" && !options.tcp_effects;
   sim::NetworkDeclared network =
       sim::declare_network(engine, topology, layout, replay.gpu_pairs(),
                            exact_merge ? sim::LinkDetail::MergedChains : sim::LinkDetail::Physical);
   engine.seal();
+  WF_LOG_DEBUG("simulator", "platform sealed after {:.2f} s", seconds_since(started));
+  if (actors_prepared.valid()) actors_prepared.get();
   WF_LOG_INFO("simulator",
               "{} ranks, {} GPU pairs routed over {} links, model {}, {} thread(s); platform and replay ready "
               "after {:.2f} s",
