@@ -20,7 +20,7 @@ struct EngineConfig {
   std::string network_model = "CM02";  // CM02, LV08, SMPI or IB
   bool tcp_effects = false;            // keep SimGrid's cross-traffic and TCP-gamma window cap
   bool verbose = false;                // let SimGrid log at info level (stderr)
-  int actor_stack_KiB = 64;            // why these two defaults: SimOptions (simulator.hpp)
+  int actor_stack_KiB = 32;            // why these two defaults: SimOptions (simulator.hpp)
   bool stack_guard = false;
   int threads = 1;  // threads running actors between scheduling rounds (SimGrid's parallel contexts)
 };

@@ -46,7 +46,7 @@ struct SimOptions {
   // Stack of each rank actor in KiB, and whether a guard page below it turns an overflow into a
   // crash. The deepest use, an error thrown inside an actor, is under 5 KiB; without the guard
   // the stacks share huge pages, which is faster at thousands of ranks (docs/simulator.md).
-  int actor_stack_KiB = 64;
+  int actor_stack_KiB = 32;
   bool stack_guard = false;
   // Threads that run the rank actors (SimGrid's parallel contexts; its kernel, the sharing solver
   // included, stays on one thread, and the results are the same to the byte). 0 = automatic:

@@ -149,7 +149,7 @@ TEST(SimulatorSemantics, MessagesPostedInDifferentOrdersAreAScheduleError) {
 }
 
 // An error thrown and caught inside a rank actor is the deepest its stack gets. A guard page
-// turns an overflow into a crash, so passing here holds the default 64 KiB stacks to a 4x margin
+// turns an overflow into a crash, so passing here holds the default 32 KiB stacks to a 4x margin
 // (AddressSanitizer's red zones make frames larger; its builds check the default size itself).
 TEST(SimulatorSemantics, AnErrorInsideAnActorFitsInAQuarterOfTheDefaultStack) {
 #if defined(__SANITIZE_ADDRESS__)
