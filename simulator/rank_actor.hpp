@@ -16,6 +16,9 @@ namespace wallfacer::sim {
 class alignas(64) RankActor {
  public:
   RankActor(Replay& replay, int rank);
+  // Holds pointers into its own storage.
+  RankActor(const RankActor&) = delete;
+  RankActor& operator=(const RankActor&) = delete;
   // The actor body; never throws (errors go to Replay::fail).
   void run();
   int rank() const { return rank_; }
