@@ -86,6 +86,8 @@ int Replay::add_channel(int src, int dst, int group) {
     WF_ASSERT(size_t(it->second) == channel_ends_.size(), "channels are numbered in creation order");
     channel_ends_.emplace_back(src, dst);
     channel_bytes_.push_back(0);
+    // A channel joins two ranks, so its first use is the first time their GPUs need a route.
+    gpu_pairs_.emplace_back(gpu_of_rank(src), gpu_of_rank(dst));
   }
   return it->second;
 }
@@ -115,7 +117,6 @@ void Replay::prepare_rank(int rank) {
       int src = send ? rank : op.peer, dst = send ? op.peer : rank;
       op_channels_[size_t(rank)][i] = add_channel(src, dst, -1);
       if (send) channel_bytes_[size_t(op_channels_[size_t(rank)][i])] += double(op.bytes);
-      gpu_pairs_.emplace_back(gpu_of_rank(src), gpu_of_rank(dst));
     } else if (is_collective(op.kind)) {
       if (op.coll < 0 || size_t(op.coll) >= program.collectives.size())
         throw ScheduleError(fmt::format("rank {} op {}: collective index {} out of range", rank, i, op.coll));
@@ -132,7 +133,6 @@ void Replay::prepare_rank(int rank) {
         send.channel = add_channel(rank, send.peer, spec.group);
         channel_bytes_[size_t(send.channel)] += send.bytes;
         int src = gpu_of_rank(rank), dst = gpu_of_rank(send.peer);
-        gpu_pairs_.emplace_back(src, dst);
         if (send.merged > 1 && src != dst) send.delay = (send.merged - 1) * route_latency_s(src, dst);
         // The tree's first send starts once the pipeline has filled: the member's last flow ends
         // the tree's longest path latency plus its flows' transfer times after it starts.
