@@ -45,14 +45,14 @@ P2pPayload decode_p2p_payload(const void* payload) {
 }  // namespace
 
 RankActor::RankActor(Replay& replay, int rank)
-    : host_(replay.host_of_rank(rank)),
+    : timed_compute_(replay.compute_runs_alone()),
+      slows_compute_(replay.slows_compute()),
+      host_(replay.host_of_rank(rank)),
       records_(replay.records_ops(rank)),
       replay_(replay),
       rank_(rank),
       program_(replay.schedule().ranks[size_t(rank)]),
       outcome_(replay.outcome(rank)) {
-  timed_compute_ = replay.compute_runs_alone();
-  slows_compute_ = replay.slows_compute();
   index_program();
   if (records_) outcome_.records.reserve(program_.ops.size());
   activities_.keep_times(records_);
