@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/attention_kernels.hpp"
+#include <wallfacer/runtime/attention_kernels.hpp>
 
 namespace {
 

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "planner/cost_model.hpp"
-#include "planner/search.hpp"
-#include "planner/topology.hpp"
-#include "planner/workload.hpp"
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/plan/workload.hpp>
+#include <wallfacer/search/search.hpp>
+#include <wallfacer/topology/topology.hpp>
 
 namespace {
 

@@ -13,9 +13,9 @@
 #include <cstdio>
 #include <vector>
 
-#include "planner/strategy.hpp"
-#include "planner/topology.hpp"
-#include "runtime/layer_runner.hpp"
+#include <wallfacer/runtime/layer_runner.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/topology/topology.hpp>
 
 namespace {
 

@@ -29,13 +29,13 @@
 #include <string>
 #include <vector>
 
-#include "planner/cost_model.hpp"
-#include "planner/search.hpp"
-#include "planner/topology.hpp"
-#include "planner/workload.hpp"
-#include "simulator/isolated_run.hpp"
-#include "simulator/simgrid_adapter.hpp"
-#include "simulator/simulator.hpp"
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/plan/workload.hpp>
+#include <wallfacer/search/search.hpp>
+#include <wallfacer/simulator/simulator.hpp>
+#include <wallfacer/topology/topology.hpp>
+#include "isolated_run.hpp"
+#include "simgrid_adapter.hpp"
 
 namespace {
 

@@ -1,13 +1,13 @@
 // Shared flags and output helpers of the subcommands (see common.hpp).
-#include "cli/common.hpp"
+#include "common.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <cmath>
 
-#include "cli/commands.hpp"
-#include "simulator/simulator.hpp"
+#include <wallfacer/simulator/simulator.hpp>
+#include "commands.hpp"
 
 namespace wallfacer::cli {
 

@@ -9,8 +9,8 @@
 #include <optional>
 #include <string>
 
-#include "planner/topology.hpp"
-#include "planner/workload.hpp"
+#include <wallfacer/plan/workload.hpp>
+#include <wallfacer/topology/topology.hpp>
 
 namespace wallfacer::cli {
 

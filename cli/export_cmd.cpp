@@ -2,7 +2,7 @@
 // has no exporter, so it refuses clearly instead of pretending.
 #include <cstdio>
 
-#include "cli/commands.hpp"
+#include "commands.hpp"
 
 namespace wallfacer::cli {
 

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "cli/commands.hpp"
-#include "planner/errors.hpp"
-#include "planner/log.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/log.hpp>
+#include "commands.hpp"
 
 #ifndef WALLFACER_VERSION
 #define WALLFACER_VERSION "0.1.0"

@@ -1,5 +1,5 @@
 // `wallfacer plan`: searches strategies, parameters, placements and GPU orders for a workload on
-// a topology (planner/search.hpp), prints the ranking (or JSON), and optionally writes the best
+// a topology (wallfacer/search/search.hpp), prints the ranking (or JSON), and optionally writes the best
 // plan, checks its full schedule and re-ranks the best few by simulation.
 #include <fmt/format.h>
 
@@ -8,14 +8,14 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "cli/commands.hpp"
-#include "cli/common.hpp"
-#include "planner/checker.hpp"
-#include "planner/cost_model.hpp"
-#include "planner/errors.hpp"
-#include "planner/search.hpp"
-#include "planner/strategy.hpp"
-#include "simulator/simulator.hpp"
+#include <wallfacer/check/checker.hpp>
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/search/search.hpp>
+#include <wallfacer/simulator/simulator.hpp>
+#include "commands.hpp"
+#include "common.hpp"
 
 namespace wallfacer::cli {
 namespace {

@@ -11,15 +11,15 @@
 #include <memory>
 #include <optional>
 
-#include "cli/commands.hpp"
-#include "cli/common.hpp"
-#include "planner/errors.hpp"
-#include "planner/plan.hpp"
-#include "planner/strategy.hpp"
-#include "planner/topology.hpp"
-#include "runtime/layer_runner.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/plan/plan.hpp>
+#include <wallfacer/runtime/layer_runner.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/topology/topology.hpp>
+#include "commands.hpp"
+#include "common.hpp"
 #ifdef WALLFACER_WITH_MPI
-#include "runtime/mpi/mpi_runner.hpp"
+#include <wallfacer/runtime/mpi/mpi_runner.hpp>
 #endif
 
 namespace wallfacer::cli {

@@ -10,12 +10,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "cli/commands.hpp"
-#include "cli/common.hpp"
-#include "planner/calibration.hpp"
-#include "planner/errors.hpp"
-#include "planner/plan.hpp"
-#include "simulator/simulator.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/cost/calibration.hpp>
+#include <wallfacer/plan/plan.hpp>
+#include <wallfacer/simulator/simulator.hpp>
+#include "commands.hpp"
+#include "common.hpp"
 
 namespace wallfacer::cli {
 namespace {

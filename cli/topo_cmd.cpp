@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "cli/commands.hpp"
-#include "planner/topology.hpp"
+#include <wallfacer/topology/topology.hpp>
+#include "commands.hpp"
 
 namespace wallfacer::cli {
 namespace {

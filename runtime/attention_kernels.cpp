@@ -1,7 +1,7 @@
 // CPU attention kernels: Q K^T and P V style products go through OpenBLAS GEMM tile by tile, the
 // softmax row work runs in SIMD (float, several ISAs picked at load time) or plain scalar code
 // (double, where accuracy matters more than speed). Layouts and semantics: attention_kernels.hpp.
-#include "runtime/attention_kernels.hpp"
+#include <wallfacer/runtime/attention_kernels.hpp>
 
 #include <cblas.h>
 #include <fmt/format.h>
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "planner/errors.hpp"
-#include "planner/log.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/log.hpp>
 
 // The SIMD helpers pass 64-byte vectors between always-inlined functions only; the ABI note GCC
 // prints for the non-AVX512 clones is irrelevant.

@@ -1,4 +1,4 @@
-#include "runtime/cpu_backend.hpp"
+#include <wallfacer/runtime/cpu_backend.hpp>
 
 #include <cstdlib>
 #include <cstring>

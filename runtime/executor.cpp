@@ -1,6 +1,6 @@
 // The executor's state and stream loop: buffers and their token sets, input and output
 // bindings, point-to-point transfers, and the loop that advances the four streams.
-#include "runtime/executor.hpp"
+#include <wallfacer/runtime/executor.hpp>
 
 #include <fmt/format.h>
 
@@ -10,9 +10,9 @@
 #include <ctime>
 #include <limits>
 
-#include "planner/errors.hpp"
-#include "planner/log.hpp"
-#include "runtime/executor_impl.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/log.hpp>
+#include "executor_impl.hpp"
 
 namespace wallfacer::runtime {
 

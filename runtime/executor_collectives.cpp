@@ -12,8 +12,8 @@
 
 #include <algorithm>
 
-#include "planner/errors.hpp"
-#include "runtime/executor_impl.hpp"
+#include <wallfacer/core/errors.hpp>
+#include "executor_impl.hpp"
 
 namespace wallfacer::runtime::detail {
 namespace {

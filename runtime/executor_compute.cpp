@@ -6,8 +6,8 @@
 
 #include <chrono>
 
-#include "planner/errors.hpp"
-#include "runtime/executor_impl.hpp"
+#include <wallfacer/core/errors.hpp>
+#include "executor_impl.hpp"
 
 namespace wallfacer::runtime::detail {
 namespace {

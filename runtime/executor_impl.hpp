@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/executor.hpp"
-#include "runtime/executor_storage.hpp"
+#include <wallfacer/runtime/executor.hpp>
+#include "executor_storage.hpp"
 
 namespace wallfacer::runtime::detail {
 

@@ -1,10 +1,10 @@
-#include "runtime/executor_storage.hpp"
+#include "executor_storage.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "planner/errors.hpp"
+#include <wallfacer/core/errors.hpp>
 
 namespace wallfacer::runtime::detail {
 

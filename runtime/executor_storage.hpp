@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "planner/schedule.hpp"
-#include "runtime/backend.hpp"
+#include <wallfacer/runtime/backend.hpp>
+#include <wallfacer/schedule/schedule.hpp>
 
 namespace wallfacer::runtime::detail {
 

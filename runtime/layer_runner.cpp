@@ -1,4 +1,4 @@
-#include "runtime/layer_runner.hpp"
+#include <wallfacer/runtime/layer_runner.hpp>
 
 #include <fmt/format.h>
 
@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <map>
 
-#include "planner/errors.hpp"
-#include "runtime/npy.hpp"
-#include "runtime/reference_attention.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/runtime/npy.hpp>
+#include <wallfacer/runtime/reference_attention.hpp>
 
 namespace wallfacer::runtime {
 

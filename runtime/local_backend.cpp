@@ -1,4 +1,4 @@
-#include "runtime/local_backend.hpp"
+#include <wallfacer/runtime/local_backend.hpp>
 
 #include <fmt/format.h>
 
@@ -13,7 +13,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "planner/errors.hpp"
+#include <wallfacer/core/errors.hpp>
 
 namespace wallfacer::runtime {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/npy.hpp"
+#include <wallfacer/runtime/npy.hpp>
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include <limits>
 #include <sstream>
 
-#include "planner/errors.hpp"
+#include <wallfacer/core/errors.hpp>
 
 namespace wallfacer::runtime {
 

@@ -1,6 +1,6 @@
 // Naive fp64 attention: full score matrix per (batch, head), softmax, P V; backward through the
 // softmax Jacobian. Deliberately shares nothing with the blockwise kernels.
-#include "runtime/reference_attention.hpp"
+#include <wallfacer/runtime/reference_attention.hpp>
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <cmath>
 #include <limits>
 
-#include "planner/errors.hpp"
+#include <wallfacer/core/errors.hpp>
 
 namespace wallfacer::reference {
 namespace {

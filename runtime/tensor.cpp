@@ -1,4 +1,4 @@
-#include "runtime/tensor.hpp"
+#include <wallfacer/runtime/tensor.hpp>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

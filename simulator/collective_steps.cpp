@@ -1,11 +1,11 @@
-#include "simulator/collective_steps.hpp"
+#include "collective_steps.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <numeric>
 
-#include "planner/errors.hpp"
+#include <wallfacer/core/errors.hpp>
 
 namespace wallfacer::sim {
 namespace {

@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "planner/all_reduce.hpp"
-#include "planner/schedule.hpp"
+#include <wallfacer/schedule/all_reduce.hpp>
+#include <wallfacer/schedule/schedule.hpp>
 
 namespace wallfacer::sim {
 

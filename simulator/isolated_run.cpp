@@ -1,4 +1,4 @@
-#include "simulator/isolated_run.hpp"
+#include "isolated_run.hpp"
 
 #include <fmt/format.h>
 #include <sys/wait.h>
@@ -14,7 +14,7 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "planner/errors.hpp"
+#include <wallfacer/core/errors.hpp>
 
 namespace wallfacer::sim {
 namespace {

@@ -1,4 +1,4 @@
-#include "simulator/platform.hpp"
+#include "platform.hpp"
 
 #include <fmt/format.h>
 

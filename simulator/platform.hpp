@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "planner/topology.hpp"
-#include "simulator/simgrid_adapter.hpp"
+#include <wallfacer/topology/topology.hpp>
+#include "simgrid_adapter.hpp"
 
 namespace wallfacer::sim {
 

@@ -1,10 +1,10 @@
-#include "simulator/rank_actor.hpp"
+#include "rank_actor.hpp"
 
 #include <fmt/format.h>
 
 #include <exception>
 
-#include "planner/errors.hpp"
+#include <wallfacer/core/errors.hpp>
 
 namespace wallfacer::sim {
 namespace {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "planner/schedule.hpp"
-#include "simulator/replay.hpp"
-#include "simulator/simgrid_adapter.hpp"
+#include <wallfacer/schedule/schedule.hpp>
+#include "replay.hpp"
+#include "simgrid_adapter.hpp"
 
 namespace wallfacer::sim {
 

@@ -1,14 +1,14 @@
-#include "simulator/replay.hpp"
+#include "replay.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "planner/all_reduce.hpp"
-#include "planner/cost_model.hpp"
-#include "planner/errors.hpp"
-#include "planner/log.hpp"
-#include "simulator/rank_actor.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/log.hpp>
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/schedule/all_reduce.hpp>
+#include "rank_actor.hpp"
 
 namespace wallfacer::sim {
 namespace {

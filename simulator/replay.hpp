@@ -11,12 +11,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "planner/plan.hpp"
-#include "planner/schedule.hpp"
-#include "planner/topology.hpp"
-#include "simulator/collective_steps.hpp"
-#include "simulator/simgrid_adapter.hpp"
-#include "simulator/simulator.hpp"
+#include <wallfacer/plan/plan.hpp>
+#include <wallfacer/schedule/schedule.hpp>
+#include <wallfacer/simulator/simulator.hpp>
+#include <wallfacer/topology/topology.hpp>
+#include "collective_steps.hpp"
+#include "simgrid_adapter.hpp"
 
 namespace wallfacer::sim {
 

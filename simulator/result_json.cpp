@@ -1,4 +1,4 @@
-#include "simulator/result_json.hpp"
+#include "result_json.hpp"
 
 #include <nlohmann/json.hpp>
 

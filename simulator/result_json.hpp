@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "simulator/simulator.hpp"
+#include <wallfacer/simulator/simulator.hpp>
 
 namespace wallfacer::sim {
 

@@ -1,5 +1,5 @@
 // SimGrid calls for the simulator, for 3.32 (the Debian 12 package) and the renamed 4.x API.
-#include "simulator/simgrid_adapter.hpp"
+#include "simgrid_adapter.hpp"
 
 // s4u.hpp first: version.h and log.h rely on the macros it defines.
 #include <simgrid/s4u.hpp>
@@ -14,7 +14,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "planner/errors.hpp"
+#include <wallfacer/core/errors.hpp>
 
 namespace sg4 = simgrid::s4u;
 

@@ -1,6 +1,6 @@
 // simulate(): builds the schedule, the SimGrid platform and the rank actors in a child process,
 // replays the schedule and condenses what happened into a SimResult.
-#include "simulator/simulator.hpp"
+#include <wallfacer/simulator/simulator.hpp>
 
 #include <fmt/format.h>
 #include <sched.h>
@@ -15,16 +15,16 @@
 #include <string>
 #include <thread>
 
-#include "planner/cost_model.hpp"
-#include "planner/errors.hpp"
-#include "planner/log.hpp"
-#include "planner/strategy.hpp"
-#include "simulator/isolated_run.hpp"
-#include "simulator/platform.hpp"
-#include "simulator/replay.hpp"
-#include "simulator/result_json.hpp"
-#include "simulator/simgrid_adapter.hpp"
-#include "simulator/trace.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/log.hpp>
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include "isolated_run.hpp"
+#include "platform.hpp"
+#include "replay.hpp"
+#include "result_json.hpp"
+#include "simgrid_adapter.hpp"
+#include "trace.hpp"
 
 namespace wallfacer {
 namespace {

@@ -1,4 +1,4 @@
-#include "simulator/trace.hpp"
+#include "trace.hpp"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include <iterator>
 #include <ostream>
 
-#include "planner/errors.hpp"
+#include <wallfacer/core/errors.hpp>
 
 namespace wallfacer::sim {
 namespace {

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "planner/plan.hpp"
-#include "planner/schedule.hpp"
-#include "planner/topology.hpp"
-#include "simulator/replay.hpp"
+#include <wallfacer/plan/plan.hpp>
+#include <wallfacer/schedule/schedule.hpp>
+#include <wallfacer/topology/topology.hpp>
+#include "replay.hpp"
 
 namespace wallfacer::sim {
 

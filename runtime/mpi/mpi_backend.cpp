@@ -1,4 +1,4 @@
-#include "runtime/mpi/mpi_backend.hpp"
+#include <wallfacer/runtime/mpi/mpi_backend.hpp>
 
 #include <fmt/format.h>
 
@@ -9,9 +9,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "planner/errors.hpp"
-#include "runtime/cpu_backend.hpp"
-#include "runtime/mpi/mpi_check.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/runtime/cpu_backend.hpp>
+#include "mpi_check.hpp"
 
 namespace wallfacer::runtime {
 namespace detail {

@@ -6,7 +6,7 @@
 
 #include <mpi.h>
 
-#include "runtime/mpi/mpi_backend.hpp"
+#include <wallfacer/runtime/mpi/mpi_backend.hpp>
 
 namespace wallfacer::runtime::detail {
 

@@ -1,4 +1,4 @@
-#include "runtime/mpi/mpi_runner.hpp"
+#include <wallfacer/runtime/mpi/mpi_runner.hpp>
 
 #include <fmt/format.h>
 
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "planner/errors.hpp"
-#include "runtime/mpi/mpi_check.hpp"
+#include <wallfacer/core/errors.hpp>
+#include "mpi_check.hpp"
 
 namespace wallfacer::runtime {
 

@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <string>
 
-#include "planner/checker.hpp"
-#include "planner/errors.hpp"
-#include "planner/strategy.hpp"
-#include "planner/topology.hpp"
-#include "tests/schedule/test_plans.hpp"
+#include <wallfacer/check/checker.hpp>
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/topology/topology.hpp>
+#include "schedule/test_plans.hpp"
 
 namespace wallfacer {
 namespace {

@@ -3,4 +3,3 @@ wallfacer_add_test(NAME test_checker
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/checker_test.cpp
           ${PROJECT_SOURCE_DIR}/tests/schedule/test_plans.cpp
   LIBS wallfacer::planner)
-target_include_directories(test_checker PRIVATE ${PROJECT_SOURCE_DIR})

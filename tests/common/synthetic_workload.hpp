@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
-#include "planner/plan.hpp"
-#include "planner/strategy.hpp"
-#include "planner/workload.hpp"
+#include <wallfacer/plan/plan.hpp>
+#include <wallfacer/plan/workload.hpp>
+#include <wallfacer/schedule/strategy.hpp>
 
 namespace wallfacer::test {
 

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "planner/errors.hpp"
+#include <wallfacer/core/errors.hpp>
 
 namespace wallfacer::testing {
 

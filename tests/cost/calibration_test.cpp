@@ -4,9 +4,9 @@
 #include <cmath>
 #include <string>
 
-#include "planner/calibration.hpp"
-#include "planner/errors.hpp"
-#include "tests/common/text_mutations.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/cost/calibration.hpp>
+#include "common/text_mutations.hpp"
 
 namespace wallfacer {
 namespace {

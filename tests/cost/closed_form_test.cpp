@@ -5,9 +5,9 @@
 
 #include <cmath>
 
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/schedule/strategy.hpp>
 #include "cost_test_util.hpp"
-#include "planner/cost_model.hpp"
-#include "planner/strategy.hpp"
 
 namespace wallfacer {
 namespace {

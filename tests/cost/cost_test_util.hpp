@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "planner/topology.hpp"
-#include "planner/workload.hpp"
+#include <wallfacer/plan/workload.hpp>
+#include <wallfacer/topology/topology.hpp>
 
 namespace wallfacer::testing {
 

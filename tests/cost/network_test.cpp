@@ -3,8 +3,8 @@
 // 100 Gb/s NIC each: every inter-node flow of a node crosses that NIC.
 #include <gtest/gtest.h>
 
+#include <wallfacer/cost/cost_model.hpp>
 #include "cost_test_util.hpp"
-#include "planner/cost_model.hpp"
 
 namespace wallfacer {
 namespace {

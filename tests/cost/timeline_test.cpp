@@ -1,4 +1,4 @@
-// The cost model's list schedule (planner/cost_timeline.hpp) on hand-built programs with round
+// The cost model's list schedule (planner/cost/timeline.hpp) on hand-built programs with round
 // durations: when a message's two ends start under each pairing, worked out on paper; and on real
 // strategies, that the search's lower bound never exceeds the estimate it bounds.
 #include <gtest/gtest.h>
@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <set>
 
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/schedule/strategy.hpp>
 #include "cost_test_util.hpp"
-#include "planner/cost_model.hpp"
-#include "planner/cost_timeline.hpp"
-#include "planner/strategy.hpp"
+#include "timeline.hpp"
 
 namespace wallfacer {
 namespace {

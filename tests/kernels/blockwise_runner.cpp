@@ -8,7 +8,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "runtime/attention_kernels.hpp"
+#include <wallfacer/runtime/attention_kernels.hpp>
 
 namespace wallfacer::kernel_test {
 namespace {

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "runtime/reference_attention.hpp"
+#include <wallfacer/runtime/reference_attention.hpp>
 
 namespace wallfacer::kernel_test {
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include <wallfacer/runtime/attention_kernels.hpp>
+#include <wallfacer/runtime/reference_attention.hpp>
 #include "blockwise_runner.hpp"
-#include "runtime/attention_kernels.hpp"
-#include "runtime/reference_attention.hpp"
 
 namespace wallfacer::kernel_test {
 namespace {

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "runtime/attention_kernels.hpp"
+#include <wallfacer/runtime/attention_kernels.hpp>
 
 namespace wallfacer::kernels {
 namespace {

@@ -6,9 +6,9 @@
 #include <functional>
 #include <vector>
 
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/runtime/reference_attention.hpp>
 #include "blockwise_runner.hpp"
-#include "planner/errors.hpp"
-#include "runtime/reference_attention.hpp"
 
 namespace wallfacer::reference {
 namespace {

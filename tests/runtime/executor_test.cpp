@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <mutex>
 
-#include "planner/errors.hpp"
-#include "runtime/layer_runner.hpp"
-#include "runtime/npy.hpp"
-#include "tests/runtime/hand_programs.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/runtime/layer_runner.hpp>
+#include <wallfacer/runtime/npy.hpp>
+#include "runtime/hand_programs.hpp"
 
 namespace wallfacer::testing {
 namespace {

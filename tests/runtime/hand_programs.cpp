@@ -1,11 +1,11 @@
 // Hand-built schedules for the executor tests (see hand_programs.hpp).
-#include "tests/runtime/hand_programs.hpp"
+#include "runtime/hand_programs.hpp"
 
 #include <fmt/format.h>
 
 #include <numeric>
 
-#include "tests/common/synthetic_workload.hpp"
+#include "common/synthetic_workload.hpp"
 
 namespace wallfacer::testing {
 namespace {

@@ -9,12 +9,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "planner/errors.hpp"
-#include "planner/strategy.hpp"
-#include "planner/topology.hpp"
-#include "runtime/layer_runner.hpp"
-#include "runtime/npy.hpp"
-#include "tests/common/synthetic_workload.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/runtime/layer_runner.hpp>
+#include <wallfacer/runtime/npy.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/topology/topology.hpp>
+#include "common/synthetic_workload.hpp"
 
 namespace {
 

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "planner/errors.hpp"
-#include "runtime/npy.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/runtime/npy.hpp>
 
 namespace wallfacer::runtime {
 namespace {

@@ -8,10 +8,10 @@
 
 #include <map>
 
-#include "planner/strategy.hpp"
-#include "planner/topology.hpp"
-#include "runtime/layer_runner.hpp"
-#include "tests/runtime/hand_programs.hpp"
+#include <wallfacer/runtime/layer_runner.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/topology/topology.hpp>
+#include "runtime/hand_programs.hpp"
 
 namespace wallfacer::testing {
 namespace {

@@ -5,12 +5,10 @@ wallfacer_add_test(NAME test_runtime
           ${CMAKE_CURRENT_LIST_DIR}/executor_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/hand_programs.cpp
   LIBS wallfacer::runtime wallfacer::planner fmt::fmt)
-target_include_directories(test_runtime PRIVATE ${PROJECT_SOURCE_DIR})
 wallfacer_add_test(NAME test_runtime_strategies
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/strategies_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/hand_programs.cpp
   LIBS wallfacer::runtime wallfacer::planner fmt::fmt)
-target_include_directories(test_runtime_strategies PRIVATE ${PROJECT_SOURCE_DIR})
 
 # ---- `wallfacer run` end to end -----------------------------------------------------------------
 # runtime_test_plan writes plans (make_plan on the dgx-h100 preset) and .npy inputs; each run test
@@ -19,7 +17,7 @@ target_include_directories(test_runtime_strategies PRIVATE ${PROJECT_SOURCE_DIR}
 if(TARGET wallfacer)
   add_executable(runtime_test_plan ${CMAKE_CURRENT_LIST_DIR}/make_test_plan.cpp)
   target_link_libraries(runtime_test_plan PRIVATE wallfacer::runtime wallfacer::planner CLI11::CLI11 fmt::fmt)
-  target_include_directories(runtime_test_plan PRIVATE ${PROJECT_SOURCE_DIR})
+  target_include_directories(runtime_test_plan PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   set(WALLFACER_RUNTIME_TEST_DIR ${CMAKE_CURRENT_BINARY_DIR}/runtime_cli)
 
   # wallfacer_runtime_plan(NAME strategy ranks [generator options...]): plan fixture runtime_plan_NAME.

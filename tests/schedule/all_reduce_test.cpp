@@ -9,12 +9,12 @@
 #include <numeric>
 #include <set>
 
-#include "planner/all_reduce.hpp"
-#include "planner/errors.hpp"
-#include "planner/strategy.hpp"
-#include "planner/topology.hpp"
-#include "planner/workload.hpp"
-#include "tests/schedule/test_plans.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/plan/workload.hpp>
+#include <wallfacer/schedule/all_reduce.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/topology/topology.hpp>
+#include "schedule/test_plans.hpp"
 
 namespace wallfacer {
 namespace {

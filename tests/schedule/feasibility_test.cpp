@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <set>
 
-#include "planner/errors.hpp"
-#include "planner/strategy.hpp"
-#include "tests/schedule/test_plans.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include "schedule/test_plans.hpp"
 
 namespace wallfacer {
 namespace {

@@ -1,5 +1,5 @@
 // Test-only schedule interpreter (see interpreter.hpp).
-#include "tests/schedule/interpreter.hpp"
+#include "schedule/interpreter.hpp"
 
 #include <fmt/format.h>
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "planner/plan.hpp"
-#include "planner/schedule.hpp"
+#include <wallfacer/plan/plan.hpp>
+#include <wallfacer/schedule/schedule.hpp>
 
 namespace wallfacer::testing {
 

@@ -1,10 +1,10 @@
 // make_plan on a real topology preset: rank slots, placements and the plan-to-schedule path.
 #include <gtest/gtest.h>
 
-#include "planner/errors.hpp"
-#include "planner/strategy.hpp"
-#include "planner/topology.hpp"
-#include "tests/schedule/test_plans.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/topology/topology.hpp>
+#include "schedule/test_plans.hpp"
 
 namespace wallfacer {
 namespace {

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "planner/strategy.hpp"
-#include "tests/schedule/test_plans.hpp"
+#include <wallfacer/schedule/strategy.hpp>
+#include "schedule/test_plans.hpp"
 
 namespace wallfacer {
 namespace {

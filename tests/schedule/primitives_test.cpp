@@ -4,9 +4,9 @@
 #include <random>
 #include <set>
 
-#include "planner/schedule.hpp"
-#include "planner/strategies/common.hpp"
-#include "tests/schedule/test_plans.hpp"
+#include <wallfacer/schedule/schedule.hpp>
+#include "schedule/test_plans.hpp"
+#include "strategies/common.hpp"
 
 namespace wallfacer {
 namespace {

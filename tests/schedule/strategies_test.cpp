@@ -11,10 +11,10 @@
 #include <set>
 #include <tuple>
 
-#include "planner/errors.hpp"
-#include "planner/strategy.hpp"
-#include "tests/schedule/interpreter.hpp"
-#include "tests/schedule/test_plans.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include "schedule/interpreter.hpp"
+#include "schedule/test_plans.hpp"
 
 namespace wallfacer {
 namespace {

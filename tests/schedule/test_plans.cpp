@@ -1,9 +1,9 @@
 // Test plans and program helpers (see test_plans.hpp).
-#include "tests/schedule/test_plans.hpp"
+#include "schedule/test_plans.hpp"
 
 #include <fmt/format.h>
 
-#include "tests/common/synthetic_workload.hpp"
+#include "common/synthetic_workload.hpp"
 
 namespace wallfacer::testing {
 

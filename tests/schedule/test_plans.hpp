@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "planner/plan.hpp"
-#include "planner/schedule.hpp"
-#include "planner/strategy.hpp"
+#include <wallfacer/plan/plan.hpp>
+#include <wallfacer/schedule/schedule.hpp>
+#include <wallfacer/schedule/strategy.hpp>
 
 namespace wallfacer::testing {
 

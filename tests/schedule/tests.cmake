@@ -11,5 +11,4 @@ wallfacer_add_test(NAME test_schedule
           ${CMAKE_CURRENT_LIST_DIR}/parallel_build_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/interpreter.cpp
           ${CMAKE_CURRENT_LIST_DIR}/test_plans.cpp
-  LIBS wallfacer::planner)
-target_include_directories(test_schedule PRIVATE ${PROJECT_SOURCE_DIR})
+  LIBS wallfacer::schedule_internal wallfacer::planner)

@@ -1,8 +1,8 @@
 // Per-GPU traffic against the closed forms of algorithms.md §10.2 (even shards, bf16).
 #include <gtest/gtest.h>
 
-#include "planner/strategy.hpp"
-#include "tests/schedule/test_plans.hpp"
+#include <wallfacer/schedule/strategy.hpp>
+#include "schedule/test_plans.hpp"
 
 namespace wallfacer {
 namespace {

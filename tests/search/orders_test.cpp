@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <set>
 
-#include "planner/search_orders.hpp"
-#include "planner/topology.hpp"
+#include <wallfacer/topology/topology.hpp>
+#include "orders.hpp"
 
 namespace wallfacer {
 namespace {

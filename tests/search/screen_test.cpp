@@ -1,14 +1,14 @@
 // The closed-form screen that picks which candidates the large-cluster search prices
-// (planner/search_screen.hpp): properties that follow from its formulas' meaning, independent of
+// (planner/search/screen.hpp): properties that follow from its formulas' meaning, independent of
 // their constants.
 #include <gtest/gtest.h>
 
-#include "planner/calibration.hpp"
-#include "planner/cost_model.hpp"
-#include "planner/search.hpp"
-#include "planner/search_screen.hpp"
-#include "planner/topology.hpp"
-#include "planner/workload.hpp"
+#include <wallfacer/cost/calibration.hpp>
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/plan/workload.hpp>
+#include <wallfacer/search/search.hpp>
+#include <wallfacer/topology/topology.hpp>
+#include "screen.hpp"
 
 namespace wallfacer {
 namespace {

@@ -8,10 +8,10 @@
 #include <regex>
 #include <string>
 
-#include "planner/cost_model.hpp"
-#include "planner/errors.hpp"
-#include "planner/search.hpp"
-#include "planner/topology.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/search/search.hpp>
+#include <wallfacer/topology/topology.hpp>
 
 namespace wallfacer {
 namespace {

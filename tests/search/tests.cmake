@@ -4,4 +4,4 @@ wallfacer_add_test(NAME test_search
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/search_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/orders_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/screen_test.cpp
-  LIBS wallfacer::planner)
+  LIBS wallfacer::search_internal wallfacer::planner)

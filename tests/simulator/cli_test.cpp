@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "planner/topology.hpp"
-#include "tests/common/cli_runner.hpp"
+#include <wallfacer/topology/topology.hpp>
+#include "common/cli_runner.hpp"
 
 namespace wallfacer {
 namespace {

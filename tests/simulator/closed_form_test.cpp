@@ -5,8 +5,8 @@
 
 #include <cmath>
 
-#include "simulator/simulator.hpp"
-#include "tests/simulator/sim_test_util.hpp"
+#include <wallfacer/simulator/simulator.hpp>
+#include "simulator/sim_test_util.hpp"
 
 namespace wallfacer {
 namespace {

@@ -6,12 +6,12 @@
 #include <cmath>
 #include <numeric>
 
-#include "planner/all_reduce.hpp"
-#include "planner/cost_model.hpp"
-#include "planner/errors.hpp"
-#include "simulator/collective_steps.hpp"
-#include "simulator/simulator.hpp"
-#include "tests/simulator/sim_test_util.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/schedule/all_reduce.hpp>
+#include <wallfacer/simulator/simulator.hpp>
+#include "collective_steps.hpp"
+#include "simulator/sim_test_util.hpp"
 
 namespace wallfacer {
 namespace {

@@ -11,10 +11,10 @@
 #include <csignal>
 #include <string>
 
-#include "planner/errors.hpp"
-#include "simulator/isolated_run.hpp"
-#include "simulator/simulator.hpp"
-#include "tests/simulator/sim_test_util.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/simulator/simulator.hpp>
+#include "isolated_run.hpp"
+#include "simulator/sim_test_util.hpp"
 
 namespace wallfacer {
 namespace {

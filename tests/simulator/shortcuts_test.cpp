@@ -6,12 +6,12 @@
 
 #include <string>
 
-#include "planner/topology.hpp"
-#include "simulator/isolated_run.hpp"
-#include "simulator/platform.hpp"
-#include "simulator/simgrid_adapter.hpp"
-#include "simulator/simulator.hpp"
-#include "tests/simulator/sim_test_util.hpp"
+#include <wallfacer/simulator/simulator.hpp>
+#include <wallfacer/topology/topology.hpp>
+#include "isolated_run.hpp"
+#include "platform.hpp"
+#include "simgrid_adapter.hpp"
+#include "simulator/sim_test_util.hpp"
 
 namespace wallfacer {
 namespace {

@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "planner/calibration.hpp"
-#include "planner/plan.hpp"
-#include "planner/schedule.hpp"
-#include "planner/strategy.hpp"
-#include "planner/topology.hpp"
-#include "planner/workload.hpp"
+#include <wallfacer/cost/calibration.hpp>
+#include <wallfacer/plan/plan.hpp>
+#include <wallfacer/plan/workload.hpp>
+#include <wallfacer/schedule/schedule.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/topology/topology.hpp>
 
 namespace wallfacer::test {
 

@@ -8,12 +8,12 @@
 #include <cerrno>
 #include <cmath>
 
-#include "planner/cost_model.hpp"
-#include "planner/errors.hpp"
-#include "planner/strategy.hpp"
-#include "planner/workload.hpp"
-#include "simulator/simulator.hpp"
-#include "tests/simulator/sim_test_util.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/plan/workload.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/simulator/simulator.hpp>
+#include "simulator/sim_test_util.hpp"
 
 namespace wallfacer {
 namespace {

@@ -10,4 +10,4 @@ wallfacer_add_test(NAME test_simulator
           ${CMAKE_CURRENT_LIST_DIR}/cli_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/shortcuts_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/threads_test.cpp
-  LIBS wallfacer::simulator wallfacer::planner fmt::fmt nlohmann_json::nlohmann_json)
+  LIBS wallfacer::simulator_internal wallfacer::planner fmt::fmt nlohmann_json::nlohmann_json)

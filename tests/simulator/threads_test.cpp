@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <string>
 
-#include "planner/errors.hpp"
-#include "planner/strategy.hpp"
-#include "simulator/simulator.hpp"
-#include "tests/simulator/sim_test_util.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/simulator/simulator.hpp>
+#include "simulator/sim_test_util.hpp"
 
 namespace wallfacer {
 namespace {

@@ -7,9 +7,9 @@
 #include <map>
 #include <set>
 
-#include "planner/errors.hpp"
-#include "simulator/simulator.hpp"
-#include "tests/simulator/sim_test_util.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/simulator/simulator.hpp>
+#include "simulator/sim_test_util.hpp"
 
 namespace wallfacer {
 namespace {

@@ -3,7 +3,7 @@
 // averaging and its groups.
 #include <gtest/gtest.h>
 
-#include "tests/strategies_team/team_plans.hpp"
+#include "strategies_team/team_plans.hpp"
 
 namespace wallfacer {
 namespace {

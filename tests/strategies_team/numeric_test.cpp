@@ -5,8 +5,8 @@
 
 #include <tuple>
 
-#include "runtime/layer_runner.hpp"
-#include "tests/strategies_team/team_plans.hpp"
+#include <wallfacer/runtime/layer_runner.hpp>
+#include "strategies_team/team_plans.hpp"
 
 namespace wallfacer {
 namespace {

@@ -1,8 +1,8 @@
 // Test plans and traffic sums (see team_plans.hpp).
-#include "tests/strategies_team/team_plans.hpp"
+#include "strategies_team/team_plans.hpp"
 
-#include "planner/checker.hpp"
-#include "tests/common/synthetic_workload.hpp"
+#include <wallfacer/check/checker.hpp>
+#include "common/synthetic_workload.hpp"
 
 namespace wallfacer::team_testing {
 

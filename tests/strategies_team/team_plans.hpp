@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "planner/plan.hpp"
-#include "planner/schedule.hpp"
-#include "planner/strategy.hpp"
+#include <wallfacer/plan/plan.hpp>
+#include <wallfacer/schedule/schedule.hpp>
+#include <wallfacer/schedule/strategy.hpp>
 
 namespace wallfacer::team_testing {
 

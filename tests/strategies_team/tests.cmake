@@ -6,5 +6,4 @@ wallfacer_add_test(NAME test_strategies_team
           ${CMAKE_CURRENT_LIST_DIR}/wallfacer_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/gathered_kv_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/numeric_test.cpp
-  LIBS wallfacer::planner wallfacer::runtime)
-target_include_directories(test_strategies_team PRIVATE ${PROJECT_SOURCE_DIR})
+  LIBS wallfacer::schedule_internal wallfacer::planner wallfacer::runtime)

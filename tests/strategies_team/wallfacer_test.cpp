@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <set>
 
-#include "planner/strategies/strategy_impl.hpp"
-#include "planner/strategies/wallfacer_layout.hpp"
-#include "tests/strategies_team/team_plans.hpp"
+#include "strategies/strategy_impl.hpp"
+#include "strategies/wallfacer_layout.hpp"
+#include "strategies_team/team_plans.hpp"
 
 namespace wallfacer {
 namespace {

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "planner/topology.hpp"
-#include "tests/common/cli_runner.hpp"
+#include <wallfacer/topology/topology.hpp>
+#include "common/cli_runner.hpp"
 
 namespace wallfacer {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "planner/errors.hpp"
-#include "planner/topology.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/topology/topology.hpp>
 
 namespace wallfacer {
 namespace {

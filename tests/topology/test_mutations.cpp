@@ -4,9 +4,9 @@
 
 #include <map>
 
-#include "planner/errors.hpp"
-#include "planner/topology.hpp"
-#include "tests/common/text_mutations.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/topology/topology.hpp>
+#include "common/text_mutations.hpp"
 
 namespace wallfacer {
 

@@ -13,8 +13,8 @@
 #include <set>
 #include <sstream>
 
-#include "planner/errors.hpp"
-#include "planner/topology.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/topology/topology.hpp>
 #include "topology_test_util.hpp"
 
 namespace wallfacer {

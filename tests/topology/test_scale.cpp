@@ -9,7 +9,7 @@
 #include <random>
 #include <unordered_set>
 
-#include "planner/topology.hpp"
+#include <wallfacer/topology/topology.hpp>
 
 namespace wallfacer {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/topology.hpp"
+#include <wallfacer/topology/topology.hpp>
 
 namespace wallfacer::testing {
 

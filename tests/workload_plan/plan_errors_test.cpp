@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "planner/plan.hpp"
+#include <wallfacer/plan/plan.hpp>
 #include "sample_plan.hpp"
 #include "test_util.hpp"
 

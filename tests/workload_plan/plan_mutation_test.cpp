@@ -3,13 +3,13 @@
 // ScheduleError, whatever the edit; and edited model files are accepted or InputErrors.
 #include <gtest/gtest.h>
 
-#include "planner/errors.hpp"
-#include "planner/plan.hpp"
-#include "planner/strategy.hpp"
-#include "planner/topology.hpp"
-#include "planner/workload.hpp"
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/plan/plan.hpp>
+#include <wallfacer/plan/workload.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/topology/topology.hpp>
+#include "common/text_mutations.hpp"
 #include "sample_plan.hpp"
-#include "tests/common/text_mutations.hpp"
 
 namespace wallfacer {
 namespace {

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "planner/plan.hpp"
+#include <wallfacer/plan/plan.hpp>
 #include "sample_plan.hpp"
 #include "test_util.hpp"
 

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "planner/plan.hpp"
-#include "planner/topology.hpp"
+#include <wallfacer/plan/plan.hpp>
+#include <wallfacer/topology/topology.hpp>
 #include "sample_plan.hpp"
 #include "test_util.hpp"
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "planner/plan.hpp"
+#include <wallfacer/plan/plan.hpp>
 
 namespace wallfacer::testing {
 

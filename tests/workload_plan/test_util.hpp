@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "planner/errors.hpp"
+#include <wallfacer/core/errors.hpp>
 
 namespace wallfacer::testing {
 

@@ -1,7 +1,7 @@
 // Malformed model files: each is rejected with a message naming the file, the line and the field.
 #include <gtest/gtest.h>
 
-#include "planner/workload.hpp"
+#include <wallfacer/plan/workload.hpp>
 #include "test_util.hpp"
 
 namespace wallfacer {

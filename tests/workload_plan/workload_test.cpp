@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "planner/workload.hpp"
+#include <wallfacer/plan/workload.hpp>
 #include "test_util.hpp"
 
 namespace wallfacer {

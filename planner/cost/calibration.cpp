@@ -1,0 +1,252 @@
+// Attention-kernel throughput table: sourced defaults, YAML overrides, and the lookup that
+// interpolates in log2(block tokens). Where each default number comes from: docs/calibration.md.
+#include <wallfacer/cost/calibration.hpp>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <tuple>
+
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/yaml_util.hpp>
+
+namespace wallfacer {
+namespace {
+
+// Small-block throughput relative to the large-block figure. FlashAttention-2 spans 50-73 % of
+// the A100 peak over its benchmark's sequence lengths (platforms.md §5); we read the low end as the
+// 512-token block and the high end as the 16K block (ratio 156/228), and halve the 512-token value
+// again at 128 tokens, where a single 128-row tile per head leaves most SMs idle. Assumptions.
+constexpr double kRatio512 = 156.0 / 228.0;
+constexpr double kRatio128 = 0.5 * kRatio512;
+
+struct Curve {
+  const char* gpu;
+  KernelOp op;
+  double large_tflops;  // at 16,384 tokens
+  const char* source;
+};
+
+void add_curve(std::vector<CalibrationPoint>& points, const Curve& curve, DType dtype) {
+  const std::pair<int64_t, double> shape[] = {{128, kRatio128}, {512, kRatio512}, {16384, 1.0}};
+  for (auto [tokens, ratio] : shape) {
+    CalibrationPoint p;
+    p.gpu = curve.gpu;
+    p.op = curve.op;
+    p.dtype = dtype;
+    p.head_dim = 128;
+    p.block_tokens = tokens;
+    p.tflops = curve.large_tflops * ratio;
+    p.source = tokens == 16384 ? curve.source
+                               : fmt::format("{}; scaled by the assumed small-block ratio {:.3f}", curve.source, ratio);
+    points.push_back(std::move(p));
+  }
+}
+
+std::string lower(std::string s) {
+  for (char& c : s)
+    c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool gpu_matches(const std::string& prefix, const std::string& gpu) {
+  return gpu.size() >= prefix.size() && lower(gpu.substr(0, prefix.size())) == lower(prefix);
+}
+
+bool is_16bit(DType d) {
+  return d == DType::BF16 || d == DType::FP16;
+}
+
+KernelOp parse_op(const std::string& source, const YAML::Node& node) {
+  const std::string name = lower(yaml::as_string(source, node, "op"));
+  if (name == "forward" || name == "fwd" || name == "attn_fwd") return KernelOp::AttnFwd;
+  if (name == "backward" || name == "bwd" || name == "attn_bwd") return KernelOp::AttnBwd;
+  yaml::fail(source, node, fmt::format("unknown op '{}' (forward, backward)", name));
+}
+
+DType parse_point_dtype(const std::string& source, const YAML::Node& node) {
+  const std::string name = yaml::as_string(source, node, "dtype");
+  try {
+    return parse_dtype(name);
+  } catch (const InputError& e) {
+    yaml::fail(source, node, e.message());
+  }
+}
+
+CalibrationPoint parse_point(const std::string& source, const YAML::Node& node) {
+  yaml::check_keys(source, node, {"gpu", "op", "dtype", "head_dim", "block_tokens", "tflops", "source"},
+                   "calibration point");
+  CalibrationPoint p;
+  p.gpu = yaml::get_string(source, node, "gpu");
+  if (p.gpu.empty()) yaml::fail(source, node["gpu"], "'gpu' must name a GPU model prefix such as H100");
+  if (!node["op"].IsDefined()) yaml::fail(source, node, "missing required field 'op'");
+  p.op = parse_op(source, node["op"]);
+  p.dtype = node["dtype"].IsDefined() ? parse_point_dtype(source, node["dtype"]) : DType::BF16;
+  const int64_t head_dim = yaml::get_int(source, node, "head_dim", 128);
+  if (head_dim <= 0 || head_dim > 1024)
+    yaml::fail(source, node["head_dim"], fmt::format("'head_dim' must be in 1..1024, got {}", head_dim));
+  p.head_dim = int(head_dim);
+  p.block_tokens = yaml::get_int(source, node, "block_tokens");
+  if (p.block_tokens <= 0)
+    yaml::fail(source, node["block_tokens"], fmt::format("'block_tokens' must be positive, got {}", p.block_tokens));
+  p.tflops = yaml::get_positive(source, node, "tflops");
+  p.source = yaml::get_string(source, node, "source", source);
+  return p;
+}
+
+// Key of one throughput curve: points that differ only in block size.
+using CurveKey = std::tuple<std::string, KernelOp, DType, int>;
+CurveKey curve_key(const CalibrationPoint& p) {
+  return {lower(p.gpu), p.op, p.dtype, p.head_dim};
+}
+
+}  // namespace
+
+Calibration Calibration::defaults() {
+  // Large-block (16K tokens, head_dim 128, dense convention) figures; docs/calibration.md.
+  static const Curve curves[] = {
+      {"A100", KernelOp::AttnFwd, 228.0, "FlashAttention-2 (arXiv 2307.08691) A100 forward, 73% of 312 TF/s"},
+      {"A100", KernelOp::AttnBwd, 197.0, "FlashAttention-2 (arXiv 2307.08691) A100 backward, 63% of 312 TF/s"},
+      {"H100", KernelOp::AttnFwd, 740.0, "FlashAttention-3 (arXiv 2407.08608) H100 BF16 forward, up to 740 TF/s"},
+      {"H100", KernelOp::AttnBwd, 525.0,
+       "FlashAttention-3 backward >= 1.5x FlashAttention-2's ~350 TF/s on H100 (arXiv 2407.08608; assumption: "
+       "lower end of the range)"},
+      {"H200", KernelOp::AttnFwd, 740.0, "H100 figure; same GH100 compute (platforms.md §1; assumption)"},
+      {"H200", KernelOp::AttnBwd, 525.0, "H100 figure; same GH100 compute (platforms.md §1; assumption)"},
+      {"V100", KernelOp::AttnFwd, 62.5, "assumption: 50% of the 125 TF/s FP16 peak (no FlashAttention-2 on Volta)"},
+      {"V100", KernelOp::AttnBwd, 54.0,
+       "assumption: forward figure x 0.864, the FlashAttention-2 backward/forward ratio on A100"},
+  };
+  Calibration c;
+  for (const Curve& curve : curves) {
+    if (std::string(curve.gpu) == "V100") {
+      add_curve(c.points_, curve, DType::FP16);  // Volta has no BF16
+    } else {
+      add_curve(c.points_, curve, DType::BF16);
+    }
+  }
+  return c;
+}
+
+Calibration Calibration::parse(const std::string& yaml_text, const std::string& source) {
+  const YAML::Node root = yaml::parse(yaml_text, source);
+  if (!root.IsDefined() || root.IsNull()) throw InputError(source, 1, "empty calibration file");
+  yaml::check_keys(source, root, {"keep_defaults", "fallback_efficiency", "compute_slowdown_under_comm", "points"},
+                   "calibration file");
+  Calibration c;
+  c.fallback_efficiency_ = yaml::get_positive(source, root, "fallback_efficiency", c.fallback_efficiency_);
+  if (c.fallback_efficiency_ > 1)
+    yaml::fail(source, root["fallback_efficiency"], "'fallback_efficiency' must be in (0, 1]");
+  c.comm_slowdown_ = yaml::get_positive(source, root, "compute_slowdown_under_comm", c.comm_slowdown_);
+  if (c.comm_slowdown_ > 1)
+    yaml::fail(source, root["compute_slowdown_under_comm"], "'compute_slowdown_under_comm' must be in (0, 1]");
+
+  std::vector<CalibrationPoint> file_points;
+  std::set<std::tuple<CurveKey, int64_t>> seen;
+  if (root["points"].IsDefined()) {
+    const YAML::Node list = root["points"];
+    yaml::expect_sequence(source, list, "points");
+    for (const YAML::Node& node : list) {
+      CalibrationPoint p = parse_point(source, node);
+      if (!seen.insert({curve_key(p), p.block_tokens}).second)
+        yaml::fail(source, node,
+                   fmt::format("duplicate calibration point for {} {} {} head_dim {} at {} tokens", p.gpu,
+                               p.op == KernelOp::AttnFwd ? "forward" : "backward", to_string(p.dtype), p.head_dim,
+                               p.block_tokens));
+      file_points.push_back(std::move(p));
+    }
+  }
+
+  // A curve in the file replaces the default curve with the same GPU, op, dtype and head_dim.
+  if (yaml::get_bool(source, root, "keep_defaults", true)) {
+    std::set<CurveKey> replaced;
+    for (const auto& p : file_points)
+      replaced.insert(curve_key(p));
+    for (const auto& p : defaults().points_)
+      if (!replaced.count(curve_key(p))) c.points_.push_back(p);
+  }
+  for (auto& p : file_points)
+    c.points_.push_back(std::move(p));
+  return c;
+}
+
+Calibration Calibration::load(const std::string& path) {
+  return parse(yaml::read_file(path), path);
+}
+
+KernelCurve Calibration::curve(const std::string& gpu, KernelOp op, DType dtype, int head_dim,
+                               double peak_tflops) const {
+  KernelCurve result;
+  result.peak_tflops_ = peak_tflops;
+  // Candidate points: the longest matching GPU prefix, the same op; the exact dtype, or the other
+  // 16-bit type (same tensor-core rate on A100/H100); the nearest head_dim in log2.
+  size_t best_prefix = 0;
+  for (const auto& p : points_)
+    if (p.op == op && gpu_matches(p.gpu, gpu)) best_prefix = std::max(best_prefix, p.gpu.size());
+  auto usable = [&](const CalibrationPoint& p) {
+    return p.op == op && p.gpu.size() == best_prefix && gpu_matches(p.gpu, gpu);
+  };
+  const CalibrationPoint* chosen_dtype = nullptr;
+  for (const auto& p : points_) {
+    if (!usable(p)) continue;
+    if (p.dtype == dtype) {
+      chosen_dtype = &p;
+      break;
+    }
+    if (!chosen_dtype && is_16bit(p.dtype) && is_16bit(dtype)) chosen_dtype = &p;
+  }
+  if (!chosen_dtype) {
+    result.points_.emplace_back(0.0, fallback_efficiency_ * peak_tflops);
+    result.fallback_ = true;
+    return result;
+  }
+
+  const DType use_dtype = chosen_dtype->dtype;
+  double best_distance = std::numeric_limits<double>::infinity();
+  int use_head_dim = 0;
+  for (const auto& p : points_) {
+    if (!usable(p) || p.dtype != use_dtype) continue;
+    const double distance = std::abs(std::log2(double(p.head_dim)) - std::log2(double(std::max(head_dim, 1))));
+    if (distance < best_distance || (distance == best_distance && p.head_dim < use_head_dim)) {
+      best_distance = distance;
+      use_head_dim = p.head_dim;
+    }
+  }
+  for (const auto& p : points_)
+    if (usable(p) && p.dtype == use_dtype && p.head_dim == use_head_dim)
+      result.points_.emplace_back(std::log2(double(p.block_tokens)), p.tflops);
+  std::sort(result.points_.begin(), result.points_.end());
+  return result;
+}
+
+double KernelCurve::tflops(int64_t q_tokens, int64_t k_tokens) const {
+  if (points_.empty()) return 0;
+  // A q x k block sits on the curve at its geometric-mean side length.
+  const double x =
+      0.5 * (std::log2(double(std::max<int64_t>(q_tokens, 1))) + std::log2(double(std::max<int64_t>(k_tokens, 1))));
+  double value = points_.front().second;
+  if (x >= points_.back().first) {
+    value = points_.back().second;
+  } else if (x > points_.front().first) {
+    for (size_t i = 1; i < points_.size(); ++i) {
+      if (x > points_[i].first) continue;
+      const auto [x0, y0] = points_[i - 1];
+      const auto [x1, y1] = points_[i];
+      value = x1 == x0 ? y1 : y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+      break;
+    }
+  }
+  return peak_tflops_ > 0 ? std::min(value, peak_tflops_) : value;
+}
+
+double Calibration::tflops(const std::string& gpu, KernelOp op, DType dtype, int head_dim, int64_t q_tokens,
+                           int64_t k_tokens, double peak_tflops) const {
+  return curve(gpu, op, dtype, head_dim, peak_tflops).tflops(q_tokens, k_tokens);
+}
+
+}  // namespace wallfacer

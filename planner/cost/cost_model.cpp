@@ -1,0 +1,295 @@
+// The analytic cost model (cost_model.hpp): list-schedules the timed ranks' programs through their
+// four streams (timeline.hpp) with calibrated compute times and contention-aware transfer
+// times. Formulas and conventions: docs/cost-model.md.
+#include <wallfacer/cost/cost_model.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/log.hpp>
+#include <wallfacer/cost/network.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/topology/topology.hpp>
+#include "timeline.hpp"
+
+namespace wallfacer {
+namespace {
+
+constexpr const char* kLog = "cost";
+
+// Everything needed to price the ops of one schedule.
+struct OpPricer {
+  const Schedule& schedule;
+  detail::NetworkPricer& network;
+  KernelCurve forward_curve, backward_curve;
+  double hbm_bytes_per_s = 0;
+
+  std::vector<int64_t> token_counts;  // by token-set id, -1 until needed
+
+  int64_t tokens_of(int32_t id) {
+    if (token_counts.size() <= size_t(id)) token_counts.resize(schedule.tokens.size(), -1);
+    int64_t& count = token_counts[size_t(id)];
+    if (count < 0) count = token_count(schedule.tokens.get(id));
+    return count;
+  }
+
+  // Throughput of the last block shape asked for (programs repeat shapes).
+  struct LastShape {
+    OpKind kind = OpKind::Copy;
+    int64_t q = -1, k = -1;
+    double tflops = 0;
+  } last;
+
+  double compute_seconds(const Op& op) {
+    if (op.flops <= 0) return 0;
+    const int64_t q = tokens_of(op.tok[0]), k = tokens_of(op.tok[1]);
+    if (op.kind != last.kind || q != last.q || k != last.k) {
+      const KernelCurve& curve = op.kind == OpKind::AttnFwd ? forward_curve : backward_curve;
+      last = {op.kind, q, k, curve.tflops(q, k)};
+    }
+    return last.tflops > 0 ? op.flops / (last.tflops * 1e12) : 0;
+  }
+
+  // BwdPrep and Copy are memory-bound: BwdPrep reads O and dO (op.bytes), Copy reads and writes
+  // op.bytes.
+  double memory_seconds(const Op& op) const {
+    if (hbm_bytes_per_s <= 0) return 0;
+    return (op.kind == OpKind::Copy ? 2.0 : 1.0) * double(op.bytes) / hbm_bytes_per_s;
+  }
+
+  double seconds(const Op& op, const RankProgram& program) {
+    switch (op.kind) {
+      case OpKind::AttnFwd:
+      case OpKind::AttnBwd:
+        return compute_seconds(op);
+      case OpKind::BwdPrep:
+      case OpKind::Copy:
+        return memory_seconds(op);
+      case OpKind::Send:
+        return network.p2p_seconds(op.flow_set, program.rank, op.peer, op.bytes);
+      case OpKind::Recv:
+        return network.p2p_seconds(op.flow_set, op.peer, program.rank, op.bytes);
+      default: {
+        if (op.coll < 0) return 0;
+        if (op.kind == OpKind::AllToAll) return network.all_to_all_seconds(program, op, schedule.tokens, schedule.dims);
+        const CollectiveSpec& spec = program.collectives[size_t(op.coll)];
+        if (op.kind == OpKind::AllReduce && spec.algorithm == AllReduceAlgorithm::Tree)
+          return network.tree_all_reduce_seconds(spec.group, spec.elements);
+        return network.collective_seconds(op.kind, spec.group, op.bytes);
+      }
+    }
+  }
+};
+
+// Attention FLOPs of one layer, forward + backward, all ranks (algorithms.md §1.3 convention).
+double layer_attention_flops(const Workload& w) {
+  const double forward = 4.0 * w.batch * double(w.seq) * double(w.seq) * w.heads * w.head_dim * (w.causal ? 0.5 : 1.0);
+  return 3.5 * forward;
+}
+
+void add_unique(std::vector<int>& list, std::set<int>& seen, int rank, int ranks) {
+  if (rank >= 0 && rank < ranks && seen.insert(rank).second) list.push_back(rank);
+}
+
+}  // namespace
+
+double kernel_peak_tflops(const GpuModel& gpu, DType dtype) {
+  if (dtype == DType::BF16 && gpu.peak_bf16_tflops > 0) return gpu.peak_bf16_tflops;
+  return gpu.peak_fp16_tflops > 0 ? gpu.peak_fp16_tflops : gpu.peak_bf16_tflops;
+}
+
+std::string dtype_issue(const GpuModel& gpu, DType dtype) {
+  if (dtype == DType::BF16 && gpu.peak_bf16_tflops <= 0)
+    return fmt::format("{} has no bf16 tensor cores; use --dtype fp16", gpu.name);
+  return {};
+}
+
+Prediction CostBreakdown::to_prediction() const {
+  Prediction p;
+  p.forward_ms = forward_ms;
+  p.backward_ms = backward_ms;
+  p.step_ms = step_ms;
+  p.p2p_bytes_forward = volume.p2p_forward;
+  p.p2p_bytes_backward = volume.p2p_backward;
+  p.collective_bytes_forward = volume.collective_forward;
+  p.collective_bytes_backward = volume.collective_backward;
+  p.memory_GiB = memory.total_GiB;
+  p.mfu = mfu;
+  return p;
+}
+
+CostModel::CostModel(const Topology& topology, Calibration calibration, CostOptions options)
+    : topology_(topology),
+      calibration_(std::move(calibration)),
+      options_(options),
+      tree_prices_(std::make_shared<detail::TreePriceCache>()) {}
+CostModel::~CostModel() = default;
+
+std::vector<int> CostModel::timed_ranks(const Plan& plan) const {
+  const int ranks = plan.num_ranks();
+  std::vector<int> list;
+  if (options_.max_timed_ranks <= 0 || ranks <= options_.max_timed_ranks) {
+    for (int r = 0; r < ranks; ++r)
+      list.push_back(r);
+    return list;
+  }
+  std::set<int> seen;
+  // The ends of the rank space, then both ends of the first and last group of every kind: under a
+  // contiguous causal layout the last rank of a ring holds the latest tokens and the most work.
+  add_unique(list, seen, 0, ranks);
+  add_unique(list, seen, ranks - 1, ranks);
+  std::set<GroupKind> kinds_done;
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    if (!kinds_done.insert(plan.groups[g].kind).second) continue;
+    size_t last = g;
+    for (size_t h = g; h < plan.groups.size(); ++h)
+      if (plan.groups[h].kind == plan.groups[g].kind) last = h;
+    for (size_t index : {g, last}) {
+      const auto& members = plan.groups[index].ranks;
+      if (members.empty()) continue;
+      add_unique(list, seen, members.back(), ranks);
+      add_unique(list, seen, members.front(), ranks);
+    }
+  }
+  // Every node-local GPU position, on the first and the last node the plan uses.
+  const int first_node = plan.ranks.front().node, last_node = plan.ranks.back().node;
+  for (const RankSlot& slot : plan.ranks)
+    if (slot.node == first_node || slot.node == last_node) add_unique(list, seen, slot.rank, ranks);
+  // Evenly spaced ranks fill what is left.
+  const int want = options_.max_timed_ranks;
+  for (int i = 1; int(list.size()) < want && i < want; ++i)
+    add_unique(list, seen, int(int64_t(i) * ranks / want), ranks);
+  if (int(list.size()) > want) list.resize(size_t(want));
+  return list;
+}
+
+void CostModel::build_timed(const Plan& plan, Schedule& schedule, int max_ranks) const {
+  ScheduleBuilder builder(plan);
+  if (schedule.ranks.empty()) {
+    schedule.dims = builder.dims();
+    schedule.flow_sets = builder.flow_sets();
+  }
+  std::set<int> have;
+  int64_t ops = 0;
+  for (const RankProgram& program : schedule.ranks) {
+    have.insert(program.rank);
+    ops += int64_t(program.ops.size());
+  }
+  for (int rank : timed_ranks(plan)) {
+    if (max_ranks > 0 && int(schedule.ranks.size()) >= max_ranks) break;
+    if (options_.max_timed_ops > 0 && schedule.ranks.size() >= 2 && ops >= options_.max_timed_ops) break;
+    if (have.count(rank)) continue;
+    schedule.ranks.push_back(builder.build_rank(rank, schedule.tokens));
+    ops += int64_t(schedule.ranks.back().ops.size());
+  }
+  WF_LOG_DEBUG(kLog, "{} on {} ranks: timing {} ranks, {} ops", to_string(plan.strategy), plan.num_ranks(),
+               schedule.ranks.size(), ops);
+}
+
+CostBreakdown CostModel::evaluate(const Plan& plan) const {
+  Schedule schedule;
+  build_timed(plan, schedule);
+  return evaluate(plan, schedule);
+}
+
+CostBreakdown CostModel::evaluate(const Plan& plan, const Schedule& schedule) const {
+  CostBreakdown cost = evaluate_times(plan, schedule);
+  cost.volume = comm_volume(schedule);
+  cost.memory = memory(plan, schedule);
+  return cost;
+}
+
+PreparedTiming::PreparedTiming(const Plan& plan, const Schedule& schedule, Timing timing) : schedule_(schedule) {
+  // With every rank at hand each message waits for its real other end; a sample assumes
+  // symmetric partners; the bound waits for nothing (timeline.hpp).
+  std::vector<const RankProgram*> programs;
+  std::set<int> distinct;
+  for (const RankProgram& program : schedule.ranks) {
+    programs.push_back(&program);
+    distinct.insert(program.rank);
+  }
+  const bool every_rank = int(distinct.size()) == plan.num_ranks() && distinct.size() == programs.size();
+  const detail::PairMode mode = timing == Timing::LowerBound ? detail::PairMode::Unpaired
+                                : every_rank                 ? detail::PairMode::Matched
+                                                             : detail::PairMode::Symmetric;
+  shape_ = std::make_unique<detail::TimelineShape>(std::move(programs), mode);
+}
+
+PreparedTiming::~PreparedTiming() = default;
+
+CostBreakdown CostModel::evaluate_times(const Plan& plan, const Schedule& schedule, Timing timing) const {
+  return evaluate_times(plan, PreparedTiming(plan, schedule, timing));
+}
+
+CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& prepared) const {
+  const Schedule& schedule = prepared.schedule_;
+  WF_ASSERT(prepared.shape_->size() == schedule.ranks.size(), "the schedule changed after its timing was prepared");
+  const GpuModel& gpu = topology_.gpu();
+  const DType dtype = plan.workload.dtype;
+  const double peak = kernel_peak_tflops(gpu, dtype);
+  detail::NetworkPricer network(topology_, plan, schedule.flow_sets, tree_prices_.get());
+  OpPricer pricer{schedule,
+                  network,
+                  calibration_.curve(gpu.name, KernelOp::AttnFwd, dtype, plan.workload.head_dim, peak),
+                  calibration_.curve(gpu.name, KernelOp::AttnBwd, dtype, plan.workload.head_dim, peak),
+                  gpu.hbm_GBps * 1e9,
+                  {},
+                  {}};
+  std::vector<std::vector<double>> duration(schedule.ranks.size());
+  for (size_t p = 0; p < schedule.ranks.size(); ++p) {
+    const RankProgram& program = schedule.ranks[p];
+    duration[p].resize(program.ops.size());
+    for (size_t i = 0; i < program.ops.size(); ++i)
+      duration[p][i] = pricer.seconds(program.ops[i], program);
+  }
+
+  CostBreakdown cost;
+  double forward_s = 0, step_s = 0, critical_compute = 0, busiest_compute = 0;
+  // Forward ends with the last forward op of any rank, the step with the last op (as simulated).
+  for (const detail::RankTiming& t : prepared.shape_->run(duration)) {
+    forward_s = std::max(forward_s, t.forward_end_s);
+    const double compute = t.compute_forward_s + t.compute_backward_s;
+    busiest_compute = std::max(busiest_compute, compute);
+    if (t.end_s > step_s) {
+      step_s = t.end_s;
+      critical_compute = compute;
+    }
+  }
+  cost.forward_ms = forward_s * 1e3;
+  cost.step_ms = step_s * 1e3;
+  cost.backward_ms = cost.step_ms - cost.forward_ms;
+  cost.compute_ms = busiest_compute * 1e3;
+  cost.exposed_comm_ms = std::max(0.0, cost.step_ms - critical_compute * 1e3);
+  cost.attention_flops = layer_attention_flops(plan.workload);
+  const double denominator = cost.step_ms * 1e-3 * plan.num_ranks() * peak * 1e12;
+  cost.mfu = denominator > 0 ? cost.attention_flops / denominator : 0;
+  return cost;
+}
+
+CommVolume comm_volume(const Schedule& schedule) {
+  CommVolume v;
+  for (const RankProgram& program : schedule.ranks) {
+    CommVolume r;
+    for (const Op& op : program.ops) {
+      const bool fwd = op.phase == Phase::Forward;
+      if (op.kind == OpKind::Send) {
+        (fwd ? r.p2p_forward : r.p2p_backward) += op.bytes;
+        (fwd ? r.messages_forward : r.messages_backward) += 1;
+      } else if (is_collective(op.kind)) {
+        (fwd ? r.collective_forward : r.collective_backward) += op.bytes;
+      }
+    }
+    v.p2p_forward = std::max(v.p2p_forward, r.p2p_forward);
+    v.p2p_backward = std::max(v.p2p_backward, r.p2p_backward);
+    v.collective_forward = std::max(v.collective_forward, r.collective_forward);
+    v.collective_backward = std::max(v.collective_backward, r.collective_backward);
+    v.messages_forward = std::max(v.messages_forward, r.messages_forward);
+    v.messages_backward = std::max(v.messages_backward, r.messages_backward);
+  }
+  return v;
+}
+
+}  // namespace wallfacer

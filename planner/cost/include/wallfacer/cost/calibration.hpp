@@ -1,0 +1,65 @@
+// Achieved attention-kernel throughput per (GPU model, operation, block shape, dtype), shared by
+// the cost model and the simulator. Defaults are sourced (docs/calibration.md); a YAML file can
+// replace them (--calibration FILE). Throughput between calibrated block sizes is interpolated
+// in log2(tokens); beyond the ends it is clamped.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <wallfacer/plan/workload.hpp>
+
+namespace wallfacer {
+
+enum class KernelOp { AttnFwd, AttnBwd };
+
+struct CalibrationPoint {
+  std::string gpu;  // GPU model name prefix, e.g. "H100" matches "H100-SXM5-80GB"
+  KernelOp op = KernelOp::AttnFwd;
+  DType dtype = DType::BF16;
+  int head_dim = 128;
+  int64_t block_tokens = 0;  // query tokens = key tokens of the block
+  double tflops = 0;         // achieved, dense FLOP convention of algorithms.md §1.3
+  std::string source;
+};
+
+// One resolved throughput curve (GPU, op, dtype, head_dim), for pricing many blocks quickly.
+class KernelCurve {
+ public:
+  // Achieved TFLOP/s of a q_tokens x k_tokens block (log2 interpolation, clamped at the ends and
+  // at the peak).
+  double tflops(int64_t q_tokens, int64_t k_tokens) const;
+  bool is_fallback() const { return fallback_; }  // no point matched: fallback efficiency x peak
+
+ private:
+  friend class Calibration;
+  std::vector<std::pair<double, double>> points_;  // (log2 block tokens, TFLOP/s), sorted
+  double peak_tflops_ = 0;
+  bool fallback_ = false;
+};
+
+class Calibration {
+ public:
+  static Calibration defaults();
+  static Calibration parse(const std::string& yaml_text, const std::string& source);  // throws InputError
+  static Calibration load(const std::string& path);
+
+  // Achieved TFLOP/s for a q_tokens x k_tokens block. Falls back to `fallback_efficiency` x
+  // peak_tflops when no point matches the GPU.
+  double tflops(const std::string& gpu, KernelOp op, DType dtype, int head_dim, int64_t q_tokens, int64_t k_tokens,
+                double peak_tflops) const;
+  KernelCurve curve(const std::string& gpu, KernelOp op, DType dtype, int head_dim, double peak_tflops) const;
+  double fallback_efficiency() const { return fallback_efficiency_; }
+  // Fraction of compute speed kept while communication kernels run (simulator option), 1 = none lost.
+  double compute_slowdown_under_comm() const { return comm_slowdown_; }
+  const std::vector<CalibrationPoint>& points() const { return points_; }
+
+ private:
+  std::vector<CalibrationPoint> points_;
+  double fallback_efficiency_ = 0.5;
+  double comm_slowdown_ = 1.0;
+};
+
+}  // namespace wallfacer

@@ -1,0 +1,151 @@
+// Analytic cost of a plan on a topology, read off its schedule: compute time from each block's
+// FLOPs and the calibrated kernel throughput; communication as latency + bytes / bandwidth along
+// the route, where flows of one flow set that share a link (NIC, NVLink, fabric) divide its
+// bandwidth; overlap from the dependencies (the critical path through the four streams).
+// Memory per GPU from the schedule's buffers plus activations, weights and optimizer state.
+// Formulas in docs/cost-model.md; the paper's closed forms in algorithms.md §10-11.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <wallfacer/cost/calibration.hpp>
+#include <wallfacer/plan/plan.hpp>
+#include <wallfacer/schedule/schedule.hpp>
+#include <wallfacer/topology/topology.hpp>
+
+namespace wallfacer {
+
+struct CommVolume {
+  int64_t p2p_forward = 0, p2p_backward = 0;                // bytes sent per GPU (max over ranks)
+  int64_t collective_forward = 0, collective_backward = 0;  // bytes sent per GPU (max over ranks)
+  int64_t messages_forward = 0, messages_backward = 0;      // P2P messages sent (max over ranks)
+};
+
+struct MemoryEstimate {
+  double model_state_GiB = 0;  // weights, gradients, optimizer state (ZeRO-sharded)
+  double activations_GiB = 0;  // checkpoints of all layers (WallFacer Eq. 8-10 model)
+  double attention_GiB = 0;    // the schedule's buffers at their capacity (replicas, double buffers)
+  double total_GiB = 0;
+};
+
+struct CostOptions {
+  // Representative ranks whose programs are timed; 0 = all ranks. Symmetric strategies give
+  // every rank the same critical path, so large clusters time a sample.
+  int max_timed_ranks = 64;
+  // Upper bound on the ops of all timed ranks together (0 = none): very long programs (a 16K-rank
+  // ring) time fewer ranks, never fewer than the first two of the sample (rank 0 and the last).
+  int64_t max_timed_ops = 250'000;
+};
+
+struct CostBreakdown {
+  double forward_ms = 0, backward_ms = 0, step_ms = 0;
+  double compute_ms = 0;       // busiest rank's compute stream, forward + backward
+  double exposed_comm_ms = 0;  // step minus compute on the critical rank
+  CommVolume volume;
+  MemoryEstimate memory;
+  double attention_flops = 0;  // whole layer, all ranks (algorithms.md §1.3)
+  double mfu = 0;              // attention_flops / (step time * ranks * peak)
+  Prediction to_prediction() const;
+};
+
+// How evaluate_times pairs the two ends of a message (planner/cost/timeline.hpp).
+enum class Timing {
+  // With every rank of the plan in the schedule, a message waits for its real other end; with a
+  // sample, for this rank's own op of the same tag (symmetric partners).
+  Estimate,
+  // Every op starts when its own rank allows, as if the other end were always ready: never above
+  // Estimate for a schedule holding the same ranks or more (the search's bound).
+  LowerBound,
+};
+
+namespace detail {
+class TimelineShape;
+class TreePriceCache;
+}  // namespace detail
+
+// How the ops of a schedule wait for each other (which message ends and collectives start
+// together), prepared once to price the schedule many times: the search prices one schedule under
+// every GPU order. Refers to `schedule`, which must outlive it and keep its ranks.
+class PreparedTiming {
+ public:
+  PreparedTiming(const Plan& plan, const Schedule& schedule, Timing timing = Timing::Estimate);
+  ~PreparedTiming();
+  PreparedTiming(const PreparedTiming&) = delete;
+  PreparedTiming& operator=(const PreparedTiming&) = delete;
+
+ private:
+  friend class CostModel;
+  const Schedule& schedule_;
+  std::unique_ptr<detail::TimelineShape> shape_;
+};
+
+class CostModel {
+ public:
+  CostModel(const Topology& topology, Calibration calibration, CostOptions options = {});
+  ~CostModel();
+  // Builds (the needed part of) the schedule of `plan` and prices it.
+  CostBreakdown evaluate(const Plan& plan) const;
+  // Prices an already-built schedule (all ranks present or a representative subset).
+  CostBreakdown evaluate(const Plan& plan, const Schedule& schedule) const;
+  // Times, compute and MFU only (no volume, no memory): what changes with the GPU order.
+  CostBreakdown evaluate_times(const Plan& plan, const Schedule& schedule, Timing timing = Timing::Estimate) const;
+  // The same with the schedule's timing structure prepared beforehand (for any GPU order of
+  // the plan it was prepared with).
+  CostBreakdown evaluate_times(const Plan& plan, const PreparedTiming& prepared) const;
+  MemoryEstimate memory(const Plan& plan, const Schedule& schedule) const;
+  const Topology& topology() const { return topology_; }
+  const Calibration& calibration() const { return calibration_; }
+  const CostOptions& options() const { return options_; }
+  // Appends to `schedule` the programs of timed ranks it does not hold yet (timed_ranks order),
+  // until it holds `max_ranks` (0 = the whole sample) or the op budget is spent. Fills dims and
+  // flow sets when the schedule is empty. The programs do not depend on the GPU order.
+  void build_timed(const Plan& plan, Schedule& schedule, int max_ranks = 0) const;
+  // The ranks evaluate(plan) would time, in priority order (all ranks when few).
+  std::vector<int> timed_ranks(const Plan& plan) const;
+
+ private:
+  const Topology& topology_;
+  Calibration calibration_;
+  CostOptions options_;
+  std::shared_ptr<detail::TreePriceCache> tree_prices_;  // shared by copies: a search prices many plans
+};
+
+// Dense tensor-core peak used for MFU and the fallback efficiency: BF16 or FP16 by dtype; FP32 and
+// BF16 on a GPU without BF16 (V100) use the FP16 peak (see dtype_issue).
+double kernel_peak_tflops(const GpuModel& gpu, DType dtype);
+// Why this GPU cannot run this dtype ("V100-SXM2-16GB has no bf16 tensor cores; use --dtype fp16"),
+// empty when it can.
+std::string dtype_issue(const GpuModel& gpu, DType dtype);
+
+// Weights, gradients and Adam state per GPU in bytes: 16 bytes per parameter in mixed precision
+// (2 bf16 weights, 2 bf16 gradients, 12 fp32 master weights and moments), sharded over all
+// `ranks` GPUs (data-parallel x sequence-parallel) by ZeRO stage: 0 none, 1 optimizer state,
+// 2 + gradients, 3 + weights.
+double model_state_bytes(const Workload& workload, int ranks);
+// Model state and checkpointed activations of a plan on `ranks` GPUs, without the attention
+// buffers (those need the schedule).
+MemoryEstimate base_memory(const Workload& workload, int ranks);
+
+// WallFacer's memory model (algorithms.md §11, paper Eq. 8-10) read off a schedule: M model state,
+// A = B·N·H/P activation elements (times the element size here), Y+1 checkpoints, and the Q, K, V
+// the busiest rank holds at the forward peak (per field, its largest buffer), which is 3A for Ring
+// Attention and 3C·A for WallFacer. peak = M + (Y+1)·A + qkv.
+struct PaperMemoryTerms {
+  double model_state_bytes = 0;
+  double activation_bytes = 0;  // A·s, one activation slice
+  int layers = 0;               // Y
+  double qkv_bytes = 0;
+  double peak_bytes() const { return model_state_bytes + (layers + 1) * activation_bytes + qkv_bytes; }
+};
+PaperMemoryTerms paper_memory_terms(const Plan& plan, const Schedule& schedule);
+
+// Bytes of one rank's buffers at capacity (WeightGrad excluded: it is model state).
+double buffer_bytes(const ScheduleDims& dims, const RankProgram& program);
+
+// Communication volume of a full or partial schedule (sent bytes per rank, max over ranks).
+CommVolume comm_volume(const Schedule& schedule);
+
+}  // namespace wallfacer

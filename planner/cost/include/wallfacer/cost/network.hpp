@@ -1,0 +1,142 @@
+// Internal to the cost model: prices point-to-point transfers and collectives of one plan on its
+// topology. Flows that run together (a schedule FlowSet, or every group of one kind running the
+// same collective) divide each contended resource (a link direction) evenly; a flow gets the
+// minimum over its hops of resource bandwidth / flows on it.
+//
+// Counting. Up to kExactFlows flows, every flow of the set is routed and counted. Larger sets
+// count, for the flow being priced, the flows with an end on the same nodes as it: exact for
+// every link inside those nodes and their NIC links (so exact on a single-switch fabric), but it
+// misses flows between other nodes that meet it only on switch-to-switch links of a fat tree.
+// This keeps a 16K-GPU plan to a few thousand routes. Results are cached per set and flow.
+// Not thread-safe (the topology's route cache is not).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <wallfacer/plan/plan.hpp>
+#include <wallfacer/schedule/schedule.hpp>
+#include <wallfacer/topology/topology.hpp>
+
+namespace wallfacer::detail {
+
+constexpr size_t kExactFlows = 4096;
+
+// Bandwidth (GB/s) a flow gets and the latency (µs) of its route.
+struct FlowPrice {
+  double bandwidth_GBps = 0;
+  double latency_us = 0;
+};
+
+// Counts flows per contended resource and turns counts into per-flow bandwidth.
+class ContentionCounter {
+ public:
+  explicit ContentionCounter(const Topology& topology);
+  void add(int src_gpu, int dst_gpu);
+  // Takes back one add() of the same pair.
+  void remove(int src_gpu, int dst_gpu);
+  // Price of a flow between two GPUs given the flows added since the last clear().
+  FlowPrice price(int src_gpu, int dst_gpu) const;
+  void clear();
+
+ private:
+  const Topology& topology_;
+  std::vector<int32_t> count_;  // by resource id
+  std::vector<int64_t> touched_;
+};
+
+// Tree all-reduce prices by the group's GPUs in tree position order and the buffer's size: the
+// same for every plan whose group covers the same GPUs (a world group always does), so a search
+// prices each once. Thread-safe.
+class TreePriceCache {
+ public:
+  std::optional<double> find(const std::vector<int>& gpus, int64_t elements) const;
+  void store(const std::vector<int>& gpus, int64_t elements, double seconds);
+
+ private:
+  static constexpr size_t kMaxEntries = 4096;  // data groups differ between plans; keep it bounded
+  mutable std::mutex mutex_;
+  std::map<std::pair<int64_t, std::vector<int>>, double> seconds_;
+};
+
+class NetworkPricer {
+ public:
+  NetworkPricer(const Topology& topology, const Plan& plan, const std::vector<FlowSet>& flow_sets,
+                TreePriceCache* tree_prices = nullptr);
+  // Seconds a Send/Recv of `bytes` from src_rank to dst_rank takes inside flow set `flow_set`
+  // (-1: a lone flow).
+  double p2p_seconds(int flow_set, int src_rank, int dst_rank, int64_t bytes);
+  FlowPrice p2p_price(int flow_set, int src_rank, int dst_rank);
+  // Seconds a ring collective (all-gather, reduce-scatter, all-reduce) takes when this member sends
+  // `bytes`, with every group of the same kind running it at once.
+  double collective_seconds(OpKind kind, int group, int64_t bytes);
+  // Seconds a tree all-reduce of `elements` fp32 values over `group` takes (all_reduce.hpp): the
+  // tree's transfers timed as the simulator runs them: pairwise in their rounds after the
+  // pipeline's fill (the longest path's latency up and down), each sharing its links with the
+  // others of its round. Flows of other groups are not counted: the weight-gradient all-reduce
+  // runs after the attention traffic.
+  double tree_all_reduce_seconds(int group, int64_t elements);
+  // Seconds an all-to-all op of `program` takes. Only member pairs whose slices intersect exchange
+  // data (a shift is an all-to-all with one peer); every member is assumed to use the same peer
+  // offsets in group order (true of shifts and full exchanges), and so is every group of the kind.
+  double all_to_all_seconds(const RankProgram& program, const Op& op, const TokenSetPool& pool,
+                            const ScheduleDims& dims);
+
+ private:
+  struct GroupPrice {
+    double bandwidth_GBps = 0;  // slowest member-to-member flow of the group under contention
+    double latency_us = 0;      // largest route latency among those flows
+  };
+  // Flows of every group of one kind where member k sends to member k + offset (mod size), for
+  // each offset (ring algorithms: offset 1).
+  struct Pattern {
+    GroupKind kind;
+    std::vector<int> offsets;
+    size_t flows = 0;
+    std::unordered_map<int, GroupPrice> prices;  // by group index
+  };
+  struct SetIndex {
+    std::unordered_map<uint64_t, FlowPrice> prices;         // by (src rank, dst rank)
+    std::unordered_map<int, std::vector<int32_t>> by_node;  // flows with an end on the node (large sets)
+  };
+
+  SetIndex& set_index(int flow_set);
+  Pattern& pattern(GroupKind kind, const std::vector<int>& offsets);
+  GroupPrice group_price(Pattern& pattern, int group);
+  void count_pattern_near(const Pattern& pattern, int group);
+  void index_kind(GroupKind kind);
+  int member_index(int group, int rank);
+  int gpu_of(int rank) const { return plan_.ranks[size_t(rank)].gpu; }
+  int node_of(int rank) const { return plan_.ranks[size_t(rank)].node; }
+
+  const Topology& topology_;
+  const Plan& plan_;
+  const std::vector<FlowSet>& flow_sets_;
+  ContentionCounter counter_;
+  // Bytes that cross one resource during a tree all-reduce, and when the first may start to.
+  struct ResourceLoad {
+    double first_s = std::numeric_limits<double>::infinity();
+    double bytes = 0;
+  };
+  void add_load(std::vector<ResourceLoad>& loads, int src_gpu, int dst_gpu, double first_s, double bytes) const;
+  std::unordered_map<int, SetIndex> sets_;
+  struct LastFlow {
+    int flow_set = -2, src = -1, dst = -1;
+    FlowPrice price;
+  } last_;
+  std::map<std::pair<int, std::vector<int>>, Pattern> patterns_;
+  std::unordered_map<uint64_t, int> member_index_;  // (group, rank) -> position in the group
+  std::vector<bool> group_indexed_;
+  // Per group kind: node -> (group, member position) of the members placed on it.
+  std::map<int, std::unordered_map<int, std::vector<std::pair<int, int>>>> members_by_node_;
+  std::map<std::pair<int, int64_t>, double> tree_seconds_;  // by (group, elements)
+  TreePriceCache* tree_prices_;                             // across pricers; may be null
+};
+
+}  // namespace wallfacer::detail

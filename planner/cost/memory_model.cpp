@@ -1,0 +1,92 @@
+// Memory per GPU (cost_model.hpp): model state sharded by ZeRO stage, the layer checkpoints of
+// WallFacer's Eq. 8-10 and the schedule's attention buffers. Conventions: docs/cost-model.md.
+#include <algorithm>
+
+#include <wallfacer/cost/cost_model.hpp>
+
+namespace wallfacer {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// A = B·N·H/P activation elements times the element size (WallFacer Eq. 8).
+double activation_slice_bytes(const Workload& w, int ranks) {
+  return double(w.batch) * double(w.seq) * double(w.hidden) / std::max(ranks, 1) * bytes_of(w.dtype);
+}
+
+int rows_of(const RankProgram& program) {
+  return std::max(program.batch_end - program.batch_begin, 1);
+}
+
+double field_bytes(const ScheduleDims& dims, const BufferDecl& buf, Field field, int batch) {
+  return double(payload_bytes(dims, field_bit(field), buf.capacity_tokens, buf.heads.size(), batch, buf.fp32));
+}
+
+}  // namespace
+
+double model_state_bytes(const Workload& workload, int ranks) {
+  const double params = double(workload.parameter_count());
+  const double shards = std::max(ranks, 1);
+  // bf16 weights (2 B), bf16 gradients (2 B), fp32 master weights + Adam moments (12 B).
+  switch (workload.zero_stage) {
+    case 0:
+      return 16 * params;
+    case 1:
+      return (2 + 2) * params + 12 * params / shards;
+    case 2:
+      return 2 * params + (2 + 12) * params / shards;
+    default:
+      return 16 * params / shards;
+  }
+}
+
+double buffer_bytes(const ScheduleDims& dims, const RankProgram& program) {
+  double total = 0;
+  const FieldMask weight = field_bit(Field::WeightGrad);
+  for (const BufferDecl& buf : program.buffers) {
+    const FieldMask fields = FieldMask(buf.fields & ~weight);
+    if (!fields) continue;
+    total += double(payload_bytes(dims, fields, buf.capacity_tokens, buf.heads.size(), rows_of(program), buf.fp32));
+  }
+  return total;
+}
+
+MemoryEstimate base_memory(const Workload& w, int ranks) {
+  MemoryEstimate m;
+  m.model_state_GiB = model_state_bytes(w, ranks) / kGiB;
+  m.activations_GiB = (w.layers + 1) * activation_slice_bytes(w, ranks) / kGiB;
+  m.total_GiB = m.model_state_GiB + m.activations_GiB;
+  return m;
+}
+
+MemoryEstimate CostModel::memory(const Plan& plan, const Schedule& schedule) const {
+  MemoryEstimate m = base_memory(plan.workload, plan.num_ranks());
+  double busiest = 0;
+  for (const RankProgram& program : schedule.ranks)
+    busiest = std::max(busiest, buffer_bytes(schedule.dims, program));
+  m.attention_GiB = busiest / kGiB;
+  m.total_GiB = m.model_state_GiB + m.activations_GiB + m.attention_GiB;
+  return m;
+}
+
+PaperMemoryTerms paper_memory_terms(const Plan& plan, const Schedule& schedule) {
+  PaperMemoryTerms t;
+  t.model_state_bytes = model_state_bytes(plan.workload, plan.num_ranks());
+  t.activation_bytes = activation_slice_bytes(plan.workload, plan.num_ranks());
+  t.layers = plan.workload.layers;
+  // The forward peak holds each of Q, K, V once at its widest: the largest buffer of each field.
+  for (const RankProgram& program : schedule.ranks) {
+    double qkv = 0;
+    for (Field field : {Field::Q, Field::K, Field::V}) {
+      double widest = 0;
+      for (const BufferDecl& buf : program.buffers)
+        if (buf.fields & field_bit(field))
+          widest = std::max(widest, field_bytes(schedule.dims, buf, field, rows_of(program)));
+      qkv += widest;
+    }
+    t.qkv_bytes = std::max(t.qkv_bytes, qkv);
+  }
+  return t;
+}
+
+}  // namespace wallfacer

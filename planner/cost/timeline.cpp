@@ -1,0 +1,320 @@
+// List schedule of rank programs with paired message ends (timeline.hpp).
+#include "timeline.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+
+#include <wallfacer/core/log.hpp>
+
+namespace wallfacer::detail {
+namespace {
+
+constexpr double kNotStarted = -1;
+
+struct OpRef {
+  int32_t program = -1;
+  int32_t op = -1;
+};
+
+// An op with the key that decides whom it meets (sorted, equal keys meet): three numbers and a
+// side (messages: sends first), packed so that sorting compares two words.
+struct Keyed {
+  Keyed(int32_t a, int32_t b, int32_t c, int32_t side, OpRef op)
+      : high(uint64_t(uint32_t(a)) << 32 | uint32_t(b)), low(uint64_t(uint32_t(c)) << 1 | uint64_t(side)), ref(op) {}
+  uint64_t high, low;
+  OpRef ref;
+  bool same_key(const Keyed& other) const { return high == other.high && (low >> 1) == (other.low >> 1); }
+  bool is_send() const { return (low & 1) == 0; }
+};
+
+// Equal keys keep program order (an op's program and index break ties).
+bool by_key_then_program_order(const Keyed& a, const Keyed& b) {
+  if (a.high != b.high) return a.high < b.high;
+  if (a.low != b.low) return a.low < b.low;
+  return a.ref.program != b.ref.program ? a.ref.program < b.ref.program : a.ref.op < b.ref.op;
+}
+
+}  // namespace
+
+// What each op waits for. An op is *posted* once its stream predecessor and its dependencies have
+// started (their ends are then known, durations being fixed); it starts when posted, or, when it
+// meets other ops (the two ends of a message, the members' ops of one collective), when all of
+// them are posted.
+struct TimelineShape::Impl {
+  struct Lanes {
+    std::vector<int32_t> waiting;           // by op: predecessors it waits for
+    std::vector<int32_t> meet;              // by op: index of its meeting, -1 when it starts alone
+    std::vector<int32_t> next;              // by op: the next op of its stream, -1 at the end
+    std::vector<uint32_t> first_dependent;  // CSR over `dependents`, by op
+    std::vector<int32_t> dependents;        // ops naming this one as a dependency
+  };
+  std::vector<const RankProgram*> programs;
+  std::vector<Lanes> lanes;
+  std::vector<OpRef> meet_ops;             // every meeting's ops, one meeting after another
+  std::vector<uint32_t> meet_begin = {0};  // meeting m: meet_ops[begin[m], begin[m + 1])
+
+  void add_lanes(const RankProgram& program);
+  void add_meet(const OpRef* begin, const OpRef* end) {
+    const auto index = int32_t(meet_begin.size() - 1);
+    for (const OpRef* ref = begin; ref != end; ++ref) {
+      lanes[size_t(ref->program)].meet[size_t(ref->op)] = index;
+      meet_ops.push_back(*ref);
+    }
+    meet_begin.push_back(uint32_t(meet_ops.size()));
+  }
+  void pair_messages(std::vector<Keyed>& ends);
+  void pair_matched();
+  void pair_symmetric();
+  void meet_collectives();
+};
+
+void TimelineShape::Impl::add_lanes(const RankProgram& program) {
+  const size_t n = program.ops.size();
+  Lanes& l = lanes.emplace_back();
+  l.waiting.assign(n, 0);
+  l.meet.assign(n, -1);
+  l.next.assign(n, -1);
+  l.first_dependent.assign(n + 1, 0);
+  int32_t last[kNumStreams] = {-1, -1, -1, -1};
+  for (size_t i = 0; i < n; ++i) {
+    const Op& op = program.ops[i];
+    int32_t& previous = last[int(op.stream)];
+    if (previous >= 0) {
+      l.next[size_t(previous)] = int32_t(i);
+      ++l.waiting[i];
+    }
+    previous = int32_t(i);
+    l.waiting[i] += op.dep_count;
+    for (const int32_t* d = program.deps_begin(op); d != program.deps_end(op); ++d)
+      ++l.first_dependent[size_t(*d) + 1];
+  }
+  for (size_t i = 0; i < n; ++i)
+    l.first_dependent[i + 1] += l.first_dependent[i];
+  l.dependents.resize(l.first_dependent[n]);
+  std::vector<uint32_t> fill(l.first_dependent.begin(), l.first_dependent.end() - 1);
+  for (size_t i = 0; i < n; ++i)
+    for (const int32_t* d = program.deps_begin(program.ops[i]); d != program.deps_end(program.ops[i]); ++d)
+      l.dependents[fill[size_t(*d)]++] = int32_t(i);
+}
+
+// Pairs the k-th send of each key with its k-th receive.
+void TimelineShape::Impl::pair_messages(std::vector<Keyed>& ends) {
+  std::sort(ends.begin(), ends.end(), by_key_then_program_order);
+  for (size_t first = 0; first < ends.size();) {
+    size_t last = first, sends = 0;
+    while (last < ends.size() && ends[last].same_key(ends[first])) {
+      sends += ends[last].is_send() ? 1 : 0;
+      ++last;
+    }
+    for (size_t k = 0; k < sends && first + sends + k < last; ++k) {
+      const OpRef pair[2] = {ends[first + k].ref, ends[first + sends + k].ref};
+      add_meet(pair, pair + 2);
+    }
+    first = last;
+  }
+}
+
+// A message's ends have the same (source rank, destination rank, tag).
+void TimelineShape::Impl::pair_matched() {
+  std::vector<Keyed> ends;
+  for (size_t p = 0; p < programs.size(); ++p)
+    for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
+      const Op& op = programs[p]->ops[i];
+      const int32_t rank = programs[p]->rank;
+      if (op.kind == OpKind::Send)
+        ends.emplace_back(rank, op.peer, op.tag, 0, OpRef{int32_t(p), int32_t(i)});
+      else if (op.kind == OpKind::Recv)
+        ends.emplace_back(op.peer, rank, op.tag, 1, OpRef{int32_t(p), int32_t(i)});
+    }
+  pair_messages(ends);
+}
+
+// Both ends on the timed rank: its send and its receive of the same tag.
+void TimelineShape::Impl::pair_symmetric() {
+  std::vector<Keyed> ends;
+  for (size_t p = 0; p < programs.size(); ++p)
+    for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
+      const Op& op = programs[p]->ops[i];
+      if (op.kind == OpKind::Send || op.kind == OpKind::Recv)
+        ends.emplace_back(int32_t(p), op.tag, 0, op.kind == OpKind::Send ? 0 : 1, OpRef{int32_t(p), int32_t(i)});
+    }
+  pair_messages(ends);
+}
+
+// The k-th collective a rank runs on a group meets the k-th of every other member (only when
+// every member is timed).
+void TimelineShape::Impl::meet_collectives() {
+  std::vector<Keyed> ops;
+  for (size_t p = 0; p < programs.size(); ++p) {
+    std::map<int32_t, int32_t> seen;  // group -> collectives of it so far
+    for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
+      const Op& op = programs[p]->ops[i];
+      if (op.stream != Stream::Collective || op.coll < 0) continue;
+      const int32_t group = programs[p]->collectives[size_t(op.coll)].group;
+      ops.emplace_back(group, seen[group]++, 0, 0, OpRef{int32_t(p), int32_t(i)});
+    }
+  }
+  std::sort(ops.begin(), ops.end(), by_key_then_program_order);
+  std::vector<OpRef> members;
+  for (size_t first = 0; first < ops.size();) {
+    members.clear();
+    size_t last = first;
+    for (; last < ops.size() && ops[last].same_key(ops[first]); ++last)
+      members.push_back(ops[last].ref);
+    if (members.size() > 1) add_meet(members.data(), members.data() + members.size());
+    first = last;
+  }
+}
+
+TimelineShape::TimelineShape(std::vector<const RankProgram*> programs, PairMode mode) : impl_(new Impl) {
+  impl_->programs = std::move(programs);
+  impl_->lanes.reserve(impl_->programs.size());
+  for (const RankProgram* program : impl_->programs)
+    impl_->add_lanes(*program);
+  if (mode == PairMode::Matched) {
+    impl_->pair_matched();
+    impl_->meet_collectives();
+  } else if (mode == PairMode::Symmetric) {
+    impl_->pair_symmetric();
+  }
+}
+
+TimelineShape::~TimelineShape() = default;
+TimelineShape::TimelineShape(TimelineShape&&) noexcept = default;
+TimelineShape& TimelineShape::operator=(TimelineShape&&) noexcept = default;
+
+size_t TimelineShape::size() const {
+  return impl_->programs.size();
+}
+
+namespace {
+
+// One run of a shape with given durations.
+class TimelineRun {
+ public:
+  TimelineRun(const TimelineShape::Impl& shape, const std::vector<std::vector<double>>& duration)
+      : shape_(shape), duration_(duration), state_(shape.lanes.size()) {
+    for (size_t p = 0; p < state_.size(); ++p) {
+      state_[p].waiting = shape.lanes[p].waiting;
+      state_[p].meet = shape.lanes[p].meet;
+      state_[p].ready.assign(state_[p].waiting.size(), 0.0);
+      state_[p].end.assign(state_[p].waiting.size(), kNotStarted);
+    }
+    meet_posted_.assign(shape.meet_begin.size() - 1, 0);
+    meet_ready_.assign(shape.meet_begin.size() - 1, 0.0);
+  }
+
+  std::vector<RankTiming> run();
+
+ private:
+  struct State {
+    std::vector<int32_t> waiting;  // by op: predecessors not started yet
+    std::vector<int32_t> meet;     // by op: the shape's meeting, -1 once called off
+    std::vector<double> ready;     // by op: latest end among its started predecessors
+    std::vector<double> end;       // by op; kNotStarted until started
+  };
+  const OpRef* meet_begin(int32_t meet) const { return shape_.meet_ops.data() + shape_.meet_begin[size_t(meet)]; }
+  const OpRef* meet_end(int32_t meet) const { return shape_.meet_ops.data() + shape_.meet_begin[size_t(meet) + 1]; }
+  void post(OpRef ref);
+  void start(OpRef ref, double at);
+  bool dissolve_one_waiting_meet();
+
+  const TimelineShape::Impl& shape_;
+  const std::vector<std::vector<double>>& duration_;
+  std::vector<State> state_;
+  std::vector<int32_t> meet_posted_;  // by meeting: ops posted so far
+  std::vector<double> meet_ready_;    // by meeting: latest ready time among them
+  std::vector<OpRef> posted_;         // ops posted but not handled yet (work list)
+};
+
+// `ref` has every predecessor started: start it now, or count it in its meeting and start the
+// meeting once all its ops are posted.
+void TimelineRun::post(OpRef ref) {
+  State& s = state_[size_t(ref.program)];
+  const double ready = s.ready[size_t(ref.op)];
+  const int32_t meet = s.meet[size_t(ref.op)];
+  if (meet < 0) {
+    start(ref, ready);
+    return;
+  }
+  meet_ready_[size_t(meet)] = std::max(meet_ready_[size_t(meet)], ready);
+  if (++meet_posted_[size_t(meet)] < meet_end(meet) - meet_begin(meet)) return;
+  for (const OpRef* other = meet_begin(meet); other != meet_end(meet); ++other)
+    start(*other, meet_ready_[size_t(meet)]);
+}
+
+void TimelineRun::start(OpRef ref, double at) {
+  State& s = state_[size_t(ref.program)];
+  const TimelineShape::Impl::Lanes& lanes = shape_.lanes[size_t(ref.program)];
+  const double end = at + duration_[size_t(ref.program)][size_t(ref.op)];
+  s.end[size_t(ref.op)] = end;
+  auto release = [&](int32_t successor) {
+    s.ready[size_t(successor)] = std::max(s.ready[size_t(successor)], end);
+    if (--s.waiting[size_t(successor)] == 0) posted_.push_back({ref.program, successor});
+  };
+  if (lanes.next[size_t(ref.op)] >= 0) release(lanes.next[size_t(ref.op)]);
+  for (uint32_t k = lanes.first_dependent[size_t(ref.op)]; k < lanes.first_dependent[size_t(ref.op) + 1]; ++k)
+    release(lanes.dependents[k]);
+}
+
+// When nothing can start but ops remain, some posted op waits for a meeting whose other ops are
+// never posted under this pairing: the first such meeting is called off, its posted ops start on
+// their own and the others will when posted. False when nothing is waiting.
+bool TimelineRun::dissolve_one_waiting_meet() {
+  for (size_t p = 0; p < state_.size(); ++p)
+    for (size_t i = 0; i < state_[p].end.size(); ++i) {
+      const State& s = state_[p];
+      const int32_t meet = s.meet[i];
+      if (meet < 0 || s.end[i] != kNotStarted || s.waiting[i] != 0) continue;
+      for (const OpRef* other = meet_begin(meet); other != meet_end(meet); ++other) {
+        State& owner = state_[size_t(other->program)];
+        owner.meet[size_t(other->op)] = -1;
+        if (owner.waiting[size_t(other->op)] == 0) posted_.push_back(*other);
+      }
+      return true;
+    }
+  return false;
+}
+
+std::vector<RankTiming> TimelineRun::run() {
+  for (size_t p = 0; p < state_.size(); ++p)
+    for (size_t i = 0; i < state_[p].waiting.size(); ++i)
+      if (state_[p].waiting[i] == 0) posted_.push_back({int32_t(p), int32_t(i)});
+  int called_off = 0;
+  for (;;) {
+    while (!posted_.empty()) {
+      const OpRef ref = posted_.back();
+      posted_.pop_back();
+      post(ref);
+    }
+    if (!dissolve_one_waiting_meet()) break;
+    ++called_off;
+  }
+  if (called_off > 0) WF_LOG_DEBUG("cost", "{} meetings of message ends or collectives called off", called_off);
+
+  std::vector<RankTiming> times(state_.size());
+  for (size_t p = 0; p < state_.size(); ++p)
+    for (size_t i = 0; i < shape_.programs[p]->ops.size(); ++i) {
+      const Op& op = shape_.programs[p]->ops[i];
+      const bool forward = op.phase == Phase::Forward;
+      if (op.stream == Stream::Compute)
+        (forward ? times[p].compute_forward_s : times[p].compute_backward_s) += duration_[p][i];
+      if (forward) times[p].forward_end_s = std::max(times[p].forward_end_s, state_[p].end[i]);
+      times[p].end_s = std::max(times[p].end_s, state_[p].end[i]);
+    }
+  return times;
+}
+
+}  // namespace
+
+std::vector<RankTiming> TimelineShape::run(const std::vector<std::vector<double>>& duration) const {
+  return TimelineRun(*impl_, duration).run();
+}
+
+std::vector<RankTiming> time_programs(const std::vector<const RankProgram*>& programs,
+                                      const std::vector<std::vector<double>>& duration, PairMode mode) {
+  return TimelineShape(programs, mode).run(duration);
+}
+
+}  // namespace wallfacer::detail

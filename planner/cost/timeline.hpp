@@ -1,0 +1,63 @@
+// Internal to the cost model: times rank programs as a list schedule through their four streams,
+// with op durations fixed in advance. An op starts when the previous op of its stream and its
+// dependencies have finished. Forward and backward run as one program, as the simulator runs them:
+// a rank starts its backward when its own forward work allows, so ranks with less forward work
+// (the early members of a contiguous causal ring) start their backward ahead of the others, as
+// they would after the later layers' backward in training.
+//
+// A message moves when both ends are posted: a Send and its Recv start together, at the later of
+// the two ready times. How the other end is found depends on what is timed:
+//  - every rank of the plan (PairMode::Matched): the Recv on the peer with the same tag, matched
+//    in program order, as the simulator pairs them;
+//  - a sample of representative ranks (PairMode::Symmetric): the peer is assumed to run this
+//    rank's program shifted by nothing, so it posts its end of a message when this rank posts its
+//    own op of the same tag in the other direction (every ring member forwards the same block at
+//    the same step). A receive whose sender sends only after computing (a pass-KV ring's dK,dV
+//    accumulator) thus waits for that compute like the rank's own send does.
+// Collectives: with every rank timed, the k-th collective of a group starts on all members when the
+// last of them has posted it (as the simulator runs it); in a sample, when the member is ready.
+// Their price covers the group.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <wallfacer/schedule/schedule.hpp>
+
+namespace wallfacer::detail {
+
+enum class PairMode { Matched, Symmetric, Unpaired };
+
+struct RankTiming {
+  double forward_end_s = 0;                              // when the rank's last forward op ends
+  double end_s = 0;                                      // when its last op ends
+  double compute_forward_s = 0, compute_backward_s = 0;  // compute-stream busy time per phase
+};
+
+// How the ops of some rank programs wait for each other under one pairing: built once (pairing
+// sorts every message end), then run with any op durations (the search prices one schedule under
+// many GPU orders). Keeps pointers to the programs.
+class TimelineShape {
+ public:
+  TimelineShape(std::vector<const RankProgram*> programs, PairMode mode);
+  ~TimelineShape();
+  TimelineShape(TimelineShape&&) noexcept;
+  TimelineShape& operator=(TimelineShape&&) noexcept;
+
+  // `duration[p][i]`: seconds op i of the p-th program lasts. One entry per program. A pairing that
+  // cannot be honoured (an end that is never posted) falls back to starting the waiting op on its
+  // own, so timing always finishes.
+  std::vector<RankTiming> run(const std::vector<std::vector<double>>& duration) const;
+  size_t size() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// TimelineShape(programs, mode).run(duration).
+std::vector<RankTiming> time_programs(const std::vector<const RankProgram*>& programs,
+                                      const std::vector<std::vector<double>>& duration, PairMode mode);
+
+}  // namespace wallfacer::detail

@@ -1,0 +1,128 @@
+// A plan: which strategy runs a workload on a topology, with its parameters, the rank -> GPU
+// mapping and the communication groups. A versioned YAML file (docs/formats/plan.md) written by
+// `wallfacer plan` and read back losslessly by the simulator and the runtimes. The schedule
+// (schedule.hpp) is built from a plan and nothing else.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <wallfacer/plan/workload.hpp>
+
+namespace wallfacer {
+
+class Topology;
+
+enum class StrategyKind { Ring, Zigzag, Ulysses, Usp, DoubleRing, AllGather, WallFacer, Lss };
+const char* to_string(StrategyKind kind);              // "ring", "zigzag", "ulysses", "usp", ...
+StrategyKind parse_strategy(const std::string& name);  // throws InputError
+const std::vector<StrategyKind>& all_strategies();
+
+// How logical ranks are laid onto the topology. Which values apply depends on the strategy:
+//   Default        - rank r on GPU r (node-major)
+//   HeadFirst      - USP: Ulysses groups contiguous, ring groups strided
+//   ContextFirst   - USP: ring groups contiguous, Ulysses groups strided
+//   CollectIntra   - WallFacer: teams on contiguous ranks (team collectives inside a node)
+//   P2PIntra       - WallFacer: sub-rings on contiguous ranks
+enum class Placement { Default, HeadFirst, ContextFirst, CollectIntra, P2PIntra };
+const char* to_string(Placement placement);
+Placement parse_placement(const std::string& name);
+
+struct StrategyParams {
+  int sequence_parallel = 1;  // S = ranks sharing one sequence
+  int data_parallel = 1;      // D = replicas, each with batch / D sequences; P = S * D
+  int team = 1;               // WallFacer C
+  int ulysses = 1;            // USP / double-ring head-parallel degree u
+  int ring = 1;               // USP ring degree r (u * r = S)
+  int window = 1;             // double-ring window w (inner ring length), c = S / u
+  Placement placement = Placement::Default;
+  bool operator==(const StrategyParams&) const = default;
+};
+
+// Where one rank runs.
+struct RankSlot {
+  int rank = 0;
+  int gpu = 0;   // global GPU index in the topology (node-major)
+  int node = 0;  // topology node
+  int local_gpu = 0;
+  std::string nic;  // NIC device name used for inter-node traffic, "" when none
+  bool operator==(const RankSlot&) const = default;
+};
+
+enum class GroupKind {
+  Ring,         // a ring in order (ring, zigzag, USP ring groups, double-ring context rings)
+  SubRing,      // WallFacer sub-ring in order
+  Team,         // WallFacer team (all-gather / reduce-scatter group)
+  AllToAll,     // Ulysses / USP head-parallel group
+  Window,       // double-ring intra-window ring
+  InterWindow,  // double-ring inter-window ring
+  Sequence,     // all ranks of one sequence (all-gather strategies, LSS)
+  Data,         // ranks holding the same shard of different sequences (gradient averaging)
+  World,        // every rank
+};
+const char* to_string(GroupKind kind);
+GroupKind parse_group_kind(const std::string& name);
+
+// How an all-reduce over a group moves its data (docs/simulator.md, "Collectives"): a ring of
+// 2(p-1) steps, or NCCL's pipelined double binary tree, whose latency grows with log2 p instead
+// of p. Chosen per group by the planner (all_reduce.hpp) and read by every consumer.
+enum class AllReduceAlgorithm : uint8_t { Ring, Tree };
+const char* to_string(AllReduceAlgorithm algorithm);
+AllReduceAlgorithm parse_all_reduce_algorithm(const std::string& name);
+
+struct CommGroup {
+  std::string name;  // unique in the plan, e.g. "ring0", "team3", "subring.g0.a1"
+  GroupKind kind = GroupKind::Ring;
+  std::vector<int> ranks;                                    // in order (ring order for rings)
+  AllReduceAlgorithm all_reduce = AllReduceAlgorithm::Ring;  // for all-reduces over this group
+  bool operator==(const CommGroup&) const = default;
+};
+
+// Predicted figures, recorded for reference. Times in milliseconds for one attention layer.
+struct Prediction {
+  double forward_ms = 0, backward_ms = 0, step_ms = 0;
+  int64_t p2p_bytes_forward = 0, p2p_bytes_backward = 0;  // per GPU, max over ranks
+  int64_t collective_bytes_forward = 0, collective_bytes_backward = 0;
+  double memory_GiB = 0;  // peak per GPU
+  double mfu = 0;         // attention FLOPs / (step time * peak), see docs/cost-model.md
+  bool operator==(const Prediction&) const = default;
+};
+
+struct Plan {
+  static constexpr int kFormatVersion = 1;
+  int format_version = kFormatVersion;
+  std::string topology_name;
+  std::string topology_hash;
+  int topology_nodes = 0;
+  Workload workload;
+  StrategyKind strategy = StrategyKind::Ring;
+  StrategyParams params;
+  std::vector<RankSlot> ranks;
+  std::vector<CommGroup> groups;
+  std::optional<Prediction> prediction;
+
+  int num_ranks() const { return int(ranks.size()); }
+  // Index of the first group with this name, or -1.
+  int find_group(const std::string& name) const;
+};
+
+// YAML I/O. write_plan emits every field; read_plan(write_plan(p)) == p (doubles written with
+// 17 significant digits). Throws InputError("FILE:LINE: error: ...") for malformed files,
+// unknown keys, a newer format version, or ranks/groups that do not form a valid mapping.
+void write_plan(const Plan& plan, std::ostream& out);
+std::string plan_to_yaml(const Plan& plan);
+Plan parse_plan(const std::string& yaml_text, const std::string& source);
+Plan read_plan_file(const std::string& path);
+
+// Throws InputError when the plan was made for another topology (name, node count or content
+// hash differ) or when its ranks use GPUs the topology does not have.
+void check_plan_against_topology(const Plan& plan, const Topology& topology, const std::string& plan_source);
+
+bool operator==(const Workload& a, const Workload& b);
+// Every field, the optional prediction included.
+bool operator==(const Plan& a, const Plan& b);
+
+}  // namespace wallfacer

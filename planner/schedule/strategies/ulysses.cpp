@@ -1,0 +1,67 @@
+// DeepSpeed-Ulysses (algorithms.md §4): all-to-all sequence -> head, full attention over all N
+// tokens for h / S heads, all-to-all back. The context engine with u = S and a single context
+// member; the N x N compute is cut into tiles so each op stays a sensible kernel call.
+#include <fmt/format.h>
+
+#include "strategies/common.hpp"
+#include "strategies/context_parallel.hpp"
+#include "strategies/strategy_impl.hpp"
+
+namespace wallfacer::detail {
+
+namespace {
+
+// Query and key tiles per side: 4 x 4 blocks (10 under a causal mask) per pass.
+constexpr int kUlyssesTiles = 4;
+
+}  // namespace
+
+ContextConfig ulysses_config(const StrategyParams& params) {
+  ContextConfig cfg;
+  cfg.u = std::max(1, params.sequence_parallel);
+  cfg.c = cfg.w = 1;
+  cfg.zigzag = false;
+  cfg.tiles = kUlyssesTiles;
+  cfg.ring_groups = false;
+  return cfg;
+}
+
+namespace {
+
+class UlyssesImpl final : public StrategyImpl {
+ public:
+  Feasibility feasible(const StrategyParams& params, const Workload& workload, int ranks) const override {
+    Feasibility generic = generic_feasibility(params, workload, ranks);
+    if (!generic.ok) return generic;
+    if (params.placement != Placement::Default)
+      return {false,
+              fmt::format("placement {} does not apply to {} (default only)", to_string(params.placement), "ulysses")};
+    return context_feasibility(ulysses_config(params), workload);
+  }
+  std::vector<StrategyParams> enumerate(const Workload& workload, int ranks) const override {
+    std::vector<StrategyParams> out;
+    for (int D : data_parallel_splits(workload, ranks)) {
+      StrategyParams p;
+      p.data_parallel = D;
+      p.sequence_parallel = ranks / D;
+      p.ulysses = p.sequence_parallel;
+      out.push_back(p);
+    }
+    return out;
+  }
+  std::vector<CommGroup> groups(const StrategyParams& params, int ranks) const override {
+    return context_groups(ulysses_config(params), params, ranks);
+  }
+  std::vector<FlowSet> flow_sets(const Plan& plan) const override { return {}; }
+  RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool) const override {
+    return build_context_rank(ulysses_config(plan.params), plan, rank, pool);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<StrategyImpl> make_ulysses_impl() {
+  return std::make_unique<UlyssesImpl>();
+}
+
+}  // namespace wallfacer::detail

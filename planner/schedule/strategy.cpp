@@ -1,0 +1,279 @@
+// Strategy dispatch, plan construction and the schedule builder front end. The algorithms live in
+// planner/schedule/strategies/; this file only routes to them and checks what they are given.
+#include <wallfacer/schedule/strategy.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <exception>
+#include <functional>
+#include <numeric>
+#include <thread>
+
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/log.hpp>
+#include <wallfacer/schedule/all_reduce.hpp>
+#include <wallfacer/topology/topology.hpp>
+#include "strategies/common.hpp"
+#include "strategies/strategy_impl.hpp"
+
+namespace wallfacer {
+
+namespace detail {
+
+std::vector<int> StrategyImpl::positions(const StrategyParams& /*params*/, int ranks) const {
+  std::vector<int> identity(static_cast<size_t>(std::max(0, ranks)));
+  std::iota(identity.begin(), identity.end(), 0);
+  return identity;
+}
+
+void StrategyImpl::validate(const Plan& plan) const {
+  validate_feasible(plan, feasible(plan.params, plan.workload, plan.num_ranks()));
+  validate_groups(plan, groups(plan.params, plan.num_ranks()));
+}
+
+}  // namespace detail
+
+namespace {
+
+constexpr std::array<StrategyKind, 8> kKinds = {
+    StrategyKind::Ring,       StrategyKind::Zigzag,    StrategyKind::Ulysses,   StrategyKind::Usp,
+    StrategyKind::DoubleRing, StrategyKind::AllGather, StrategyKind::WallFacer, StrategyKind::Lss};
+
+std::unique_ptr<detail::StrategyImpl> make_impl(StrategyKind kind) {
+  switch (kind) {
+    case StrategyKind::Ring:
+      return detail::make_ring_impl(false);
+    case StrategyKind::Zigzag:
+      return detail::make_ring_impl(true);
+    case StrategyKind::Ulysses:
+      return detail::make_ulysses_impl();
+    case StrategyKind::Usp:
+      return detail::make_usp_impl();
+    case StrategyKind::DoubleRing:
+      return detail::make_double_ring_impl();
+    case StrategyKind::AllGather:
+      return detail::make_allgather_impl();
+    case StrategyKind::WallFacer:
+      return detail::make_wallfacer_impl();
+    case StrategyKind::Lss:
+      return detail::make_lss_impl();
+  }
+  throw InputError(fmt::format("unknown strategy kind {}", int(kind)));
+}
+
+// One stateless instance per strategy, created on first use.
+const detail::StrategyImpl& impl_of(StrategyKind kind) {
+  static const auto impls = [] {
+    std::array<std::unique_ptr<detail::StrategyImpl>, kKinds.size()> all;
+    for (size_t i = 0; i < kKinds.size(); ++i)
+      all[i] = make_impl(kKinds[i]);
+    return all;
+  }();
+  for (size_t i = 0; i < kKinds.size(); ++i)
+    if (kKinds[i] == kind) return *impls[i];
+  throw InputError(fmt::format("unknown strategy kind {}", int(kind)));
+}
+
+}  // namespace
+
+Feasibility check_feasible(StrategyKind strategy, const StrategyParams& params, const Workload& workload, int ranks) {
+  Feasibility generic = detail::generic_feasibility(params, workload, ranks);
+  if (!generic.ok) return generic;
+  return impl_of(strategy).feasible(params, workload, ranks);
+}
+
+std::vector<StrategyParams> enumerate_params(StrategyKind strategy, const Workload& workload, int ranks) {
+  return impl_of(strategy).enumerate(workload, ranks);
+}
+
+std::vector<CommGroup> make_groups(StrategyKind strategy, const StrategyParams& params, int ranks) {
+  return impl_of(strategy).groups(params, ranks);
+}
+
+Plan make_plan(StrategyKind strategy, const StrategyParams& params, const Workload& workload, const Topology& topology,
+               int ranks, const std::vector<int>& gpu_order, std::optional<AllReduceAlgorithm> all_reduce) {
+  const Feasibility feasible = check_feasible(strategy, params, workload, ranks);
+  if (!feasible.ok) throw InputError(fmt::format("strategy {}: {}", to_string(strategy), feasible.reason));
+  if (ranks > topology.num_gpus())
+    throw InputError(
+        fmt::format("{} ranks do not fit topology '{}' with {} GPUs", ranks, topology.name(), topology.num_gpus()));
+  std::vector<int> order = gpu_order;
+  if (order.empty()) {
+    order.resize(size_t(ranks));
+    std::iota(order.begin(), order.end(), 0);
+  }
+  if (int(order.size()) < ranks)
+    throw InputError(fmt::format("GPU order lists {} GPUs, {} ranks need one each", order.size(), ranks));
+
+  Plan plan;
+  plan.topology_name = topology.name();
+  plan.topology_hash = topology.content_hash();
+  plan.topology_nodes = topology.num_nodes();
+  plan.workload = workload;
+  plan.strategy = strategy;
+  plan.params = params;
+  plan.groups = make_groups(strategy, params, ranks);
+  const std::vector<int> positions = impl_of(strategy).positions(params, ranks);
+  plan.ranks.reserve(size_t(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    RankSlot slot;
+    slot.rank = r;
+    slot.gpu = order[size_t(positions[size_t(r)])];
+    if (slot.gpu < 0 || slot.gpu >= topology.num_gpus())
+      throw InputError(fmt::format("GPU order names GPU {}, topology '{}' has GPUs 0..{}", slot.gpu, topology.name(),
+                                   topology.num_gpus() - 1));
+    slot.node = topology.node_of_gpu(slot.gpu);
+    slot.local_gpu = topology.local_gpu(slot.gpu);
+    const int nic = topology.nic_of_gpu(slot.gpu);
+    if (nic >= 0) slot.nic = topology.devices()[size_t(nic)].name;
+    plan.ranks.push_back(std::move(slot));
+  }
+  choose_all_reduce_algorithms(plan, topology, all_reduce);
+  return plan;
+}
+
+// ---- ScheduleBuilder -------------------------------------------------------------------------
+
+struct ScheduleBuilder::Impl {
+  Plan plan;
+  const detail::StrategyImpl* strategy = nullptr;
+};
+
+ScheduleBuilder::ScheduleBuilder(const Plan& plan) : impl_(std::make_unique<Impl>()) {
+  impl_->plan = plan;
+  impl_->strategy = &impl_of(plan.strategy);
+  const int ranks = plan.num_ranks();
+  if (ranks < 1) throw InputError("plan has no ranks");
+  for (int r = 0; r < ranks; ++r) {
+    if (plan.ranks[size_t(r)].rank != r)
+      throw InputError(fmt::format("plan rank entry {} is numbered {}; ranks must be listed as 0..{}", r,
+                                   plan.ranks[size_t(r)].rank, ranks - 1));
+  }
+  const Feasibility feasible = check_feasible(plan.strategy, plan.params, plan.workload, ranks);
+  if (!feasible.ok)
+    throw InputError(fmt::format("plan for strategy {}: {}", to_string(plan.strategy), feasible.reason));
+  impl_->strategy->validate(plan);
+  WF_LOG_DEBUG("schedule", "schedule builder for {} over {} ranks", to_string(plan.strategy), ranks);
+}
+
+ScheduleBuilder::~ScheduleBuilder() = default;
+ScheduleBuilder::ScheduleBuilder(ScheduleBuilder&&) noexcept = default;
+
+int ScheduleBuilder::num_ranks() const {
+  return impl_->plan.num_ranks();
+}
+
+ScheduleDims ScheduleBuilder::dims() const {
+  return detail::dims_of(impl_->plan.workload);
+}
+
+std::vector<FlowSet> ScheduleBuilder::flow_sets() const {
+  return impl_->strategy->flow_sets(impl_->plan);
+}
+
+RankProgram ScheduleBuilder::build_rank(int rank, TokenSetPool& pool) const {
+  if (rank < 0 || rank >= num_ranks())
+    throw InputError(fmt::format("rank {} out of range: the plan has ranks 0..{}", rank, num_ranks() - 1));
+  return impl_->strategy->build_rank(impl_->plan, rank, pool);
+}
+
+Schedule ScheduleBuilder::build(const std::vector<int>& ranks) const {
+  Schedule schedule;
+  schedule.dims = dims();
+  schedule.flow_sets = flow_sets();
+  if (ranks.empty()) {
+    schedule.ranks.reserve(size_t(num_ranks()));
+    for (int r = 0; r < num_ranks(); ++r)
+      schedule.ranks.push_back(build_rank(r, schedule.tokens));
+  } else {
+    schedule.ranks.reserve(ranks.size());
+    for (int r : ranks)
+      schedule.ranks.push_back(build_rank(r, schedule.tokens));
+  }
+  return schedule;
+}
+
+namespace {
+
+// Re-interns `programs`' token sets, built with `local`, into `pool`. Sets the block meets
+// first get the next ids of `pool`, so merging blocks in rank order numbers sets as one pass
+// over the ranks would.
+void merge_tokens(std::vector<RankProgram>& programs, const TokenSetPool& local, TokenSetPool& pool) {
+  std::vector<int32_t> id(local.size());
+  for (size_t i = 0; i < local.size(); ++i)
+    id[i] = pool.intern(local.get(int32_t(i)));
+  auto remap = [&](int32_t& token) {
+    if (token >= 0) token = id[size_t(token)];
+  };
+  for (RankProgram& program : programs) {
+    for (Op& op : program.ops)
+      for (int32_t& token : op.tok)
+        remap(token);
+    for (CollectiveSpec& spec : program.collectives) {
+      for (int32_t& token : spec.in_tokens)
+        remap(token);
+      for (int32_t& token : spec.out_tokens)
+        remap(token);
+    }
+    for (std::vector<Binding>* bindings : {&program.inputs, &program.outputs})
+      for (Binding& binding : *bindings)
+        remap(binding.tokens);
+  }
+}
+
+}  // namespace
+
+Schedule ScheduleBuilder::build_all(int threads) const {
+  const int ranks = num_ranks();
+  const int blocks = std::clamp(threads, 1, std::max(1, ranks));
+  if (blocks == 1) return build();
+  Schedule schedule;
+  schedule.dims = dims();
+  schedule.flow_sets = flow_sets();
+  struct Block {
+    int begin = 0, end = 0;
+    std::vector<RankProgram> programs;
+    TokenSetPool pool;
+    std::exception_ptr error;
+  };
+  std::vector<Block> parts(static_cast<size_t>(blocks));
+  for (int b = 0; b < blocks; ++b) {
+    parts[size_t(b)].begin = int(int64_t(ranks) * b / blocks);
+    parts[size_t(b)].end = int(int64_t(ranks) * (b + 1) / blocks);
+  }
+  auto build_block = [this](Block& part) {
+    try {
+      part.programs.reserve(size_t(part.end - part.begin));
+      for (int r = part.begin; r < part.end; ++r)
+        part.programs.push_back(build_rank(r, part.pool));
+    } catch (...) {
+      part.error = std::current_exception();
+    }
+  };
+  std::vector<std::thread> workers;
+  for (size_t b = 1; b < parts.size(); ++b)
+    workers.emplace_back(build_block, std::ref(parts[b]));
+  build_block(parts[0]);
+  for (std::thread& worker : workers)
+    worker.join();
+  schedule.ranks.reserve(size_t(ranks));
+  for (Block& part : parts) {
+    if (part.error) std::rethrow_exception(part.error);
+    // The first block's pool numbers its sets as build() would; later blocks are merged into it.
+    if (&part == &parts.front())
+      schedule.tokens = std::move(part.pool);
+    else
+      merge_tokens(part.programs, part.pool, schedule.tokens);
+    for (RankProgram& program : part.programs)
+      schedule.ranks.push_back(std::move(program));
+  }
+  return schedule;
+}
+
+Schedule build_schedule(const Plan& plan) {
+  return ScheduleBuilder(plan).build();
+}
+
+}  // namespace wallfacer

@@ -1,0 +1,59 @@
+// The topology scheduler: searches strategies, degrees (WallFacer C, Ulysses x ring, data x
+// sequence parallel), placements and intra-node ring orders to minimise predicted step time
+// within the GPU memory budget. Exhaustive on small clusters; a heuristic that scales. The same
+// inputs give the same ranking and a byte-identical plan.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/plan/plan.hpp>
+
+namespace wallfacer {
+
+class Topology;
+
+enum class SearchMode { Auto, Exhaustive, Heuristic };
+
+struct SearchOptions {
+  std::optional<StrategyKind> strategy;  // only this strategy; all when empty
+  int ranks = 0;                         // GPUs to use; 0 = every GPU of the topology
+  SearchMode mode = SearchMode::Auto;    // Auto = Exhaustive up to exhaustive_max_gpus
+  int exhaustive_max_gpus = 32;
+  double memory_budget_fraction = 0.9;  // of the GPU memory
+  size_t max_orders = 5040;             // exhaustive: more distinct node-local orders -> heuristic ones
+  // Heuristic mode above this many GPUs: a closed-form screen, rescaled per strategy by pricing
+  // each strategy's best-screened candidate, picks `screen_keep` more candidates to price; the
+  // others are listed with their (rescaled) screening estimate.
+  int screen_above_gpus = 512;
+  int screen_keep = 4;
+  int screen_ties = 8;  // candidates of one strategy tied for its best estimate that are bounded
+  // Every all-reduce (over groups of three or more) as this algorithm; empty: chosen per group.
+  std::optional<AllReduceAlgorithm> all_reduce;
+};
+
+struct Candidate {
+  Plan plan;  // complete plan, prediction filled when feasible
+  bool feasible = false;
+  std::string reason;  // why not feasible
+  CostBreakdown cost;
+  // Heuristic search only: not fully priced. Either its first timed rank alone already took longer
+  // than the best plan (cost is then a lower bound), or the closed-form screen left it out on a
+  // large cluster (cost.step_ms is then that estimate). `reason` says which.
+  bool pruned = false;
+  std::vector<int> local_order;         // node-local GPU order used (empty when the rules reject it)
+  std::string describe_params() const;  // "C=2", "u=4 r=2", "w=4", "S=8 D=2"
+  std::string describe_placement() const;
+};
+
+struct SearchResult {
+  std::vector<Candidate> candidates;  // feasible ones by predicted step time, then rejected
+  int best = -1;                      // index of the best feasible candidate, -1 when none
+};
+
+SearchResult search_plans(const Topology& topology, const Workload& workload, const CostModel& model,
+                          const SearchOptions& options);
+
+}  // namespace wallfacer

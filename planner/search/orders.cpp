@@ -1,0 +1,258 @@
+// Node-local GPU orders for the topology scheduler (orders.hpp).
+#include "orders.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <tuple>
+#include <unordered_map>
+
+#include <wallfacer/cost/network.hpp>
+
+namespace wallfacer::detail {
+namespace {
+
+struct UnionFind {
+  std::vector<int> parent;
+  explicit UnionFind(int n) : parent(size_t(n)) { std::iota(parent.begin(), parent.end(), 0); }
+  int find(int x) { return parent[size_t(x)] == x ? x : parent[size_t(x)] = find(parent[size_t(x)]); }
+  void unite(int a, int b) {
+    a = find(a), b = find(b);
+    if (a != b) parent[size_t(std::max(a, b))] = std::min(a, b);
+  }
+};
+
+// Resource correspondence built while comparing routes under a GPU swap.
+struct ResourceMap {
+  std::unordered_map<ResourceId, ResourceId> forward, backward;
+  bool bind(ResourceId a, ResourceId b) {
+    auto [fi, fnew] = forward.emplace(a, b);
+    auto [bi, bnew] = backward.emplace(b, a);
+    return fi->second == b && bi->second == a;
+  }
+};
+
+bool link_inside_a_node(const Topology& topology, const Link& link) {
+  const auto& devices = topology.devices();
+  return devices[size_t(link.a)].node >= 0 || devices[size_t(link.b)].node >= 0;
+}
+
+// Same hop count, equal links hop by hop, and node-internal resources mapped one-to-one (fabric
+// links beyond the nodes only need equal bandwidth and latency: the fabric is taken as symmetric).
+bool routes_match(const Topology& topology, const Route& a, const Route& b, ResourceMap& map) {
+  if (a.hops.size() != b.hops.size()) return false;
+  const auto& links = topology.links();
+  for (size_t i = 0; i < a.hops.size(); ++i) {
+    const Link& la = links[size_t(a.hops[i].link)];
+    const Link& lb = links[size_t(b.hops[i].link)];
+    if (la.bandwidth_GBps != lb.bandwidth_GBps || la.latency_us != lb.latency_us || la.kind != lb.kind ||
+        la.full_duplex != lb.full_duplex)
+      return false;
+    const bool local_a = link_inside_a_node(topology, la), local_b = link_inside_a_node(topology, lb);
+    if (local_a != local_b) return false;
+    if (local_a && !map.bind(topology.resource_of(a.hops[i]), topology.resource_of(b.hops[i]))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+NodeOrders::NodeOrders(const Topology& topology, int ranks) : topology_(topology), ranks_(ranks) {
+  gpus_per_node_ = topology.gpus_per_node();
+  applicable_ = gpus_per_node_ > 1 && ranks >= 2 && topology.num_gpus() == topology.num_nodes() * gpus_per_node_;
+  used_per_node_ = std::min(ranks, gpus_per_node_);
+  const int g = gpus_per_node_;
+  class_.assign(size_t(std::max(g, 0)), 0);
+  std::iota(class_.begin(), class_.end(), 0);
+  if (!applicable_) return;
+  UnionFind twins(g);
+  for (int a = 0; a < g; ++a)
+    for (int b = a + 1; b < g; ++b)
+      if (twins.find(a) != twins.find(b) && swap_is_symmetry(a, b)) twins.unite(a, b);
+  for (int x = 0; x < g; ++x)
+    class_[size_t(x)] = twins.find(x);
+  class_size_.assign(size_t(g), 0);
+  for (int c : class_)
+    ++class_size_[size_t(c)];
+}
+
+bool NodeOrders::swap_is_symmetry(int a, int b) const {
+  const int g = gpus_per_node_;
+  auto swapped = [&](int x) { return x == a ? b : x == b ? a : x; };
+  ResourceMap map;
+  for (int x = 0; x < g; ++x)
+    for (int y = 0; y < g; ++y)
+      if (x != y && !routes_match(topology_, topology_.route(x, y), topology_.route(swapped(x), swapped(y)), map))
+        return false;
+  if (topology_.num_nodes() < 2) return true;
+  for (int x = 0; x < g; ++x)
+    for (int y = 0; y < g; ++y) {
+      if (!routes_match(topology_, topology_.route(x, g + y), topology_.route(swapped(x), g + swapped(y)), map))
+        return false;
+      if (!routes_match(topology_, topology_.route(g + y, x), topology_.route(g + swapped(y), swapped(x)), map))
+        return false;
+    }
+  return true;
+}
+
+std::vector<int> NodeOrders::identity() const {
+  std::vector<int> order(size_t(std::max(gpus_per_node_, 1)));
+  std::iota(order.begin(), order.end(), 0);
+  return order;
+}
+
+std::vector<int> NodeOrders::materialize(const std::vector<int>& class_sequence) const {
+  std::vector<std::vector<int>> members(static_cast<size_t>(gpus_per_node_));
+  for (int x = 0; x < gpus_per_node_; ++x)
+    members[size_t(class_[size_t(x)])].push_back(x);
+  std::vector<size_t> next(size_t(gpus_per_node_), 0);
+  std::vector<int> order;
+  std::vector<bool> used(size_t(gpus_per_node_), false);
+  for (int c : class_sequence) {
+    const int gpu = members[size_t(c)][next[size_t(c)]++];
+    order.push_back(gpu);
+    used[size_t(gpu)] = true;
+  }
+  for (int x = 0; x < gpus_per_node_; ++x)
+    if (!used[size_t(x)]) order.push_back(x);
+  return order;
+}
+
+size_t NodeOrders::count_distinct(size_t limit) const {
+  if (!applicable_) return 1;
+  std::vector<int> left = class_size_;
+  size_t count = 0;
+  std::function<void(int)> walk = [&](int depth) {
+    if (count > limit) return;
+    if (depth == used_per_node_) {
+      ++count;
+      return;
+    }
+    for (int c = 0; c < gpus_per_node_; ++c)
+      if (left[size_t(c)] > 0) {
+        --left[size_t(c)];
+        walk(depth + 1);
+        ++left[size_t(c)];
+      }
+  };
+  walk(0);
+  return std::min(count, limit + 1);
+}
+
+std::vector<std::vector<int>> NodeOrders::all_distinct(size_t limit) const {
+  std::vector<std::vector<int>> orders{identity()};
+  if (!applicable_) return orders;
+  if (count_distinct(limit) > limit) return {};
+  // The identity's class sequence is one of the enumerated ones; skip it to keep it first.
+  std::vector<int> identity_classes(class_.begin(), class_.begin() + used_per_node_);
+  std::vector<int> left = class_size_, sequence;
+  std::function<void()> walk = [&]() {
+    if (int(sequence.size()) == used_per_node_) {
+      if (sequence != identity_classes) orders.push_back(materialize(sequence));
+      return;
+    }
+    for (int c = 0; c < gpus_per_node_; ++c)
+      if (left[size_t(c)] > 0) {
+        --left[size_t(c)];
+        sequence.push_back(c);
+        walk();
+        sequence.pop_back();
+        ++left[size_t(c)];
+      }
+  };
+  walk();
+  return orders;
+}
+
+std::vector<int> NodeOrders::first_nodes(const std::vector<int>& local_order) const {
+  const int nodes = std::min(2, (ranks_ + gpus_per_node_ - 1) / gpus_per_node_);
+  std::vector<int> gpus;
+  for (int n = 0; n < nodes; ++n)
+    for (int pos = 0; pos < used_per_node_; ++pos)
+      gpus.push_back(n * gpus_per_node_ + local_order[size_t(pos)]);
+  return gpus;
+}
+
+std::pair<double, double> NodeOrders::ring_score(const std::vector<int>& local_order) const {
+  const std::vector<int> ring = first_nodes(local_order);
+  ContentionCounter counter(topology_);
+  const size_t k = ring.size();
+  for (size_t i = 0; i < k; ++i)
+    counter.add(ring[i], ring[(i + 1) % k]);
+  double worst = std::numeric_limits<double>::infinity(), sum = 0;
+  for (size_t i = 0; i < k; ++i) {
+    const double bw = counter.price(ring[i], ring[(i + 1) % k]).bandwidth_GBps;
+    worst = std::min(worst, bw);
+    sum += bw;
+  }
+  return {worst, sum};
+}
+
+std::vector<int> NodeOrders::best_ring_order(size_t limit) const {
+  if (!applicable_) return identity();
+  std::vector<std::vector<int>> orders = all_distinct(limit);
+  if (orders.empty()) {
+    // Too many to score: greedy path, always to the best-connected unvisited GPU.
+    std::vector<int> order{0};
+    std::vector<bool> seen(size_t(gpus_per_node_), false);
+    seen[0] = true;
+    while (int(order.size()) < gpus_per_node_) {
+      int best = -1;
+      double best_bw = -1;
+      for (int x = 0; x < gpus_per_node_; ++x) {
+        if (seen[size_t(x)]) continue;
+        const double bw = topology_.route(order.back(), x).bottleneck_GBps;
+        if (bw > best_bw) best = x, best_bw = bw;
+      }
+      seen[size_t(best)] = true;
+      order.push_back(best);
+    }
+    return order;
+  }
+  // Among orders whose rings have the same bottleneck (often many: a ring crosses a slow link the
+  // same number of times in several ways), the one a pairwise all-to-all over the same GPUs runs
+  // fastest on, then the best ring sum: Ulysses and USP plans need both a good ring (their
+  // gradient all-reduce) and a good all-to-all.
+  size_t best = 0;
+  std::tuple<double, double, double> best_score{-1, 0, 0};  // ring bottleneck, -all-to-all, ring sum
+  for (size_t i = 0; i < orders.size(); ++i) {
+    const auto [worst, sum] = ring_score(orders[i]);
+    if (worst < std::get<0>(best_score)) continue;
+    const std::tuple<double, double, double> score{worst, -all_to_all_score(orders[i]), sum};
+    if (score > best_score) best = i, best_score = score;
+  }
+  return orders[best];
+}
+
+double NodeOrders::all_to_all_score(const std::vector<int>& local_order) const {
+  const std::vector<int> gpus = first_nodes(local_order);
+  const size_t k = gpus.size();
+  ContentionCounter counter(topology_);
+  // As the cost model prices a pairwise all-to-all: each step at its slowest flow.
+  double seconds_per_byte = 0;
+  for (size_t offset = 1; offset < k; ++offset) {
+    for (size_t i = 0; i < k; ++i)
+      counter.add(gpus[i], gpus[(i + offset) % k]);
+    double worst = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < k; ++i)
+      worst = std::min(worst, counter.price(gpus[i], gpus[(i + offset) % k]).bandwidth_GBps);
+    counter.clear();
+    seconds_per_byte += 1 / worst;
+  }
+  return seconds_per_byte;
+}
+
+std::vector<int> NodeOrders::gpu_order(const std::vector<int>& local_order) const {
+  std::vector<int> gpus(static_cast<size_t>(ranks_));
+  for (int r = 0; r < ranks_; ++r) {
+    if (!applicable_) {
+      gpus[size_t(r)] = r;
+      continue;
+    }
+    gpus[size_t(r)] = (r / gpus_per_node_) * gpus_per_node_ + local_order[size_t(r % gpus_per_node_)];
+  }
+  return gpus;
+}
+
+}  // namespace wallfacer::detail

@@ -1,0 +1,56 @@
+// Internal to the topology scheduler: node-local GPU orders. An order lists a node's local GPUs
+// in the sequence consecutive ranks use them; the same order applies to every node. Orders that
+// differ by swapping interchangeable GPUs ("twins": a swap that maps every route onto an equal
+// route, with the same link sharing) price the same, so only one per class is enumerated.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <wallfacer/topology/topology.hpp>
+
+namespace wallfacer::detail {
+
+class NodeOrders {
+ public:
+  // `ranks` GPUs are used, filling nodes in order.
+  NodeOrders(const Topology& topology, int ranks);
+
+  // False when orders do not apply (nodes of different sizes): identity only.
+  bool applicable() const { return applicable_; }
+  int gpus_per_node() const { return gpus_per_node_; }
+  // Twin class of each local GPU (GPUs of one class are interchangeable).
+  const std::vector<int>& twin_class() const { return class_; }
+  // Distinct orders (one per class of equivalent orders), identity first; empty when more than
+  // `limit` exist.
+  std::vector<std::vector<int>> all_distinct(size_t limit) const;
+  // Number of distinct orders, saturating at `limit`.
+  size_t count_distinct(size_t limit) const;
+  // The order whose ring over the used GPUs has the best contended bottleneck bandwidth (then the
+  // fastest pairwise all-to-all over those GPUs, then the best ring sum), among the distinct
+  // orders when at most `limit` exist, else built greedily.
+  std::vector<int> best_ring_order(size_t limit) const;
+  // The global GPU of each rank under a node-local order.
+  std::vector<int> gpu_order(const std::vector<int>& local_order) const;
+  std::vector<int> identity() const;
+
+ private:
+  bool swap_is_symmetry(int a, int b) const;
+  std::vector<int> materialize(const std::vector<int>& class_sequence) const;
+  // (min, sum) of contended ring bandwidth over the first one or two nodes.
+  std::pair<double, double> ring_score(const std::vector<int>& local_order) const;
+  // Seconds per byte of a pairwise all-to-all over the first one or two nodes.
+  double all_to_all_score(const std::vector<int>& local_order) const;
+  // The used GPUs of the first one or two nodes in rank order.
+  std::vector<int> first_nodes(const std::vector<int>& local_order) const;
+
+  const Topology& topology_;
+  int ranks_ = 0;
+  bool applicable_ = false;
+  int gpus_per_node_ = 0;
+  int used_per_node_ = 0;  // positions of a node that ranks use: min(ranks, gpus per node)
+  std::vector<int> class_;
+  std::vector<int> class_size_;
+};
+
+}  // namespace wallfacer::detail

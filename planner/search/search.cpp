@@ -1,0 +1,360 @@
+// The topology scheduler (search.hpp): enumerates strategies, parameters, placements and
+// node-local GPU orders, prices each with the cost model and ranks them. How the heuristic
+// prunes and why it agrees with the exhaustive search: docs/cost-model.md.
+#include <wallfacer/search/search.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <optional>
+
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/log.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/topology/topology.hpp>
+#include "orders.hpp"
+#include "screen.hpp"
+
+namespace wallfacer {
+namespace {
+
+constexpr const char* kLog = "search";
+// Heuristic mode tries every distinct order when there are at most this many.
+constexpr size_t kFewOrders = 24;
+// The ring-order heuristic scores every distinct order up to this many, else builds one greedily.
+constexpr size_t kScoredOrders = 50000;
+
+struct Work {
+  Candidate candidate;
+  size_t index = 0;        // enumeration order, the final tie-breaker
+  bool priced = false;     // rules passed: a plan and a (partial) schedule exist
+  Schedule schedule;       // timed ranks built so far
+  double lower_bound = 0;  // step time of the first timed rank, best over orders
+  bool bounded = false;
+  double estimate = 0;    // closed-form screen, rescaled per strategy
+  bool screened = false;  // left out by the screen: listed with its estimate, not priced
+};
+
+std::vector<std::vector<int>> choose_orders(const detail::NodeOrders& orders, SearchMode mode,
+                                            const SearchOptions& options) {
+  if (mode == SearchMode::Exhaustive) {
+    auto all = orders.all_distinct(options.max_orders);
+    if (!all.empty()) return all;
+    WF_LOG_WARN(kLog, "more than {} distinct node-local GPU orders; using the heuristic orders", options.max_orders);
+  }
+  if (orders.count_distinct(kFewOrders) <= kFewOrders) return orders.all_distinct(kFewOrders);
+  std::vector<std::vector<int>> chosen{orders.identity()};
+  auto ring = orders.best_ring_order(kScoredOrders);
+  if (ring != chosen.front()) chosen.push_back(ring);
+  return chosen;
+}
+
+// Prices `work` under every order and keeps the fastest (the first one on ties). Volume and memory
+// do not depend on the order: they are added once, for the chosen one.
+void price_orders(Work& work, const std::vector<std::vector<int>>& orders, const detail::NodeOrders& node_orders,
+                  const Topology& topology, const CostModel& model, int ranks,
+                  std::optional<AllReduceAlgorithm> all_reduce, Timing timing = Timing::Estimate) {
+  Candidate& c = work.candidate;
+  double best = std::numeric_limits<double>::infinity();
+  std::optional<PreparedTiming> prepared;  // the same for every order: built with the first
+  for (const auto& order : orders) {
+    Plan plan = make_plan(c.plan.strategy, c.plan.params, c.plan.workload, topology, ranks,
+                          node_orders.gpu_order(order), all_reduce);
+    if (!prepared) prepared.emplace(plan, work.schedule, timing);
+    CostBreakdown cost = model.evaluate_times(plan, *prepared);
+    if (cost.step_ms < best) {
+      best = cost.step_ms;
+      c.plan = std::move(plan);
+      c.cost = cost;
+      c.local_order = order;
+    }
+  }
+  c.cost.volume = comm_volume(work.schedule);
+  c.cost.memory = model.memory(c.plan, work.schedule);
+}
+
+void check_memory(Candidate& c, double budget_GiB) {
+  if (c.cost.memory.total_GiB <= budget_GiB) return;
+  c.feasible = false;
+  c.reason = fmt::format("needs {:.1f} GiB > {:.1f} GiB budget", c.cost.memory.total_GiB, budget_GiB);
+}
+
+std::vector<Work> enumerate_candidates(const Topology& topology, const Workload& workload, const SearchOptions& options,
+                                       int ranks) {
+  const std::string dtype_problem = dtype_issue(topology.gpu(), workload.dtype);
+  std::vector<StrategyKind> strategies =
+      options.strategy ? std::vector<StrategyKind>{*options.strategy} : all_strategies();
+  std::vector<Work> work;
+  for (StrategyKind strategy : strategies) {
+    for (const StrategyParams& params : enumerate_params(strategy, workload, ranks)) {
+      Work w;
+      w.index = work.size();
+      w.candidate.plan.strategy = strategy;
+      w.candidate.plan.params = params;
+      w.candidate.plan.workload = workload;
+      w.candidate.plan.topology_name = topology.name();
+      const Feasibility rules = check_feasible(strategy, params, workload, ranks);
+      w.candidate.reason = !rules.ok ? rules.reason : dtype_problem;
+      w.priced = w.candidate.reason.empty();
+      work.push_back(std::move(w));
+    }
+  }
+  return work;
+}
+
+}  // namespace
+
+std::string Candidate::describe_params() const {
+  const StrategyParams& p = plan.params;
+  std::string text;
+  switch (plan.strategy) {
+    case StrategyKind::WallFacer:
+      text = fmt::format("C={}", p.team);
+      break;
+    case StrategyKind::Usp:
+      text = fmt::format("u={} r={}", p.ulysses, p.ring);
+      break;
+    case StrategyKind::DoubleRing:
+      text = p.ulysses > 1 ? fmt::format("u={} w={}", p.ulysses, p.window) : fmt::format("w={}", p.window);
+      break;
+    default:
+      text = fmt::format("S={}", p.sequence_parallel);
+  }
+  if (p.data_parallel > 1) text += fmt::format(" D={}", p.data_parallel);
+  return text;
+}
+
+std::string Candidate::describe_placement() const {
+  std::string text = to_string(plan.params.placement);
+  bool identity = true;
+  for (size_t i = 0; i < local_order.size(); ++i)
+    identity = identity && local_order[i] == int(i);
+  if (!identity) {
+    text += " order=";
+    for (size_t i = 0; i < local_order.size(); ++i)
+      text += fmt::format("{}{}", i ? "," : "", local_order[i]);
+  }
+  return text;
+}
+
+namespace {
+
+struct Searcher {
+  const Topology& topology;
+  const Workload& workload;
+  const CostModel& model;
+  const SearchOptions& options;
+  int ranks = 0;
+  SearchMode mode = SearchMode::Heuristic;
+  detail::NodeOrders node_orders;
+  std::vector<std::vector<int>> orders;
+  double budget_GiB = 0;
+  std::vector<Work> work;
+
+  Plan identity_plan(const Candidate& c) const {
+    return make_plan(c.plan.strategy, c.plan.params, workload, topology, ranks, {}, options.all_reduce);
+  }
+
+  void reject(Work& w, const std::exception& e) {
+    w.priced = false;
+    w.candidate.reason = e.what();
+    WF_LOG_WARN(kLog, "{} {}: {}", to_string(w.candidate.plan.strategy), w.candidate.describe_params(), e.what());
+  }
+
+  // Runs `step` on a candidate; a plan or schedule the builders refuse rejects the candidate.
+  template <typename Step>
+  bool guarded(Work& w, Step&& step) {
+    try {
+      step();
+      return true;
+    } catch (const InputError& e) {
+      reject(w, e);
+    } catch (const ScheduleError& e) {
+      reject(w, e);
+    }
+    return false;
+  }
+
+  // Large clusters: only the candidates the closed-form screen ranks best are priced. The screen
+  // compares parameters of one strategy better than it compares strategies, so the best-screened
+  // candidate of each strategy is bounded first, and the ratio of its bound to its estimate
+  // rescales the estimates of its strategy before the overall choice.
+  // Estimates this close to a strategy's best count as tied with it: the screen is too rough to
+  // rank them.
+  static constexpr double kScreenTie = 0.01;
+
+  void screen() {
+    std::vector<size_t> priced;
+    for (size_t i = 0; i < work.size(); ++i) {
+      if (!work[i].priced) continue;
+      const Plan& p = work[i].candidate.plan;
+      work[i].estimate =
+          detail::screen_estimate_ms(p.strategy, p.params, workload, topology, model.calibration(), options.all_reduce);
+      priced.push_back(i);
+    }
+    auto by_estimate = [&](size_t a, size_t b) { return work[a].estimate < work[b].estimate; };
+    std::stable_sort(priced.begin(), priced.end(), by_estimate);
+    // The screen often cannot tell apart candidates that differ in what it models coarsely (a
+    // double ring's window when compute dominates its estimate): all candidates tied with their
+    // strategy's best estimate, up to screen_ties of them, are bounded, and the smallest
+    // bound-to-estimate ratio rescales the strategy.
+    std::map<StrategyKind, double> scale, best_estimate;
+    std::map<StrategyKind, int> tied;
+    std::vector<bool> keep(work.size(), false);
+    for (size_t i : priced) {
+      const StrategyKind kind = work[i].candidate.plan.strategy;
+      auto [best, first] = best_estimate.try_emplace(kind, work[i].estimate);
+      if (!first && (work[i].estimate > best->second * (1 + kScreenTie) || tied[kind] >= options.screen_ties)) continue;
+      ++tied[kind];
+      bound(work[i]);
+      keep[i] = true;
+      const double ratio = work[i].priced && work[i].estimate > 0 ? work[i].lower_bound / work[i].estimate : 1.0;
+      auto [it, inserted] = scale.try_emplace(kind, ratio);
+      if (!inserted) it->second = std::min(it->second, ratio);
+    }
+    for (size_t i : priced)
+      work[i].estimate *= scale[work[i].candidate.plan.strategy];
+    std::stable_sort(priced.begin(), priced.end(), by_estimate);
+    int kept = 0;
+    for (size_t i : priced) {
+      if (!keep[i] && kept < options.screen_keep) keep[i] = true, ++kept;
+      if (keep[i]) continue;
+      Work& w = work[i];
+      w.priced = false;
+      w.screened = true;
+      Candidate& c = w.candidate;
+      c.feasible = true;
+      c.pruned = true;
+      c.cost.step_ms = w.estimate;
+      c.cost.memory = base_memory(workload, ranks);
+      c.reason = fmt::format("screened out: closed-form estimate {:.2f} ms (schedule not priced)", w.estimate);
+      check_memory(c, budget_GiB);
+    }
+  }
+
+  // Heuristic: times the first timed rank of a candidate alone, without waiting for the other
+  // ends of its messages (a lower bound on its step).
+  void bound(Work& w) {
+    if (!w.priced || w.bounded) return;
+    w.bounded = true;
+    guarded(w, [&] {
+      model.build_timed(identity_plan(w.candidate), w.schedule, 1);
+      price_orders(w, orders, node_orders, topology, model, ranks, options.all_reduce, Timing::LowerBound);
+      w.lower_bound = w.candidate.cost.step_ms;
+    });
+  }
+
+  void bound_all() {
+    for (Work& w : work)
+      bound(w);
+  }
+
+  void price_all() {
+    std::vector<size_t> visit(work.size());
+    std::iota(visit.begin(), visit.end(), 0);
+    if (mode == SearchMode::Heuristic)
+      std::stable_sort(visit.begin(), visit.end(),
+                       [&](size_t a, size_t b) { return work[a].lower_bound < work[b].lower_bound; });
+    double best_step = std::numeric_limits<double>::infinity();
+    for (size_t i : visit)
+      price(work[i], best_step);
+  }
+
+  // Prices one candidate in full, unless (heuristic) its bound already exceeds `best_step`.
+  void price(Work& w, double& best_step) {
+    if (!w.priced) return;
+    Candidate& c = w.candidate;
+    if (mode == SearchMode::Heuristic && w.lower_bound > best_step) {
+      c.pruned = true;
+      c.reason = fmt::format("not fully timed: its first rank alone takes {:.2f} ms", w.lower_bound);
+    } else if (!guarded(w, [&] {
+                 model.build_timed(identity_plan(c), w.schedule);
+                 price_orders(w, orders, node_orders, topology, model, ranks, options.all_reduce);
+               })) {
+      return;
+    }
+    c.feasible = true;
+    check_memory(c, budget_GiB);
+    if (c.feasible && !c.pruned) best_step = std::min(best_step, c.cost.step_ms);
+    w.schedule = Schedule{};  // release the programs
+  }
+
+  // A screened-out candidate whose estimate beats the best priced plan is priced after all, the
+  // most promising first, until none is left: the ranking never shows an unpriced estimate below
+  // the plan it chose.
+  void rescue_screened() {
+    for (;;) {  // each round prices one more candidate, so this ends
+      double best_step = std::numeric_limits<double>::infinity();
+      for (const Work& w : work)
+        if (w.priced && w.candidate.feasible && !w.candidate.pruned)
+          best_step = std::min(best_step, w.candidate.cost.step_ms);
+      Work* next = nullptr;
+      for (Work& w : work)
+        if (w.screened && w.candidate.feasible && w.estimate < best_step && (!next || w.estimate < next->estimate))
+          next = &w;
+      if (next == nullptr) return;
+      Work& w = *next;
+      w.screened = false;
+      w.priced = true;
+      w.candidate.pruned = false;
+      w.candidate.feasible = false;
+      w.candidate.reason.clear();
+      w.candidate.cost = CostBreakdown{};
+      bound(w);
+      price(w, best_step);
+    }
+  }
+
+  SearchResult ranked() {
+    for (Work& w : work)
+      if (w.candidate.feasible) w.candidate.plan.prediction = w.candidate.cost.to_prediction();
+    // Fully priced feasible candidates by predicted step time, then the pruned ones by their bound
+    // or estimate, then the rejected ones; ties keep the enumeration order.
+    auto tier = [](const Candidate& c) { return !c.feasible ? 2 : c.pruned ? 1 : 0; };
+    std::stable_sort(work.begin(), work.end(), [&](const Work& a, const Work& b) {
+      const int ta = tier(a.candidate), tb = tier(b.candidate);
+      if (ta != tb) return ta < tb;
+      if (ta < 2 && a.candidate.cost.step_ms != b.candidate.cost.step_ms)
+        return a.candidate.cost.step_ms < b.candidate.cost.step_ms;
+      return a.index < b.index;
+    });
+    SearchResult result;
+    for (Work& w : work)
+      result.candidates.push_back(std::move(w.candidate));
+    if (!result.candidates.empty() && tier(result.candidates.front()) == 0) result.best = 0;
+    return result;
+  }
+};
+
+}  // namespace
+
+SearchResult search_plans(const Topology& topology, const Workload& workload, const CostModel& model,
+                          const SearchOptions& options) {
+  const int ranks = options.ranks > 0 ? options.ranks : topology.num_gpus();
+  if (options.ranks < 0 || ranks > topology.num_gpus())
+    throw InputError("--gpus", 0,
+                     fmt::format("{} GPUs asked for, but the topology '{}' has {}", options.ranks, topology.name(),
+                                 topology.num_gpus()));
+  const SearchMode mode = options.mode != SearchMode::Auto       ? options.mode
+                          : ranks <= options.exhaustive_max_gpus ? SearchMode::Exhaustive
+                                                                 : SearchMode::Heuristic;
+  Searcher s{topology, workload, model, options, ranks, mode, detail::NodeOrders(topology, ranks), {}, 0, {}};
+  s.orders = choose_orders(s.node_orders, mode, options);
+  s.budget_GiB = options.memory_budget_fraction * topology.gpu().memory_GiB;
+  s.work = enumerate_candidates(topology, workload, options, ranks);
+  WF_LOG_INFO(kLog, "{} candidates, {} node-local orders, {} mode", s.work.size(), s.orders.size(),
+              mode == SearchMode::Exhaustive ? "exhaustive" : "heuristic");
+  const bool screening = mode == SearchMode::Heuristic && ranks > options.screen_above_gpus;
+  if (mode == SearchMode::Heuristic) {
+    if (screening) s.screen();
+    s.bound_all();
+  }
+  s.price_all();
+  if (screening) s.rescue_screened();
+  return s.ranked();
+}
+
+}  // namespace wallfacer

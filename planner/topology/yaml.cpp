@@ -1,0 +1,431 @@
+// Reading topology files: the parts both forms share (gpu, sources, rates, index lists) and the
+// compact form's node description, which is stamped out once per node. The network between
+// nodes is in yaml_network.cpp, the explicit form in yaml_explicit.cpp.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/yaml_util.hpp>
+#include "topology_impl.hpp"
+
+namespace wallfacer::detail {
+
+// ---- shared readers ----------------------------------------------------------------------------
+
+YAML::Node read_section(const std::string& source, const YAML::Node& parent, const std::string& key,
+                        std::initializer_list<std::string_view> allowed) {
+  const YAML::Node node = parent[key];
+  if (!node.IsDefined() || node.IsNull()) yaml::fail(source, parent, fmt::format("missing required field '{}'", key));
+  yaml::check_keys(source, node, allowed, fmt::format("'{}'", key));
+  return node;
+}
+
+int64_t read_int_at_least(const std::string& source, const YAML::Node& parent, const std::string& key,
+                          int64_t minimum) {
+  const int64_t value = yaml::get_int(source, parent, key);
+  if (value < minimum)
+    yaml::fail(source, parent[key], fmt::format("'{}' must be at least {}, got {}", key, minimum, value));
+  return value;
+}
+
+double read_number_at_least(const std::string& source, const YAML::Node& parent, const std::string& key,
+                            double minimum) {
+  const double value = yaml::get_double(source, parent, key);
+  if (value < minimum)
+    yaml::fail(source, parent[key], fmt::format("'{}' must be at least {}, got {}", key, minimum, value));
+  return value;
+}
+
+void read_source_field(const std::string& source, const YAML::Node& parent) {
+  const YAML::Node node = parent["source"];
+  if (!node.IsDefined()) return;
+  if (!node.IsScalar() || node.Scalar().empty()) yaml::fail(source, node, "'source' must be a citation string");
+}
+
+void read_sources(const std::string& source, const YAML::Node& root) {
+  const YAML::Node sources = root["sources"];
+  if (!sources.IsDefined()) return;
+  if (!sources.IsMap()) yaml::fail(source, sources, "'sources' must be a mapping of short names to citations");
+  for (const auto& entry : sources) {
+    if (!entry.second.IsScalar() || entry.second.Scalar().empty())
+      yaml::fail(source, entry.second, fmt::format("source '{}' must be a citation string", entry.first.Scalar()));
+  }
+}
+
+double read_rate(const std::string& source, const YAML::Node& parent, std::string_view what) {
+  const bool has_bandwidth = parent["bandwidth_GBps"].IsDefined();
+  const bool has_rate = parent["rate_Gbps"].IsDefined();
+  if (has_bandwidth && has_rate)
+    yaml::fail(source, parent, fmt::format("give the {} as 'bandwidth_GBps' or 'rate_Gbps', not both", what));
+  if (!has_bandwidth && !has_rate)
+    yaml::fail(source, parent, fmt::format("missing the {}: give 'bandwidth_GBps' or 'rate_Gbps'", what));
+  if (has_bandwidth) return yaml::get_positive(source, parent, "bandwidth_GBps");
+  return yaml::get_positive(source, parent, "rate_Gbps") / 8.0;
+}
+
+static int checked_index(const std::string& source, const YAML::Node& node, int limit, std::string_view label) {
+  int64_t value = 0;
+  if (!node.IsScalar() || !YAML::convert<int64_t>::decode(node, value))
+    yaml::fail(
+        source, node,
+        fmt::format("{} index must be an integer, got '{}'", label, node.IsScalar() ? node.Scalar() : "a non-scalar"));
+  if (value < 0 || value >= limit) {
+    const std::string has = limit == 0   ? fmt::format("the node has no {}s", label)
+                            : limit == 1 ? fmt::format("the node has 1 {} (0)", label)
+                                         : fmt::format("the node has {} {}s (0..{})", limit, label, limit - 1);
+    yaml::fail(source, node, fmt::format("{} index {} is out of range: {}", label, value, has));
+  }
+  return static_cast<int>(value);
+}
+
+int read_index(const std::string& source, const YAML::Node& parent, const std::string& key, int limit,
+               std::string_view kind_label) {
+  const YAML::Node node = parent[key];
+  if (!node.IsDefined()) yaml::fail(source, parent, fmt::format("missing required field '{}'", key));
+  return checked_index(source, node, limit, kind_label);
+}
+
+std::vector<int> read_index_list(const std::string& source, const YAML::Node& parent, const std::string& key, int limit,
+                                 std::string_view kind_label) {
+  std::vector<int> out;
+  const YAML::Node list = parent[key];
+  if (!list.IsDefined()) return out;
+  yaml::expect_sequence(source, list, fmt::format("'{}'", key));
+  for (const auto& element : list)
+    out.push_back(checked_index(source, element, limit, kind_label));
+  return out;
+}
+
+GpuModel read_gpu_model(const std::string& source, const YAML::Node& root) {
+  const YAML::Node node = read_section(
+      source, root, "gpu", {"model", "peak_bf16_tflops", "peak_fp16_tflops", "memory_GiB", "hbm_GBps", "source"});
+  GpuModel gpu;
+  gpu.name = yaml::get_string(source, node, "model");
+  if (gpu.name.empty()) yaml::fail(source, node["model"], "'model' must not be empty");
+  gpu.peak_bf16_tflops = read_number_at_least(source, node, "peak_bf16_tflops", 0.0);
+  gpu.peak_fp16_tflops = yaml::get_positive(source, node, "peak_fp16_tflops");
+  gpu.memory_GiB = yaml::get_positive(source, node, "memory_GiB");
+  gpu.hbm_GBps = yaml::get_positive(source, node, "hbm_GBps");
+  read_source_field(source, node);
+  gpu.source = yaml::get_string(source, node, "source", "");
+  return gpu;
+}
+
+namespace {
+
+// ---- the compact form's node -------------------------------------------------------------------
+
+struct LocalRef {
+  DeviceKind kind = DeviceKind::Gpu;
+  int index = 0;
+};
+struct SpecLink {
+  LocalRef a, b;
+  LinkKind kind = LinkKind::Pcie;
+  double bandwidth_GBps = 0;
+  double latency_us = 0;
+  bool full_duplex = true;
+  int line = 0;
+};
+
+// One node as described under `node:`, in local indices; every node is a copy.
+struct NodeSpec {
+  int gpus = 0;
+  int cpus = 1;
+  int pcie_switches = 0;
+  bool nvswitch = false;
+  int nics = 0;
+  double nic_GBps = 0;
+  std::vector<SpecLink> links;
+  std::vector<int> gpu_host_line;  // line placing each GPU under PCIe, 0 while none
+  std::vector<int> nic_host_line;
+  std::vector<bool> gpu_nvlink_to_cpu;
+};
+
+void read_cpus(const std::string& source, const YAML::Node& node, NodeSpec& spec) {
+  const YAML::Node cpus = node["cpus"];
+  if (!cpus.IsDefined()) return;
+  yaml::check_keys(source, cpus, {"count", "model", "link", "source"}, "'cpus'");
+  read_source_field(source, cpus);
+  spec.cpus = static_cast<int>(read_int_at_least(source, cpus, "count", 1));
+  if (spec.cpus > 16)
+    yaml::fail(source, cpus["count"], fmt::format("'count' must be at most 16 CPU sockets, got {}", spec.cpus));
+  if (spec.cpus == 1) return;
+  const YAML::Node link =
+      read_section(source, cpus, "link", {"bandwidth_GBps", "rate_Gbps", "latency_us", "full_duplex", "source"});
+  read_source_field(source, link);
+  const double bandwidth = read_rate(source, link, "inter-socket bandwidth");
+  const double latency = yaml::get_positive(source, link, "latency_us");
+  const bool duplex = yaml::get_bool(source, link, "full_duplex", true);
+  for (int a = 0; a < spec.cpus; ++a)
+    for (int b = a + 1; b < spec.cpus; ++b)
+      spec.links.push_back({{DeviceKind::Cpu, a},
+                            {DeviceKind::Cpu, b},
+                            LinkKind::CpuBus,
+                            bandwidth,
+                            latency,
+                            duplex,
+                            yaml::line_of(link)});
+}
+
+void read_nics(const std::string& source, const YAML::Node& node, NodeSpec& spec) {
+  const YAML::Node nics = node["nics"];
+  if (!nics.IsDefined()) return;
+  yaml::check_keys(source, nics, {"count", "rate_Gbps", "bandwidth_GBps", "source"}, "'nics'");
+  read_source_field(source, nics);
+  spec.nics = static_cast<int>(read_int_at_least(source, nics, "count", 1));
+  if (spec.nics > 64)
+    yaml::fail(source, nics["count"], fmt::format("'count' must be at most 64 NICs, got {}", spec.nics));
+  spec.nic_GBps = read_rate(source, nics, "NIC rate");
+  spec.nic_host_line.assign(spec.nics, 0);
+}
+
+void mark_placed(const std::string& source, const YAML::Node& where, std::vector<int>& placed_line, int index,
+                 std::string_view label) {
+  if (placed_line[index] != 0)
+    yaml::fail(source, where,
+               fmt::format("{} {} is placed twice (first at line {})", label, index, placed_line[index]));
+  placed_line[index] = std::max(1, yaml::line_of(where));
+}
+
+// `gpus:` and `nics:` of one PCIe switch or root port, hung below `parent`.
+void read_pcie_children(const std::string& source, const YAML::Node& entry, LocalRef parent, double bandwidth,
+                        double latency, NodeSpec& spec) {
+  const YAML::Node gpus = entry["gpus"];
+  const YAML::Node nics = entry["nics"];
+  const std::vector<int> gpu_list = read_index_list(source, entry, "gpus", spec.gpus, "GPU");
+  const std::vector<int> nic_list = read_index_list(source, entry, "nics", spec.nics, "NIC");
+  for (size_t i = 0; i < gpu_list.size(); ++i) {
+    mark_placed(source, gpus[i], spec.gpu_host_line, gpu_list[i], "GPU");
+    spec.links.push_back(
+        {{DeviceKind::Gpu, gpu_list[i]}, parent, LinkKind::Pcie, bandwidth, latency, true, yaml::line_of(gpus[i])});
+  }
+  for (size_t i = 0; i < nic_list.size(); ++i) {
+    mark_placed(source, nics[i], spec.nic_host_line, nic_list[i], "NIC");
+    spec.links.push_back(
+        {{DeviceKind::Nic, nic_list[i]}, parent, LinkKind::Pcie, bandwidth, latency, true, yaml::line_of(nics[i])});
+  }
+}
+
+void read_pcie(const std::string& source, const YAML::Node& node, NodeSpec& spec) {
+  const YAML::Node pcie = node["pcie"];
+  if (!pcie.IsDefined()) return;
+  yaml::check_keys(source, pcie, {"bandwidth_GBps", "latency_us", "switches", "root_ports", "source"}, "'pcie'");
+  read_source_field(source, pcie);
+  const double bandwidth = yaml::get_positive(source, pcie, "bandwidth_GBps");
+  const double latency = yaml::get_positive(source, pcie, "latency_us");
+  if (const YAML::Node switches = pcie["switches"]; switches.IsDefined()) {
+    yaml::expect_sequence(source, switches, "'switches'");
+    for (const auto& entry : switches) {
+      yaml::check_keys(source, entry, {"cpu", "gpus", "nics", "bandwidth_GBps", "uplink_bandwidth_GBps", "source"},
+                       "a PCIe switch");
+      read_source_field(source, entry);
+      const int cpu = entry["cpu"].IsDefined() ? read_index(source, entry, "cpu", spec.cpus, "CPU") : 0;
+      const double own = yaml::get_positive(source, entry, "bandwidth_GBps", bandwidth);
+      const double uplink = yaml::get_positive(source, entry, "uplink_bandwidth_GBps", own);
+      const LocalRef self{DeviceKind::PcieSwitch, spec.pcie_switches++};
+      spec.links.push_back({self, {DeviceKind::Cpu, cpu}, LinkKind::Pcie, uplink, latency, true, yaml::line_of(entry)});
+      read_pcie_children(source, entry, self, own, latency, spec);
+    }
+  }
+  if (const YAML::Node ports = pcie["root_ports"]; ports.IsDefined()) {
+    yaml::expect_sequence(source, ports, "'root_ports'");
+    for (const auto& entry : ports) {
+      yaml::check_keys(source, entry, {"cpu", "gpus", "nics", "bandwidth_GBps", "source"}, "a PCIe root port");
+      read_source_field(source, entry);
+      const int cpu = entry["cpu"].IsDefined() ? read_index(source, entry, "cpu", spec.cpus, "CPU") : 0;
+      const double own = yaml::get_positive(source, entry, "bandwidth_GBps", bandwidth);
+      read_pcie_children(source, entry, {DeviceKind::Cpu, cpu}, own, latency, spec);
+    }
+  }
+}
+
+// One `links:` entry of an NVLink mesh: {gpus: [A, B], links: N} or {gpu: A, cpu: C, links: N}.
+void read_nvlink_entry(const std::string& source, const YAML::Node& entry, double per_link, double latency,
+                       std::map<std::tuple<int, int, int, int>, int>& seen, NodeSpec& spec) {
+  yaml::check_keys(source, entry, {"gpus", "gpu", "cpu", "links", "source"}, "an NVLink entry");
+  read_source_field(source, entry);
+  const int count = entry["links"].IsDefined() ? static_cast<int>(read_int_at_least(source, entry, "links", 1)) : 1;
+  LocalRef a, b;
+  if (entry["gpus"].IsDefined() && !entry["gpu"].IsDefined() && !entry["cpu"].IsDefined()) {
+    const std::vector<int> pair = read_index_list(source, entry, "gpus", spec.gpus, "GPU");
+    if (pair.size() != 2)
+      yaml::fail(source, entry["gpus"], fmt::format("'gpus' must list 2 GPUs, got {}", pair.size()));
+    if (pair[0] == pair[1]) yaml::fail(source, entry, fmt::format("NVLink joins GPU {} to itself", pair[0]));
+    a = {DeviceKind::Gpu, std::min(pair[0], pair[1])};
+    b = {DeviceKind::Gpu, std::max(pair[0], pair[1])};
+  } else if (entry["gpu"].IsDefined() && entry["cpu"].IsDefined() && !entry["gpus"].IsDefined()) {
+    a = {DeviceKind::Gpu, read_index(source, entry, "gpu", spec.gpus, "GPU")};
+    b = {DeviceKind::Cpu, read_index(source, entry, "cpu", spec.cpus, "CPU")};
+    spec.gpu_nvlink_to_cpu[a.index] = true;
+  } else {
+    yaml::fail(source, entry, "an NVLink entry needs 'gpus: [A, B]', or 'gpu' and 'cpu'");
+  }
+  const auto key = std::make_tuple(static_cast<int>(a.kind), a.index, static_cast<int>(b.kind), b.index);
+  const auto [it, fresh] = seen.emplace(key, yaml::line_of(entry));
+  if (!fresh) {
+    const std::string what = b.kind == DeviceKind::Gpu ? fmt::format("GPU {} and GPU {}", a.index, b.index)
+                                                       : fmt::format("GPU {} and CPU {}", a.index, b.index);
+    yaml::fail(source, entry, fmt::format("NVLink between {} is listed twice (first at line {})", what, it->second));
+  }
+  spec.links.push_back({a, b, LinkKind::NvLink, per_link * count, latency, true, yaml::line_of(entry)});
+}
+
+void read_gpu_fabric(const std::string& source, const YAML::Node& node, NodeSpec& spec) {
+  const YAML::Node fabric = node["gpu_fabric"];
+  if (!fabric.IsDefined()) return;
+  yaml::expect_map(source, fabric, "'gpu_fabric'");
+  const std::string type = yaml::get_string(source, fabric, "type");
+  if (type == "none") {
+    yaml::check_keys(source, fabric, {"type", "source"}, "'gpu_fabric'");
+  } else if (type == "nvswitch") {
+    yaml::check_keys(source, fabric, {"type", "bandwidth_GBps", "latency_us", "source"}, "'gpu_fabric'");
+    read_source_field(source, fabric);
+    const double bandwidth = yaml::get_positive(source, fabric, "bandwidth_GBps");
+    const double latency = yaml::get_positive(source, fabric, "latency_us");
+    spec.nvswitch = true;
+    for (int g = 0; g < spec.gpus; ++g)
+      spec.links.push_back({{DeviceKind::Gpu, g},
+                            {DeviceKind::NvSwitch, 0},
+                            LinkKind::NvLink,
+                            bandwidth,
+                            latency,
+                            true,
+                            yaml::line_of(fabric)});
+  } else if (type == "nvlink_mesh") {
+    yaml::check_keys(source, fabric, {"type", "link_bandwidth_GBps", "latency_us", "links", "source"}, "'gpu_fabric'");
+    read_source_field(source, fabric);
+    const double per_link = yaml::get_positive(source, fabric, "link_bandwidth_GBps");
+    const double latency = yaml::get_positive(source, fabric, "latency_us");
+    const YAML::Node links = fabric["links"];
+    if (!links.IsDefined()) yaml::fail(source, fabric, "missing required field 'links'");
+    yaml::expect_sequence(source, links, "'links'");
+    std::map<std::tuple<int, int, int, int>, int> seen;  // (kind, index) of both ends -> line
+    for (const auto& entry : links)
+      read_nvlink_entry(source, entry, per_link, latency, seen, spec);
+  } else {
+    yaml::fail(source, fabric["type"],
+               fmt::format("unknown gpu_fabric type '{}' (expected nvswitch, nvlink_mesh or none)", type));
+  }
+}
+
+NodeSpec read_node(const std::string& source, const YAML::Node& root) {
+  const YAML::Node node = read_section(source, root, "node", {"gpus", "cpus", "pcie", "gpu_fabric", "nics"});
+  NodeSpec spec;
+  spec.gpus = static_cast<int>(read_int_at_least(source, node, "gpus", 1));
+  if (spec.gpus > 1024)
+    yaml::fail(source, node["gpus"], fmt::format("'gpus' must be at most 1024 per node, got {}", spec.gpus));
+  spec.gpu_host_line.assign(spec.gpus, 0);
+  spec.gpu_nvlink_to_cpu.assign(spec.gpus, false);
+  read_cpus(source, node, spec);
+  read_nics(source, node, spec);
+  read_gpu_fabric(source, node, spec);
+  read_pcie(source, node, spec);
+  for (int g = 0; g < spec.gpus; ++g) {
+    if (spec.gpu_host_line[g] == 0 && !spec.gpu_nvlink_to_cpu[g])
+      yaml::fail(source, node["gpus"],
+                 fmt::format("GPU {} is not attached to a CPU: list it under a PCIe switch or root port, or give it "
+                             "an NVLink to a CPU",
+                             g));
+  }
+  for (int n = 0; n < spec.nics; ++n) {
+    if (spec.nic_host_line[n] == 0)
+      yaml::fail(source, node["nics"],
+                 fmt::format("NIC {} is not placed: list it under a PCIe switch or root port", n));
+  }
+  return spec;
+}
+
+// Local device order inside a node: GPUs, CPUs, PCIe switches, the NVSwitch, NICs.
+int local_offset(const NodeSpec& spec, DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::Gpu:
+      return 0;
+    case DeviceKind::Cpu:
+      return spec.gpus;
+    case DeviceKind::PcieSwitch:
+      return spec.gpus + spec.cpus;
+    case DeviceKind::NvSwitch:
+      return spec.gpus + spec.cpus + spec.pcie_switches;
+    case DeviceKind::Nic:
+      return spec.gpus + spec.cpus + spec.pcie_switches + (spec.nvswitch ? 1 : 0);
+    case DeviceKind::NetSwitch:
+      break;
+  }
+  throw std::logic_error("topology: network switch inside a node");
+}
+
+void stamp_nodes(const NodeSpec& spec, int num_nodes, int line, TopologyModel& model) {
+  struct Group {
+    DeviceKind kind;
+    int count;
+    const char* stem;
+  };
+  const Group groups[] = {{DeviceKind::Gpu, spec.gpus, "gpu"},
+                          {DeviceKind::Cpu, spec.cpus, "cpu"},
+                          {DeviceKind::PcieSwitch, spec.pcie_switches, "pcie"},
+                          {DeviceKind::NvSwitch, spec.nvswitch ? 1 : 0, "nvswitch"},
+                          {DeviceKind::Nic, spec.nics, "nic"}};
+  model.nodes.resize(num_nodes);
+  for (int n = 0; n < num_nodes; ++n) {
+    NodeMembers& members = model.nodes[n];
+    members.template_id = 0;
+    for (const Group& group : groups) {
+      for (int i = 0; i < group.count; ++i) {
+        std::string name = group.kind == DeviceKind::NvSwitch ? fmt::format("n{}/{}", n, group.stem)
+                                                              : fmt::format("n{}/{}{}", n, group.stem, i);
+        members.devices.push_back(model.add_device(std::move(name), group.kind, n, i, line));
+      }
+    }
+    for (const SpecLink& link : spec.links) {
+      const int a = members.devices[local_offset(spec, link.a.kind) + link.a.index];
+      const int b = members.devices[local_offset(spec, link.b.kind) + link.b.index];
+      members.links.push_back(
+          model.add_link(a, b, link.kind, link.bandwidth_GBps, link.latency_us, link.full_duplex, link.line));
+    }
+  }
+}
+
+}  // namespace
+
+constexpr int kMaxNodes = 65536;
+constexpr int64_t kMaxGpus = 1 << 20;
+
+TopologyModel read_compact_form(const std::string& source, const YAML::Node& root, std::optional<int> nodes_override) {
+  yaml::check_keys(source, root, {"name", "description", "sources", "gpu", "nodes", "node", "network"},
+                   "a compact-form topology");
+  TopologyModel model;
+  model.source = source;
+  model.name = yaml::get_string(source, root, "name");
+  if (model.name.empty()) yaml::fail(source, root["name"], "'name' must not be empty");
+  model.description = yaml::get_string(source, root, "description", "");
+  read_sources(source, root);
+  model.gpu = read_gpu_model(source, root);
+  model.gpu_line = yaml::line_of(root["gpu"]);
+
+  NetworkShape shape;
+  shape.nodes_line = yaml::line_of(root["nodes"]);
+  shape.nodes = root["nodes"].IsDefined() ? static_cast<int>(read_int_at_least(source, root, "nodes", 1)) : 1;
+  if (shape.nodes > kMaxNodes)
+    yaml::fail(source, root["nodes"], fmt::format("'nodes' must be at most {}, got {}", kMaxNodes, shape.nodes));
+  if (nodes_override) {
+    if (*nodes_override > kMaxNodes)
+      throw InputError(fmt::format("--nodes must be at most {}, got {}", kMaxNodes, *nodes_override));
+    shape.nodes = *nodes_override;
+    shape.nodes_from_flag = true;
+  }
+  const NodeSpec spec = read_node(source, root);
+  if (static_cast<int64_t>(spec.gpus) * shape.nodes > kMaxGpus)
+    throw InputError(source, shape.nodes_line,
+                     fmt::format("{} nodes of {} GPUs exceed the limit of {} GPUs", shape.nodes, spec.gpus, kMaxGpus));
+  shape.nics_per_node = spec.nics;
+  shape.nic_GBps = spec.nic_GBps;
+  stamp_nodes(spec, shape.nodes, yaml::line_of(root["node"]), model);
+  add_compact_network(source, root, shape, model);
+  return model;
+}
+
+}  // namespace wallfacer::detail

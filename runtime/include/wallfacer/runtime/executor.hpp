@@ -1,0 +1,76 @@
+// Runs one rank's RankProgram (wallfacer/schedule/schedule.hpp) through a Backend: allocates its buffers,
+// binds its slices of the global inputs, progresses the four streams (compute ops run
+// synchronously; sends, receives and collectives are posted non-blocking and tested, so
+// communication overlaps compute), tracks which tokens every buffer holds, performs collectives
+// by their CollectiveSpec, and returns the rank's output slices. docs/runtime.md states the
+// executor's reading of the schedule semantics (which write replaces a buffer's token set, how
+// accumulators start, how head ranges of mixed buffers are read).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <wallfacer/plan/plan.hpp>
+#include <wallfacer/runtime/backend.hpp>
+#include <wallfacer/runtime/tensor.hpp>
+#include <wallfacer/schedule/schedule.hpp>
+
+namespace wallfacer::runtime {
+
+struct ExecutorOptions {
+  // Splits compute ops into slices of at most this many query rows and calls Backend::progress()
+  // between slices, so that backends that progress only inside library calls (MPI) keep their
+  // transfers moving during long kernels. 0: whole ops.
+  int64_t progress_rows = 0;
+  // Fills rows a buffer does not hold with NaN, so that a schedule reading them shows up in the
+  // checked outputs instead of passing silently.
+  bool poison = true;
+};
+
+// The global inputs every rank reads its slices from: q, dO [B, N, h, d]; k, v [B, N, h_kv, d].
+// Values must be representable in the execution type (rounded to fp32 for fp32 runs).
+struct GlobalInputs {
+  const Tensor<double>* q = nullptr;
+  const Tensor<double>* k = nullptr;
+  const Tensor<double>* v = nullptr;
+  const Tensor<double>* dO = nullptr;
+};
+
+// One output Binding's values: [batch][token][head][d] for vector fields, [batch][head][token] for
+// Lse, flat for WeightGrad; batches [batch_begin, batch_end), tokens in `tokens` order.
+struct OutputSlice {
+  Field field = Field::O;
+  TokenSet tokens;
+  HeadRange heads;
+  int batch_begin = 0, batch_end = 1;
+  std::vector<double> values;
+};
+
+struct ExecutionStats {
+  double seconds = 0;          // the program, from the first op to the last
+  double cpu_seconds = 0;      // CPU time of the executing thread over the same span
+  double compute_seconds = 0;  // inside compute ops
+  double wait_seconds = 0;     // blocked on communication with nothing to compute
+  int64_t ops = 0;
+  double flops = 0;        // sum of the compute ops' flops (schedule convention)
+  int64_t bytes_sent = 0;  // point-to-point and collective payload this rank posted
+};
+
+struct RankResult {
+  std::vector<OutputSlice> outputs;
+  ExecutionStats stats;
+};
+
+// Deterministic WeightGrad contribution of `rank` at `index`: small integers, so sums over ranks
+// are exact in fp32 and the all-reduce check can demand equality.
+double weight_grad_value(int rank, int64_t index);
+
+// Executes `program` (one rank of `schedule`, built from `plan`) in precision T (float or
+// double). The backend's set_groups(plan.groups) must have been called. Throws ScheduleError when
+// the program breaks the schedule semantics (reads tokens a buffer does not hold, a stream that
+// can never advance) and whatever the backend throws.
+template <typename T>
+RankResult execute_program(const Schedule& schedule, const RankProgram& program, const Plan& plan,
+                           const GlobalInputs& inputs, Backend& backend, const ExecutorOptions& options = {});
+
+}  // namespace wallfacer::runtime

@@ -1,0 +1,31 @@
+// The CPU/MPI backend: one MPI process per rank, host memory and the CPU kernels (CpuBackend),
+// non-blocking point-to-point (MPI_Isend/MPI_Irecv on MPI_COMM_WORLD, tags from the schedule),
+// one communicator per plan group (MPI_Comm_split, members ordered as in the group), and
+// non-blocking collectives (MPI_Iallgatherv, MPI_Ialltoallv, MPI_Ireduce_scatter,
+// MPI_Iallreduce) that the executor tests with MPI_Test while it computes. This header includes
+// no MPI header, so the CLI can use it without MPI's include paths.
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+
+#include <wallfacer/runtime/backend.hpp>
+
+namespace wallfacer::runtime {
+
+// A failed MPI call: "FILE:LINE: rank R: MPI_Isend(...) failed: <MPI error string>".
+class MpiError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct MpiBackendOptions {
+  // wait_any gives up (MpiError naming what it waits on) after this long without any request
+  // completing, so a mismatched schedule ends the run instead of hanging it. 0: wait forever.
+  double stall_seconds = 300;
+};
+
+// Needs MPI to be initialised (run_mpi_job in mpi_runner.hpp does it). Uses MPI_COMM_WORLD.
+std::unique_ptr<Backend> make_mpi_backend(const MpiBackendOptions& options = {});
+
+}  // namespace wallfacer::runtime
