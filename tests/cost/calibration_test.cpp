@@ -15,7 +15,7 @@ constexpr double kH100Peak = 989.4;
 
 TEST(Calibration, DefaultsCarryTheSourcedLargeBlockFigures) {
   const Calibration c = Calibration::defaults();
-  // FlashAttention-3 on H100, BF16 forward: up to 740 TF/s (platforms.md §5).
+  // FlashAttention-3 on H100, BF16 forward: up to 740 TF/s (docs/hardware.md §5).
   EXPECT_DOUBLE_EQ(c.tflops("H100-SXM5-80GB", KernelOp::AttnFwd, DType::BF16, 128, 16384, 16384, kH100Peak), 740.0);
   // FlashAttention-2 on A100: 73 % of 312 TF/s forward.
   EXPECT_NEAR(c.tflops("A100-SXM4-80GB", KernelOp::AttnFwd, DType::BF16, 128, 16384, 16384, 312), 0.73 * 312, 0.5);

@@ -1,5 +1,5 @@
-// The cost and memory model against the closed forms of algorithms.md §10-11, computed here
-// from the workload and the link numbers, never from the code under test.
+// The cost and memory model against the closed forms of docs/algorithms.md §10 and §11,
+// computed here from the workload and the link numbers, never from the code under test.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 

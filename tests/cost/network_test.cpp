@@ -124,7 +124,8 @@ TEST_F(Contention, RingCollectiveTakesPMinusOneLatencies) {
   }
 }
 
-// All-to-all: only intersecting slices travel, all peers' flows at once (algorithms.md §10.1).
+// All-to-all: only intersecting slices travel, all peers' flows at once
+// (docs/algorithms.md §10.1).
 class AllToAll : public ::testing::Test {
  protected:
   Topology topology = testing::switch_nodes(1, 4);

@@ -1,5 +1,5 @@
-# The analytic cost model: calibration, contention, closed forms of algorithms.md §10-11, the
-# list schedule of rank programs and the memory model.
+# The analytic cost model: calibration, contention, closed forms of docs/algorithms.md §10 and
+# §11, the list schedule of rank programs and the memory model.
 wallfacer_add_test(NAME test_cost
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/calibration_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/network_test.cpp

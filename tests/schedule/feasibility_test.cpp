@@ -1,4 +1,4 @@
-// Feasibility rules (algorithms.md §12), parameter enumeration, groups and placements.
+// Feasibility rules (docs/algorithms.md §12), parameter enumeration, groups and placements.
 #include <gtest/gtest.h>
 
 #include <algorithm>

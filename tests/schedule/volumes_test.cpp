@@ -1,4 +1,4 @@
-// Per-GPU traffic against the closed forms of algorithms.md §10.2 (even shards, bf16).
+// Per-GPU traffic against the closed forms of docs/algorithms.md §10.2 (even shards, bf16).
 #include <gtest/gtest.h>
 
 #include <wallfacer/schedule/strategy.hpp>

@@ -1,6 +1,6 @@
 // Collectives in the simulator: the point-to-point expansion (ring steps, pairwise and direct
 // all-to-all peers and their sizes) and the simulated times of each kind against the alpha-beta closed
-// forms of algorithms.md §10.1 on a contention-free star.
+// forms of docs/algorithms.md §10.1 on a contention-free star.
 #include <gtest/gtest.h>
 
 #include <cmath>

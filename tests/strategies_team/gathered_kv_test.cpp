@@ -1,6 +1,6 @@
-// All-gather K/V (algorithms.md §5) and LSS (§9.2): checked schedules over S = 1..8 with uneven
-// sizes where the layout allows, exact FLOPs, closed-form volumes, LSS's two-stage gradient
-// averaging and its groups.
+// All-gather K/V (docs/algorithms.md §5) and LSS (§9.2): checked schedules over S = 1..8 with
+// uneven sizes where the layout allows, exact FLOPs, closed-form volumes, LSS's two-stage
+// gradient averaging and its groups.
 #include <gtest/gtest.h>
 
 #include "strategies_team/team_plans.hpp"

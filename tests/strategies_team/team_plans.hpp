@@ -24,8 +24,8 @@ struct Traffic {
 };
 Traffic traffic(const RankProgram& program);
 
-// Exact attention FLOPs of the whole layer (algorithms.md §1.3): 4 B h d x live pairs forward,
-// 2.5x that backward, live pairs counted by brute force over (query, key).
+// Exact attention FLOPs of the whole layer (docs/algorithms.md §1.3): 4 B h d x live pairs
+// forward, 2.5x that backward, live pairs counted by brute force over (query, key).
 double closed_form_flops(const Workload& w, Phase phase);
 
 // Builds the schedule and runs the checker; returns its errors joined ("" when it passes).

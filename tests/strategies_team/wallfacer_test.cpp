@@ -1,4 +1,4 @@
-// WallFacer (algorithms.md §8): the §8.2 rank-formula properties by enumeration, checked
+// WallFacer (docs/algorithms.md §8): the §8.2 rank-formula properties by enumeration, checked
 // schedules for every valid (S, C), exact FLOPs, and the closed-form volumes of §8.3 / §10.3.
 #include <gtest/gtest.h>
 
@@ -81,7 +81,7 @@ TEST(WallFacerLayout, EveryTeamMeetsEveryTeamsKvExactlyOnce) {
 }
 
 TEST(WallFacerLayout, ClosedFormsOfTheReference) {
-  // algorithms.md §8.2 for teams on contiguous ranks, spelled out independently.
+  // docs/algorithms.md §8.2 for teams on contiguous ranks, spelled out independently.
   for (auto [S, C] : valid_configs(kSizes)) {
     const WallFacerLayout L(S, C);
     const int G = S / (C * C);

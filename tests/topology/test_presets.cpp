@@ -1,6 +1,7 @@
 // Every preset loads, has the shape its hardware description says (counted by hand from the
-// vendor descriptions in platforms.md, not from the loader), cites a source for every number,
-// and keeps the graph invariants routing relies on. Also: --nodes scaling and the content hash.
+// vendor descriptions in docs/hardware.md §3, not from the loader), cites a source for every
+// number, and keeps the graph invariants routing relies on. Also: --nodes scaling and the content
+// hash.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
