@@ -1,7 +1,7 @@
 // Attention kernel throughput: forward and backward GFLOP/s of the blockwise CPU kernels (fp32,
 // one thread) for q = k = block tokens, next to OpenBLAS SGEMM measured in the same run on the
 // block's two GEMM shapes, whole (block x block x d, block x d x block) and cut into the kernel's
-// tiles. FLOPs follow algorithms.md §1.3: forward 4·q·k·d per head (halved when causal), backward
+// tiles. FLOPs follow docs/algorithms.md §1.3: forward 4·q·k·d per head (halved when causal), backward
 // 2.5x forward. Prints a markdown table; ratio = kernel GFLOP/s / SGEMM GFLOP/s.
 #include <cblas.h>
 

@@ -19,7 +19,7 @@ namespace wallfacer {
 namespace {
 
 // Small-block throughput relative to the large-block figure. FlashAttention-2 spans 50-73 % of
-// the A100 peak over its benchmark's sequence lengths (platforms.md §5); we read the low end as the
+// the A100 peak over its benchmark's sequence lengths (docs/hardware.md §5); we read the low end as the
 // 512-token block and the high end as the 16K block (ratio 156/228), and halve the 512-token value
 // again at 128 tokens, where a single 128-row tile per head leaves most SMs idle. Assumptions.
 constexpr double kRatio512 = 156.0 / 228.0;
@@ -116,8 +116,8 @@ Calibration Calibration::defaults() {
       {"H100", KernelOp::AttnBwd, 525.0,
        "FlashAttention-3 backward >= 1.5x FlashAttention-2's ~350 TF/s on H100 (arXiv 2407.08608; assumption: "
        "lower end of the range)"},
-      {"H200", KernelOp::AttnFwd, 740.0, "H100 figure; same GH100 compute (platforms.md §1; assumption)"},
-      {"H200", KernelOp::AttnBwd, 525.0, "H100 figure; same GH100 compute (platforms.md §1; assumption)"},
+      {"H200", KernelOp::AttnFwd, 740.0, "H100 figure; same GH100 compute (docs/hardware.md §1; assumption)"},
+      {"H200", KernelOp::AttnBwd, 525.0, "H100 figure; same GH100 compute (docs/hardware.md §1; assumption)"},
       {"V100", KernelOp::AttnFwd, 62.5, "assumption: 50% of the 125 TF/s FP16 peak (no FlashAttention-2 on Volta)"},
       {"V100", KernelOp::AttnBwd, 54.0,
        "assumption: forward figure x 0.864, the FlashAttention-2 backward/forward ratio on A100"},

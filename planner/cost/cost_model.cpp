@@ -84,7 +84,7 @@ struct OpPricer {
   }
 };
 
-// Attention FLOPs of one layer, forward + backward, all ranks (algorithms.md §1.3 convention).
+// Attention FLOPs of one layer, forward + backward, all ranks (docs/algorithms.md §1.3 convention).
 double layer_attention_flops(const Workload& w) {
   const double forward = 4.0 * w.batch * double(w.seq) * double(w.seq) * w.heads * w.head_dim * (w.causal ? 0.5 : 1.0);
   return 3.5 * forward;

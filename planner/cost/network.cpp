@@ -263,7 +263,7 @@ double NetworkPricer::collective_seconds(OpKind kind, int group, int64_t bytes) 
   const int p = int(g.ranks.size());
   if (p < 2) return 0;
   const GroupPrice price = group_price(pattern(g.kind, {1}), group);
-  // Ring algorithms (algorithms.md §10.1): p-1 steps (all-reduce 2(p-1)), each one latency, and the
+  // Ring algorithms (docs/algorithms.md §10.1): p-1 steps (all-reduce 2(p-1)), each one latency, and the
   // member's bytes over the slowest ring edge under contention.
   const int steps = kind == OpKind::AllReduce ? 2 * (p - 1) : p - 1;
   const double transfer = price.bandwidth_GBps < kInf ? double(bytes) / (price.bandwidth_GBps * 1e9) : 0;

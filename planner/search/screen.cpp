@@ -1,5 +1,5 @@
 // Screening estimates for the heuristic search on large clusters (screen.hpp): the
-// closed forms of algorithms.md §10.2 and §10.4 per strategy, with one latency and bandwidth for
+// closed forms of docs/algorithms.md §10.2 and §10.4 per strategy, with one latency and bandwidth for
 // links inside a node and one for links between nodes. Rough by design: they only choose which
 // candidates the schedule-based cost model prices.
 #include "screen.hpp"

@@ -12,7 +12,7 @@
 
 namespace wallfacer::detail {
 
-// Estimated forward + backward milliseconds of one attention layer (algorithms.md §10.2, §10.4).
+// Estimated forward + backward milliseconds of one attention layer (docs/algorithms.md §10.2, §10.4).
 // All-reduces as `all_reduce` where given, else the cheaper of ring and tree (the plan's rule).
 double screen_estimate_ms(StrategyKind strategy, const StrategyParams& params, const Workload& workload,
                           const Topology& topology, const Calibration& calibration,

@@ -1,4 +1,4 @@
-// All-gather K/V context parallelism, "Llama-3 style" (algorithms.md §5). Each of the S ranks of
+// All-gather K/V context parallelism, "Llama-3 style" (docs/algorithms.md §5). Each of the S ranks of
 // a replica holds a zigzag shard (two chunks of 2S) when causal, a contiguous one otherwise. The
 // forward all-gathers K,V over the sequence group and each local query chunk attends to the key
 // prefix it needs (one block per chunk, no merge across steps). The backward re-gathers K,V (the

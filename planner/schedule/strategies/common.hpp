@@ -103,7 +103,7 @@ TokenRange contiguous_range(int64_t seq, int parts, int index);
 TokenSet contiguous_shard(int64_t seq, int parts, int index);
 // Zigzag: 2 * parts equal chunks; part i holds chunks i and 2 * parts - 1 - i. seq % (2 * parts) == 0.
 TokenSet zigzag_shard(int64_t seq, int parts, int index);
-// Zigzag-2D (USP, algorithms.md §6): 2 * ring chunks; ring member rho takes chunks rho and
+// Zigzag-2D (USP, docs/algorithms.md §6): 2 * ring chunks; ring member rho takes chunks rho and
 // 2 * ring - 1 - rho, each cut into `ulysses` pieces; rank rho * ulysses + upsilon holds piece
 // upsilon of both. seq % (2 * ulysses * ring) == 0.
 TokenSet zigzag2d_shard(int64_t seq, int ulysses, int ring, int index);

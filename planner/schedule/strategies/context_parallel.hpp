@@ -1,6 +1,6 @@
 // One engine behind ring, zigzag, Ulysses, USP and double-ring attention. Each is a point of
 // one design: a Ulysses stage of degree u (all-to-all sequence -> head) around a pass-KV context
-// ring of c = S / u members cut into c / w windows of w (algorithms.md §3, §4, §6, §7):
+// ring of c = S / u members cut into c / w windows of w (docs/algorithms.md §3, §4, §6, §7):
 //   ring        u = 1, w = c = S, contiguous tokens
 //   zigzag      u = 1, w = c = S, zigzag tokens
 //   ulysses     u = S, c = 1, contiguous tokens, the full-sequence compute cut into tiles

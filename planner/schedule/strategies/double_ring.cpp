@@ -1,4 +1,4 @@
-// LoongTrain double-ring attention (algorithms.md §7), optionally under a Ulysses stage of
+// LoongTrain double-ring attention (docs/algorithms.md §7), optionally under a Ulysses stage of
 // degree u (LoongTrain's 2D head x context parallelism). The context ring of c = S / u ranks is
 // cut into c / w windows of w consecutive ranks; an inner ring runs over each window while the
 // block held at the start of the outer step moves to the next window, and backward dK,dV

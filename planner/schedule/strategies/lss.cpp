@@ -1,4 +1,4 @@
-// LSS Transformer (algorithms.md §9.2, reconstructed). The world is S x D: a sequence group of S
+// LSS Transformer (docs/algorithms.md §9.2, reconstructed). The world is S x D: a sequence group of S
 // ranks shares one sequence, cut into one contiguous segment per rank; a data group joins the D
 // ranks with the same segment index. Forward: one fused all-gather of [K | V] over the sequence
 // group, then exact attention of the local queries over the key prefix they need (no merge).

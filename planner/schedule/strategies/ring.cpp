@@ -1,4 +1,4 @@
-// Pass-KV context rings (algorithms.md §3, §7): token layouts, groups, flow sets and the forward
+// Pass-KV context rings (docs/algorithms.md §3, §7): token layouts, groups, flow sets and the forward
 // and backward loops shared by ring, zigzag, USP, double-ring and Ulysses; and the Ring/Zigzag
 // strategies themselves.
 //

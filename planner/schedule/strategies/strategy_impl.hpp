@@ -14,7 +14,7 @@ namespace wallfacer::detail {
 class StrategyImpl {
  public:
   virtual ~StrategyImpl() = default;
-  // Strategy rules of algorithms.md §12 (not memory).
+  // Strategy rules of docs/algorithms.md §12 (not memory).
   virtual Feasibility feasible(const StrategyParams& params, const Workload& workload, int ranks) const = 0;
   // Parameter combinations worth trying for `ranks` ranks (data-parallel splits included).
   virtual std::vector<StrategyParams> enumerate(const Workload& workload, int ranks) const = 0;

@@ -1,4 +1,4 @@
-// DeepSpeed-Ulysses (algorithms.md §4): all-to-all sequence -> head, full attention over all N
+// DeepSpeed-Ulysses (docs/algorithms.md §4): all-to-all sequence -> head, full attention over all N
 // tokens for h / S heads, all-to-all back. The context engine with u = S and a single context
 // member; the N x N compute is cut into tiles so each op stays a sensible kernel call.
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-// USP (algorithms.md §6): a Ulysses all-to-all of degree u around a pass-KV ring of r ranks.
+// USP (docs/algorithms.md §6): a Ulysses all-to-all of degree u around a pass-KV ring of r ranks.
 // Also the per-rank program of every context strategy (build_context_rank): the Ulysses stage
 // (sequence -> head before the ring, head -> sequence after it) wrapped around the ring loops of
 // ring.cpp. With u = 1 the stage disappears and the inputs feed the ring directly.

@@ -1,4 +1,4 @@
-// WallFacer multi-ring attention (algorithms.md §8). Per replica of S ranks: teams of C
+// WallFacer multi-ring attention (docs/algorithms.md §8). Per replica of S ranks: teams of C
 // consecutive logical ranks all-gather Q, K, V; an initial placement sends each team's K,V into
 // C^2 concentric sub-rings of G = S / C^2 members (rank formulas in wallfacer_layout.hpp); G
 // rounds shift K,V around each sub-ring while the team's C*n queries attend to them; a team

@@ -1,4 +1,4 @@
-// WallFacer's rank geometry (algorithms.md §8.2) for the S sequence ranks of one replica: teams of
+// WallFacer's rank geometry (docs/algorithms.md §8.2) for the S sequence ranks of one replica: teams of
 // C consecutive logical ranks, C^2 sub-rings of G = S / C^2 members, the initial K,V placement
 // that makes every team meet every team's K,V exactly once, and the P2P_intra GPU permutation.
 // Logical rank x = t * C + a (team t, member a); team group g = t / G; sub-ring position j = t % G.

@@ -21,7 +21,7 @@ struct CalibrationPoint {
   DType dtype = DType::BF16;
   int head_dim = 128;
   int64_t block_tokens = 0;  // query tokens = key tokens of the block
-  double tflops = 0;         // achieved, dense FLOP convention of algorithms.md §1.3
+  double tflops = 0;         // achieved, dense FLOP convention of docs/algorithms.md §1.3
   std::string source;
 };
 

@@ -3,7 +3,7 @@
 // the route, where flows of one flow set that share a link (NIC, NVLink, fabric) divide its
 // bandwidth; overlap from the dependencies (the critical path through the four streams).
 // Memory per GPU from the schedule's buffers plus activations, weights and optimizer state.
-// Formulas in docs/cost-model.md; the paper's closed forms in algorithms.md §10-11.
+// Formulas in docs/cost-model.md; the paper's closed forms in docs/algorithms.md §10 and §11.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +46,7 @@ struct CostBreakdown {
   double exposed_comm_ms = 0;  // step minus compute on the critical rank
   CommVolume volume;
   MemoryEstimate memory;
-  double attention_flops = 0;  // whole layer, all ranks (algorithms.md §1.3)
+  double attention_flops = 0;  // whole layer, all ranks (docs/algorithms.md §1.3)
   double mfu = 0;              // attention_flops / (step time * ranks * peak)
   Prediction to_prediction() const;
 };
@@ -129,7 +129,7 @@ double model_state_bytes(const Workload& workload, int ranks);
 // buffers (those need the schedule).
 MemoryEstimate base_memory(const Workload& workload, int ranks);
 
-// WallFacer's memory model (algorithms.md §11, paper Eq. 8-10) read off a schedule: M model state,
+// WallFacer's memory model (docs/algorithms.md §11, paper Eq. 8-10) read off a schedule: M model state,
 // A = B·N·H/P activation elements (times the element size here), Y+1 checkpoints, and the Q, K, V
 // the busiest rank holds at the forward peak (per field, its largest buffer), which is 3A for Ring
 // Attention and 3C·A for WallFacer. peak = M + (Y+1)·A + qkv.

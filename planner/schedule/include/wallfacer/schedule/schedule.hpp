@@ -162,7 +162,7 @@ struct Op {
   HeadRange heads;  // compute ops: query heads computed (kv heads follow from GQA)
   FieldMask fields = 0;
   int64_t bytes = 0;       // Send/Recv payload; collectives: bytes this member sends
-  double flops = 0;        // compute ops: exact FLOPs (algorithms.md §1.3 convention)
+  double flops = 0;        // compute ops: exact FLOPs (docs/algorithms.md §1.3 convention)
   uint32_t dep_begin = 0;  // explicit dependencies: RankProgram::deps[dep_begin, dep_begin+dep_count)
   uint16_t dep_count = 0;
   bool operator==(const Op&) const = default;

@@ -1,4 +1,4 @@
-// Every sequence-parallel strategy (algorithms.md): its feasibility rules, its communication
+// Every sequence-parallel strategy (docs/algorithms.md): its feasibility rules, its communication
 // groups and rank placement (the communication configuration generator), and its schedule
 // builder. This is the one place that knows each algorithm; everything else reads schedules.
 #pragma once
@@ -21,7 +21,7 @@ struct Feasibility {
   std::string reason;  // e.g. "heads (32) not divisible by Ulysses degree 12"
 };
 
-// Checks the strategy rules of algorithms.md §12 for `ranks` ranks (sequence and data parallel
+// Checks the strategy rules of docs/algorithms.md §12 for `ranks` ranks (sequence and data parallel
 // degrees in params) on this workload. Memory is checked by the cost model, not here.
 Feasibility check_feasible(StrategyKind strategy, const StrategyParams& params, const Workload& workload, int ranks);
 
