@@ -1,7 +1,9 @@
 // Runs the built `wallfacer` binary from a test and captures its output and exit status, for the
-// command-line tests. Tests skip themselves when the binary was not built.
+// command-line tests. Their targets depend on the binary, so a missing one is a failure (see
+// cli_present), never a reason to skip.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -17,6 +19,13 @@ inline const std::string& cli_binary() {
 
 inline bool cli_built() {
   return std::filesystem::exists(cli_binary());
+}
+
+// ASSERT_TRUE(cli_present()) in a test's SetUp: a skipped command-line test would pass a build
+// whose binary is missing.
+inline ::testing::AssertionResult cli_present() {
+  if (cli_built()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << cli_binary() << " is not built (build the `wallfacer` target)";
 }
 
 struct CliResult {

@@ -18,6 +18,7 @@ if(TARGET wallfacer)
   add_executable(runtime_test_plan ${CMAKE_CURRENT_LIST_DIR}/make_test_plan.cpp)
   target_link_libraries(runtime_test_plan PRIVATE wallfacer::runtime wallfacer::planner CLI11::CLI11 fmt::fmt)
   target_include_directories(runtime_test_plan PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  add_dependencies(runtime_test_plan wallfacer)  # the tests it prepares run build/bin/wallfacer
   set(WALLFACER_RUNTIME_TEST_DIR ${CMAKE_CURRENT_BINARY_DIR}/runtime_cli)
 
   # wallfacer_runtime_plan(NAME strategy ranks [generator options...]): plan fixture runtime_plan_NAME.

@@ -1,6 +1,6 @@
 // `wallfacer plan --simulate-top K` and `wallfacer simulate` through the built binary: every
 // strategy on every topology preset (two nodes of the compact ones), the simulated ranking, and
-// the agreement of the two commands on the plan they share. Skipped when the binary is not built.
+// the agreement of the two commands on the plan they share. Fails when the binary is not built.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -43,9 +43,7 @@ class SimulateCommand : public ::testing::TestWithParam<std::string> {
     std::error_code ignored;
     std::filesystem::remove_all(scratch_dir(), ignored);
   }
-  void SetUp() override {
-    if (!test::cli_built()) GTEST_SKIP() << test::cli_binary() << " is not built";
-  }
+  void SetUp() override { ASSERT_TRUE(test::cli_present()); }
   std::string topology_args() const {
     const std::string& preset = GetParam();
     const bool compact = Topology::load(preset).fabric().type != "explicit";
@@ -113,7 +111,7 @@ TEST_P(SimulateCommand, SimulateTopRanksByTimeAndSimulateAgrees) {
 }
 
 TEST(SimulateCommandInput, BadCountsAreRejectedWithTheFlagAndStatus2) {
-  if (!test::cli_built()) GTEST_SKIP() << test::cli_binary() << " is not built";
+  ASSERT_TRUE(test::cli_present());
   const test::CliResult jobs = test::run_cli("plan --simulate-top 2 --jobs 0", "2>&1");
   EXPECT_EQ(jobs.status, 2);
   EXPECT_NE(jobs.output.find("--jobs: must be at least 1 (got 0)"), std::string::npos) << jobs.output;
@@ -131,7 +129,7 @@ TEST(SimulateCommandInput, BadCountsAreRejectedWithTheFlagAndStatus2) {
 }
 
 TEST(SimulateCommandInput, AllReduceFlagReachesThePlanAndTheReplay) {
-  if (!test::cli_built()) GTEST_SKIP() << test::cli_binary() << " is not built";
+  ASSERT_TRUE(test::cli_present());
   // A 16-rank ring over two DGX nodes; its world all-reduce is 30 ring steps per member (480
   // transfers) or a double binary tree per channel (4 channels x 4 x 15 transfers); everything
   // else is the same.
@@ -159,7 +157,7 @@ TEST(SimulateCommandInput, AllReduceFlagReachesThePlanAndTheReplay) {
 }
 
 TEST(SimulateCommandProgress, LinesGoToStderrAndClimbTowardsTheStep) {
-  if (!test::cli_built()) GTEST_SKIP() << test::cli_binary() << " is not built";
+  ASSERT_TRUE(test::cli_present());
   const std::filesystem::path plan = scratch("progress-plan.yaml"), lines = scratch("progress.txt");
   ASSERT_EQ(test::run_cli("plan --nodes 2 --out " + plan.string(), "2>&1").status, 0);
   // A tiny interval prints at every clock check; stdout keeps nothing but the JSON.

@@ -11,3 +11,5 @@ wallfacer_add_test(NAME test_simulator
           ${CMAKE_CURRENT_LIST_DIR}/shortcuts_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/threads_test.cpp
   LIBS wallfacer::simulator_internal wallfacer::planner fmt::fmt nlohmann_json::nlohmann_json)
+# cli_test.cpp runs build/bin/wallfacer.
+add_dependencies(test_simulator wallfacer)

@@ -9,3 +9,5 @@ wallfacer_add_test(NAME test_topology
     ${CMAKE_CURRENT_SOURCE_DIR}/topology/test_scale.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/topology/test_cli.cpp
   LIBS wallfacer::planner yaml-cpp nlohmann_json::nlohmann_json)
+# test_cli.cpp runs build/bin/wallfacer.
+add_dependencies(test_topology wallfacer)
