@@ -50,9 +50,7 @@ struct Setup {
 };
 
 Setup setup(StrategyKind kind, const Workload& w, int ranks, const Topology& topology) {
-  StrategyParams params;
-  params.sequence_parallel = ranks;
-  params.ring = ranks;
+  StrategyParams params{.sequence_parallel = ranks, .knobs = default_knobs(kind)};
   Setup s{make_plan(kind, params, w, topology, ranks), {}};
   s.schedule = build_schedule(s.plan);
   return s;

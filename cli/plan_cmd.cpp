@@ -118,19 +118,22 @@ void simulate_best(Ranked& ranked, const CostModel& model, int k, int jobs, doub
   if (!chosen.empty()) ranked.result.best = 0;
 }
 
-nlohmann::json candidate_json(const Candidate& c, const std::optional<double>& simulated) {
+// The degrees and the strategy's own knobs, the same fields as the plan file's params.
+nlohmann::json params_json(const Candidate& c) {
   const StrategyParams& p = c.plan.params;
+  nlohmann::json j{
+      {"text", c.describe_params()}, {"sequence_parallel", p.sequence_parallel}, {"data_parallel", p.data_parallel}};
+  if (const auto* k = std::get_if<UspKnobs>(&p.knobs)) j["ulysses"] = k->ulysses, j["ring"] = k->ring;
+  if (const auto* k = std::get_if<DoubleRingKnobs>(&p.knobs)) j["ulysses"] = k->ulysses, j["window"] = k->window;
+  if (const auto* k = std::get_if<WallFacerKnobs>(&p.knobs)) j["team"] = k->team;
+  return j;
+}
+
+nlohmann::json candidate_json(const Candidate& c, const std::optional<double>& simulated) {
   const CostBreakdown& cost = c.cost;
   nlohmann::json j{
       {"strategy", to_string(c.plan.strategy)},
-      {"params",
-       {{"text", c.describe_params()},
-        {"sequence_parallel", p.sequence_parallel},
-        {"data_parallel", p.data_parallel},
-        {"team", p.team},
-        {"ulysses", p.ulysses},
-        {"ring", p.ring},
-        {"window", p.window}}},
+      {"params", params_json(c)},
       {"placement", c.describe_placement()},
       {"feasible", c.feasible},
       {"pruned", c.pruned},
@@ -199,7 +202,7 @@ void print_table(const Ranked& ranked, const Workload& workload, const Topology&
     if (c.feasible) continue;
     if (int(rejected++) < top)
       fmt::print("    {:<11} {:<12} {:<34} {}\n", to_string(c.plan.strategy), c.describe_params(),
-                 to_string(c.plan.params.placement), c.reason);
+                 to_string(placement_of(c.plan.params)), c.reason);
   }
   if (int(rejected) > top) fmt::print("    ... {} more rejected\n", rejected - size_t(top));
 }

@@ -63,6 +63,56 @@ Enum parse_name(const NameTable<Enum, N>& table, const std::string& name, const 
 
 }  // namespace
 
+StrategyKnobs default_knobs(StrategyKind strategy) {
+  switch (strategy) {
+    case StrategyKind::Usp:
+      return UspKnobs{};
+    case StrategyKind::DoubleRing:
+      return DoubleRingKnobs{};
+    case StrategyKind::WallFacer:
+      return WallFacerKnobs{};
+    default:
+      return NoKnobs{};
+  }
+}
+
+bool knobs_fit(StrategyKind strategy, const StrategyParams& params) {
+  return params.knobs.index() == default_knobs(strategy).index();
+}
+
+void throw_knobs_mismatch(StrategyKind strategy) {
+  throw InputError(fmt::format("strategy {}: parameters of another strategy", to_string(strategy)));
+}
+
+int team_size(const StrategyParams& params) {
+  const auto* k = std::get_if<WallFacerKnobs>(&params.knobs);
+  return k ? k->team : 1;
+}
+
+int ulysses_degree(const StrategyParams& params) {
+  if (const auto* k = std::get_if<UspKnobs>(&params.knobs)) return k->ulysses;
+  if (const auto* k = std::get_if<DoubleRingKnobs>(&params.knobs)) return k->ulysses;
+  return 1;
+}
+
+int window_size(const StrategyParams& params) {
+  const auto* k = std::get_if<DoubleRingKnobs>(&params.knobs);
+  return k ? k->window : 1;
+}
+
+Placement placement_of(const StrategyParams& params) {
+  auto context = [](ContextPlacement p) {
+    return p == ContextPlacement::ContextFirst ? Placement::ContextFirst : Placement::HeadFirst;
+  };
+  if (const auto* k = std::get_if<UspKnobs>(&params.knobs)) return context(k->placement);
+  // A double ring without a Ulysses stage has one layout; it shows as the default.
+  if (const auto* k = std::get_if<DoubleRingKnobs>(&params.knobs))
+    return k->ulysses == 1 ? Placement::Default : context(k->placement);
+  if (const auto* k = std::get_if<WallFacerKnobs>(&params.knobs))
+    return k->placement == TeamPlacement::P2PIntra ? Placement::P2PIntra : Placement::CollectIntra;
+  return Placement::Default;
+}
+
 const char* to_string(StrategyKind kind) {
   return name_of(kStrategyNames, kind);
 }

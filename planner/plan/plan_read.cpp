@@ -107,18 +107,64 @@ void read_topology(const std::string& source, const YAML::Node& root, Plan& plan
   if (plan.topology_hash.empty()) yaml::fail(source, node["hash"], "'hash' must not be empty");
 }
 
-StrategyParams read_params(const std::string& source, const YAML::Node& root) {
+// An optional knob: absent means 1 (plans write only their strategy's knobs).
+int knob(const std::string& source, const YAML::Node& node, const char* key) {
+  return node[key] ? get_int_at_least(source, node, key, 1) : 1;
+}
+
+// A knob the plan's strategy does not take may still appear with its neutral value 1 (plans of
+// earlier versions wrote every knob); any other value is an error rather than silently dropped.
+void expect_neutral(const std::string& source, const YAML::Node& node, StrategyKind strategy,
+                    std::initializer_list<const char*> keys) {
+  for (const char* key : keys)
+    if (knob(source, node, key) != 1)
+      yaml::fail(source, node[key], fmt::format("'{}' does not apply to strategy {}", key, to_string(strategy)));
+}
+
+// The placement as the strategy takes it: `default` is the first choice of those with one.
+Placement read_placement(const std::string& source, const YAML::Node& node, StrategyKind strategy) {
+  if (!node["placement"]) return Placement::Default;
+  const YAML::Node at = node["placement"];
+  const Placement p = parse_at(source, at, "placement", parse_placement);
+  const bool context = strategy == StrategyKind::Usp || strategy == StrategyKind::DoubleRing;
+  const bool team = strategy == StrategyKind::WallFacer;
+  if (p == Placement::Default) return p;
+  if (context && (p == Placement::HeadFirst || p == Placement::ContextFirst)) return p;
+  if (team && (p == Placement::CollectIntra || p == Placement::P2PIntra)) return p;
+  const char* takes = context ? "head-first or context-first" : team ? "collect-intra or p2p-intra" : "default only";
+  yaml::fail(source, at,
+             fmt::format("placement {} does not apply to strategy {} ({})", to_string(p), to_string(strategy), takes));
+}
+
+StrategyParams read_params(const std::string& source, const YAML::Node& root, StrategyKind strategy) {
   const YAML::Node node = section(source, root, "params");
   yaml::check_keys(source, node,
                    {"sequence_parallel", "data_parallel", "team", "ulysses", "ring", "window", "placement"}, "params");
   StrategyParams p;
   p.sequence_parallel = get_int_at_least(source, node, "sequence_parallel", 1);
   p.data_parallel = get_int_at_least(source, node, "data_parallel", 1);
-  p.team = get_int_at_least(source, node, "team", 1);
-  p.ulysses = get_int_at_least(source, node, "ulysses", 1);
-  p.ring = get_int_at_least(source, node, "ring", 1);
-  p.window = get_int_at_least(source, node, "window", 1);
-  p.placement = parse_at(source, section(source, node, "placement"), "placement", parse_placement);
+  const Placement placement = read_placement(source, node, strategy);
+  const ContextPlacement context =
+      placement == Placement::ContextFirst ? ContextPlacement::ContextFirst : ContextPlacement::HeadFirst;
+  switch (strategy) {
+    case StrategyKind::Usp:
+      expect_neutral(source, node, strategy, {"team", "window"});
+      p.knobs = UspKnobs{knob(source, node, "ulysses"), knob(source, node, "ring"), context};
+      break;
+    case StrategyKind::DoubleRing:
+      expect_neutral(source, node, strategy, {"team", "ring"});
+      p.knobs = DoubleRingKnobs{knob(source, node, "ulysses"), knob(source, node, "window"), context};
+      break;
+    case StrategyKind::WallFacer:
+      expect_neutral(source, node, strategy, {"ulysses", "ring", "window"});
+      p.knobs =
+          WallFacerKnobs{knob(source, node, "team"),
+                         placement == Placement::P2PIntra ? TeamPlacement::P2PIntra : TeamPlacement::CollectIntra};
+      break;
+    default:
+      expect_neutral(source, node, strategy, {"team", "ulysses", "ring", "window"});
+      p.knobs = NoKnobs{};
+  }
   return p;
 }
 
@@ -236,7 +282,7 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source) {
   read_topology(source, root, plan);
   plan.workload = detail::workload_from_yaml(section(source, root, "workload"), source, true);
   plan.strategy = parse_at(source, section(source, root, "strategy"), "strategy", parse_strategy);
-  plan.params = read_params(source, root);
+  plan.params = read_params(source, root, plan.strategy);
   plan.ranks = read_ranks(source, root, plan.topology_nodes);
   const int64_t p = int64_t(plan.params.sequence_parallel) * plan.params.data_parallel;
   if (p != plan.num_ranks())

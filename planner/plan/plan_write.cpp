@@ -64,12 +64,16 @@ void write_workload(const Workload& w, std::ostream& out) {
                      to_string(w.dtype), boolean(w.causal), w.zero_stage);
 }
 
+// The degrees, then the strategy's own knobs and placement (none for strategies without).
 void write_params(const StrategyParams& p, std::ostream& out) {
   out << "params:\n";
-  out << fmt::format("  sequence_parallel: {}\n  data_parallel: {}\n  team: {}\n", p.sequence_parallel, p.data_parallel,
-                     p.team);
-  out << fmt::format("  ulysses: {}\n  ring: {}\n  window: {}\n  placement: {}\n", p.ulysses, p.ring, p.window,
-                     to_string(p.placement));
+  out << fmt::format("  sequence_parallel: {}\n  data_parallel: {}\n", p.sequence_parallel, p.data_parallel);
+  if (const auto* k = std::get_if<UspKnobs>(&p.knobs))
+    out << fmt::format("  ulysses: {}\n  ring: {}\n", k->ulysses, k->ring);
+  if (const auto* k = std::get_if<DoubleRingKnobs>(&p.knobs))
+    out << fmt::format("  ulysses: {}\n  window: {}\n", k->ulysses, k->window);
+  if (const auto* k = std::get_if<WallFacerKnobs>(&p.knobs)) out << fmt::format("  team: {}\n", k->team);
+  if (!std::holds_alternative<NoKnobs>(p.knobs)) out << "  placement: " << to_string(placement_of(p)) << "\n";
 }
 
 void write_ranks(const std::vector<RankSlot>& ranks, std::ostream& out) {

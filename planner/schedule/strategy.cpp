@@ -28,6 +28,21 @@ std::vector<int> StrategyImpl::positions(const StrategyParams& /*params*/, int r
   return identity;
 }
 
+Feasibility StrategyImpl::feasible(const StrategyParams& params, const Workload& workload, int ranks) const {
+  Feasibility generic = generic_feasibility(params, workload, ranks);
+  if (!generic.ok) return generic;
+  if (!knobs_fit(kind_, params))
+    return {false, fmt::format("parameters of another strategy given to {}", to_string(kind_))};
+  return own_feasibility(params, workload, ranks);
+}
+
+std::vector<StrategyParams> StrategyImpl::enumerate(const Workload& workload, int ranks) const {
+  std::vector<StrategyParams> out;
+  for (int D : data_parallel_splits(workload, ranks))
+    out.push_back({.sequence_parallel = ranks / D, .data_parallel = D, .knobs = default_knobs(kind_)});
+  return out;
+}
+
 void StrategyImpl::validate(const Plan& plan) const {
   validate_feasible(plan, feasible(plan.params, plan.workload, plan.num_ranks()));
   validate_groups(plan, groups(plan.params, plan.num_ranks()));
@@ -79,8 +94,6 @@ const detail::StrategyImpl& impl_of(StrategyKind kind) {
 }  // namespace
 
 Feasibility check_feasible(StrategyKind strategy, const StrategyParams& params, const Workload& workload, int ranks) {
-  Feasibility generic = detail::generic_feasibility(params, workload, ranks);
-  if (!generic.ok) return generic;
   return impl_of(strategy).feasible(params, workload, ranks);
 }
 

@@ -107,8 +107,9 @@ std::pair<double, double> gather_like(const Screen& c, int S, double kv_fraction
 
 std::pair<double, double> wallfacer(const Screen& c) {
   const Workload& w = c.w;
-  const int S = c.p.sequence_parallel, C = std::max(c.p.team, 1), G = int(std::max<int64_t>(S / (int64_t(C) * C), 1));
-  const bool collect_intra = c.p.placement != Placement::P2PIntra;
+  const WallFacerKnobs& k = knobs_of<WallFacerKnobs>(StrategyKind::WallFacer, c.p);
+  const int S = c.p.sequence_parallel, C = std::max(k.team, 1), G = int(std::max<int64_t>(S / (int64_t(C) * C), 1));
+  const bool collect_intra = k.placement != TeamPlacement::P2PIntra;
   const LinkClass& team = collect_intra ? c.link(C, 1) : c.link(C, G);
   const LinkClass& sub = collect_intra ? c.link(G, C) : c.link(G, 1);
   const double batch = double(w.batch) / c.p.data_parallel;
@@ -170,7 +171,7 @@ double screen_estimate_ms(StrategyKind strategy, const StrategyParams& params, c
   if (g <= 1) c.intra = c.inter;
 
   const int S = params.sequence_parallel;
-  const bool context_first = params.placement == Placement::ContextFirst;
+  const bool context_first = placement_of(params) == Placement::ContextFirst;
   std::pair<double, double> t{0, 0};
   switch (strategy) {
     case StrategyKind::Ring:
@@ -184,8 +185,11 @@ double screen_estimate_ms(StrategyKind strategy, const StrategyParams& params, c
       break;
     case StrategyKind::Usp:
     case StrategyKind::DoubleRing: {
-      const int u = std::max(params.ulysses, 1), r = std::max(S / u, 1);
-      const int window = strategy == StrategyKind::DoubleRing ? params.window : 0;
+      const auto* usp = std::get_if<UspKnobs>(&params.knobs);
+      const auto* dr = std::get_if<DoubleRingKnobs>(&params.knobs);
+      if (!usp && !dr) throw_knobs_mismatch(strategy);
+      const int u = std::max(usp ? usp->ulysses : dr->ulysses, 1), r = std::max(S / u, 1);
+      const int window = dr ? dr->window : 0;
       t = ring_like(c, r, context_first ? 1 : u, u, context_first ? r : 1, true, window);
       break;
     }

@@ -109,26 +109,22 @@ std::vector<Work> enumerate_candidates(const Topology& topology, const Workload&
 
 std::string Candidate::describe_params() const {
   const StrategyParams& p = plan.params;
-  std::string text;
-  switch (plan.strategy) {
-    case StrategyKind::WallFacer:
-      text = fmt::format("C={}", p.team);
-      break;
-    case StrategyKind::Usp:
-      text = fmt::format("u={} r={}", p.ulysses, p.ring);
-      break;
-    case StrategyKind::DoubleRing:
-      text = p.ulysses > 1 ? fmt::format("u={} w={}", p.ulysses, p.window) : fmt::format("w={}", p.window);
-      break;
-    default:
-      text = fmt::format("S={}", p.sequence_parallel);
-  }
+  struct Describe {
+    int S;
+    std::string operator()(const NoKnobs&) const { return fmt::format("S={}", S); }
+    std::string operator()(const UspKnobs& k) const { return fmt::format("u={} r={}", k.ulysses, k.ring); }
+    std::string operator()(const DoubleRingKnobs& k) const {
+      return k.ulysses > 1 ? fmt::format("u={} w={}", k.ulysses, k.window) : fmt::format("w={}", k.window);
+    }
+    std::string operator()(const WallFacerKnobs& k) const { return fmt::format("C={}", k.team); }
+  };
+  std::string text = std::visit(Describe{p.sequence_parallel}, p.knobs);
   if (p.data_parallel > 1) text += fmt::format(" D={}", p.data_parallel);
   return text;
 }
 
 std::string Candidate::describe_placement() const {
-  std::string text = to_string(plan.params.placement);
+  std::string text = to_string(placement_of(plan.params));
   bool identity = true;
   for (size_t i = 0; i < local_order.size(); ++i)
     identity = identity && local_order[i] == int(i);

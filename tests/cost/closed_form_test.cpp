@@ -15,7 +15,8 @@ namespace {
 StrategyParams params_for(StrategyKind kind, const Workload& w, int ranks, int team = 1,
                           Placement placement = Placement::Default) {
   for (const StrategyParams& p : enumerate_params(kind, w, ranks))
-    if (p.data_parallel == 1 && p.team == team && (kind != StrategyKind::WallFacer || p.placement == placement))
+    if (p.data_parallel == 1 && team_size(p) == team &&
+        (kind != StrategyKind::WallFacer || placement_of(p) == placement))
       return p;
   ADD_FAILURE() << "no parameters for " << to_string(kind) << " on " << ranks << " ranks";
   return {};

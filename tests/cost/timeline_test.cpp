@@ -167,8 +167,9 @@ TEST(CostTimeline, TheSearchBoundNeverExceedsTheEstimate) {
       model.build_timed(plan, all);
       const double bound = model.evaluate_times(plan, first, Timing::LowerBound).step_ms;
       const double estimate = model.evaluate_times(plan, all).step_ms;
-      EXPECT_LE(bound, estimate * (1 + 1e-12)) << to_string(kind) << " C=" << params.team << " u=" << params.ulysses
-                                               << " w=" << params.window << " D=" << params.data_parallel;
+      EXPECT_LE(bound, estimate * (1 + 1e-12))
+          << to_string(kind) << " C=" << team_size(params) << " u=" << ulysses_degree(params)
+          << " w=" << window_size(params) << " D=" << params.data_parallel;
       EXPECT_GT(bound, 0);
       covered.insert(kind);
     }

@@ -44,9 +44,9 @@ wallfacer::StrategyParams pick_params(wallfacer::StrategyKind kind, const wallfa
   for (const auto& p : wallfacer::enumerate_params(kind, w, ranks)) {
     if (!wallfacer::check_feasible(kind, p, w, ranks).ok) continue;
     if (p.data_parallel != data_parallel) continue;
-    if (team > 0 && p.team != team) continue;
-    if (ulysses > 0 && p.ulysses != ulysses) continue;
-    if (!placement.empty() && p.placement != wallfacer::parse_placement(placement)) continue;
+    if (team > 0 && team_size(p) != team) continue;
+    if (ulysses > 0 && ulysses_degree(p) != ulysses) continue;
+    if (!placement.empty() && placement_of(p) != wallfacer::parse_placement(placement)) continue;
     return p;
   }
   throw wallfacer::InputError(

@@ -60,8 +60,8 @@ const runtime::LayerOutputs& baseline(const NamedWorkload& nw) {
 }
 
 std::string describe(StrategyKind kind, const StrategyParams& p, int ranks, const std::string& workload) {
-  return fmt::format("{} P={} S={} D={} C={} u={} r={} w={} placement={} on {}", to_string(kind), ranks,
-                     p.sequence_parallel, p.data_parallel, p.team, p.ulysses, p.ring, p.window, to_string(p.placement),
+  return fmt::format("{} P={} S={} D={} C={} u={} w={} placement={} on {}", to_string(kind), ranks, p.sequence_parallel,
+                     p.data_parallel, team_size(p), ulysses_degree(p), window_size(p), to_string(placement_of(p)),
                      workload);
 }
 
@@ -120,10 +120,10 @@ TEST(WallFacerRuntime, EveryTeamSizeAndPlacement) {
       for (int C = 1; C * C <= P; ++C) {
         if (P % (C * C) != 0) continue;
         for (Placement placement : {Placement::CollectIntra, Placement::P2PIntra}) {
-          StrategyParams params;
-          params.sequence_parallel = P;
-          params.team = C;
-          params.placement = placement;
+          const StrategyParams params{
+              .sequence_parallel = P,
+              .knobs = WallFacerKnobs{
+                  C, placement == Placement::P2PIntra ? TeamPlacement::P2PIntra : TeamPlacement::CollectIntra}};
           const std::string what = describe(StrategyKind::WallFacer, params, P, nw.name);
           SCOPED_TRACE(what);
           ASSERT_TRUE(check_feasible(StrategyKind::WallFacer, params, nw.workload, P).ok) << what;

@@ -6,6 +6,7 @@
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/schedule/strategy.hpp>
+#include "common/strategy_params.hpp"
 #include "schedule/test_plans.hpp"
 
 namespace wallfacer {
@@ -13,14 +14,8 @@ namespace {
 
 using testing::small_workload;
 
-StrategyParams params_of(int S, int D = 1, int u = 1, int r = 1, int w = 1) {
-  StrategyParams p;
-  p.sequence_parallel = S;
-  p.data_parallel = D;
-  p.ulysses = u;
-  p.ring = r;
-  p.window = w;
-  return p;
+StrategyParams params_of(StrategyKind kind, int S, int D = 1, int u = 1, int r = 1, int w = 1) {
+  return test::typed_params(kind, {.S = S, .D = D, .u = u, .r = r, .w = w});
 }
 
 void expect_infeasible(StrategyKind kind, const StrategyParams& p, const Workload& w, int ranks,
@@ -32,54 +27,67 @@ void expect_infeasible(StrategyKind kind, const StrategyParams& p, const Workloa
 
 TEST(Feasibility, GenericRules) {
   const Workload w = small_workload(64, 8, 8, true, 2);
-  expect_infeasible(StrategyKind::Ring, params_of(4, 1), w, 8, "!= 8 ranks");
-  expect_infeasible(StrategyKind::Ring, params_of(2, 4), w, 8, "batch (2) not divisible");
-  expect_infeasible(StrategyKind::Ring, params_of(8), small_workload(5, 8, 8, true), 8, "shorter");
-  EXPECT_TRUE(check_feasible(StrategyKind::Ring, params_of(4, 2), w, 8).ok);
+  expect_infeasible(StrategyKind::Ring, params_of(StrategyKind::Ring, 4, 1), w, 8, "!= 8 ranks");
+  expect_infeasible(StrategyKind::Ring, params_of(StrategyKind::Ring, 2, 4), w, 8, "batch (2) not divisible");
+  expect_infeasible(StrategyKind::Ring, params_of(StrategyKind::Ring, 8), small_workload(5, 8, 8, true), 8, "shorter");
+  EXPECT_TRUE(check_feasible(StrategyKind::Ring, params_of(StrategyKind::Ring, 4, 2), w, 8).ok);
 }
 
 TEST(Feasibility, SequenceRanksFitTheMessageTags) {
   // Schedules number their steps (< S) in 16 bits of each message tag.
   const Workload w = small_workload(1 << 20, 8, 8, true);
   for (StrategyKind kind : {StrategyKind::Ring, StrategyKind::DoubleRing, StrategyKind::WallFacer})
-    expect_infeasible(kind, params_of(65537 * 2), w, 65537 * 2, "exceeds the 65536 ranks a schedule's message tags");
-  EXPECT_TRUE(check_feasible(StrategyKind::Ring, params_of(65536), w, 65536).ok);
+    expect_infeasible(kind, params_of(kind, 65537 * 2), w, 65537 * 2,
+                      "exceeds the 65536 ranks a schedule's message tags");
+  EXPECT_TRUE(check_feasible(StrategyKind::Ring, params_of(StrategyKind::Ring, 65536), w, 65536).ok);
 }
 
 TEST(Feasibility, ZigzagNeedsTwoChunksPerRank) {
-  expect_infeasible(StrategyKind::Zigzag, params_of(4), small_workload(20, 4, 4, true), 4, "divisible by 2 x 4");
-  EXPECT_TRUE(check_feasible(StrategyKind::Zigzag, params_of(4), small_workload(24, 4, 4, true), 4).ok);
+  expect_infeasible(StrategyKind::Zigzag, params_of(StrategyKind::Zigzag, 4), small_workload(20, 4, 4, true), 4,
+                    "divisible by 2 x 4");
+  EXPECT_TRUE(
+      check_feasible(StrategyKind::Zigzag, params_of(StrategyKind::Zigzag, 4), small_workload(24, 4, 4, true), 4).ok);
 }
 
 TEST(Feasibility, UlyssesHeadRules) {
-  expect_infeasible(StrategyKind::Ulysses, params_of(3, 1, 3), small_workload(64, 8, 8, true), 3,
+  expect_infeasible(StrategyKind::Ulysses, params_of(StrategyKind::Ulysses, 3, 1, 3), small_workload(64, 8, 8, true), 3,
                     "heads (8) not divisible by Ulysses degree 3");
-  expect_infeasible(StrategyKind::Ulysses, params_of(16, 1, 16), small_workload(64, 8, 8, true), 16, "exceeds");
+  expect_infeasible(StrategyKind::Ulysses, params_of(StrategyKind::Ulysses, 16, 1, 16), small_workload(64, 8, 8, true),
+                    16, "exceeds");
   // 6 query heads, 3 kv heads, degree 2: kv heads neither split nor replicate evenly.
-  expect_infeasible(StrategyKind::Ulysses, params_of(2, 1, 2), small_workload(64, 6, 3, true), 2, "kv_heads (3)");
+  expect_infeasible(StrategyKind::Ulysses, params_of(StrategyKind::Ulysses, 2, 1, 2), small_workload(64, 6, 3, true), 2,
+                    "kv_heads (3)");
   // Replication: 8 heads, 2 kv heads, degree 4.
-  EXPECT_TRUE(check_feasible(StrategyKind::Ulysses, params_of(4, 1, 4), small_workload(64, 8, 2, true), 4).ok);
+  EXPECT_TRUE(check_feasible(StrategyKind::Ulysses, params_of(StrategyKind::Ulysses, 4, 1, 4),
+                             small_workload(64, 8, 2, true), 4)
+                  .ok);
 }
 
 TEST(Feasibility, UspAndDoubleRing) {
   const Workload w = small_workload(64, 8, 8, true);
-  expect_infeasible(StrategyKind::Usp, params_of(8, 1, 2, 2), w, 8, "!= sequence parallel");
-  expect_infeasible(StrategyKind::Usp, params_of(8, 1, 2, 4), small_workload(40, 8, 8, true), 8, "zigzag");
-  EXPECT_TRUE(check_feasible(StrategyKind::Usp, params_of(8, 1, 2, 4), small_workload(40, 8, 8, false), 8).ok);
-  expect_infeasible(StrategyKind::DoubleRing, params_of(8, 1, 1, 1, 3), w, 8, "windows of 3");
-  expect_infeasible(StrategyKind::DoubleRing, params_of(8, 1, 3, 1, 1), w, 8, "does not divide");
-  EXPECT_TRUE(check_feasible(StrategyKind::DoubleRing, params_of(8, 1, 2, 1, 2), w, 8).ok);
+  expect_infeasible(StrategyKind::Usp, params_of(StrategyKind::Usp, 8, 1, 2, 2), w, 8, "!= sequence parallel");
+  expect_infeasible(StrategyKind::Usp, params_of(StrategyKind::Usp, 8, 1, 2, 4), small_workload(40, 8, 8, true), 8,
+                    "zigzag");
+  EXPECT_TRUE(
+      check_feasible(StrategyKind::Usp, params_of(StrategyKind::Usp, 8, 1, 2, 4), small_workload(40, 8, 8, false), 8)
+          .ok);
+  expect_infeasible(StrategyKind::DoubleRing, params_of(StrategyKind::DoubleRing, 8, 1, 1, 1, 3), w, 8, "windows of 3");
+  expect_infeasible(StrategyKind::DoubleRing, params_of(StrategyKind::DoubleRing, 8, 1, 3, 1, 1), w, 8,
+                    "does not divide");
+  EXPECT_TRUE(check_feasible(StrategyKind::DoubleRing, params_of(StrategyKind::DoubleRing, 8, 1, 2, 1, 2), w, 8).ok);
 }
 
-TEST(Feasibility, PlacementsOnlyWhereTheyApply) {
-  StrategyParams p = params_of(4);
-  p.placement = Placement::HeadFirst;
-  expect_infeasible(StrategyKind::Ring, p, small_workload(64, 8, 8, true), 4, "does not apply to ring");
-  p = params_of(4, 1, 2, 2);
-  p.placement = Placement::P2PIntra;
-  expect_infeasible(StrategyKind::Usp, p, small_workload(64, 8, 8, true), 4, "does not apply to usp");
-  p.placement = Placement::ContextFirst;
-  EXPECT_TRUE(check_feasible(StrategyKind::Usp, p, small_workload(64, 8, 8, true), 4).ok);
+// Each strategy takes only its own knobs type: USP's degrees and placement mean nothing to the
+// ring or to WallFacer, and a plan that hands them over is rejected, not silently read.
+TEST(Feasibility, KnobsOnlyOfTheirOwnStrategy) {
+  const Workload w = small_workload(64, 8, 8, true);
+  const StrategyParams usp{.sequence_parallel = 4, .knobs = UspKnobs{2, 2, ContextPlacement::ContextFirst}};
+  expect_infeasible(StrategyKind::Ring, usp, w, 4, "parameters of another strategy given to ring");
+  expect_infeasible(StrategyKind::WallFacer, usp, w, 4, "parameters of another strategy given to wallfacer");
+  EXPECT_TRUE(check_feasible(StrategyKind::Usp, usp, w, 4).ok);
+  const StrategyParams none{.sequence_parallel = 4};
+  expect_infeasible(StrategyKind::Usp, none, w, 4, "parameters of another strategy given to usp");
+  EXPECT_TRUE(check_feasible(StrategyKind::Ring, none, w, 4).ok);
 }
 
 TEST(Enumerate, DegreesAndPlacements) {
@@ -88,9 +96,10 @@ TEST(Enumerate, DegreesAndPlacements) {
   // D = 1: u in {2, 4} x 2 placements; D = 2 (S = 4): u = 2 x 2 placements.
   EXPECT_EQ(usp.size(), 6u);
   for (const auto& p : usp) {
-    EXPECT_EQ(p.ulysses * p.ring, p.sequence_parallel);
-    EXPECT_GT(p.ulysses, 1);
-    EXPECT_GT(p.ring, 1);
+    const UspKnobs& k = std::get<UspKnobs>(p.knobs);
+    EXPECT_EQ(k.ulysses * k.ring, p.sequence_parallel);
+    EXPECT_GT(k.ulysses, 1);
+    EXPECT_GT(k.ring, 1);
   }
   const auto dr = enumerate_params(StrategyKind::DoubleRing, small_workload(64, 8, 8, true, 1), 8);
   // u = 1: c = 8, w in {2, 4}; u = 2: c = 4, w = 2, two placements.
@@ -103,7 +112,7 @@ TEST(Enumerate, DegreesAndPlacements) {
 }
 
 TEST(Groups, UspHeadFirstGroupsAndContextFirstPlacement) {
-  const StrategyParams p = params_of(8, 1, 2, 4);
+  const StrategyParams p = params_of(StrategyKind::Usp, 8, 1, 2, 4);
   const auto groups = make_groups(StrategyKind::Usp, p, 8);
   // a2a0..a2a3 {2x, 2x+1}, ring0 {0,2,4,6}, ring1 {1,3,5,7}, world.
   ASSERT_EQ(groups.size(), 7u);
@@ -115,7 +124,7 @@ TEST(Groups, UspHeadFirstGroupsAndContextFirstPlacement) {
 }
 
 TEST(Groups, DataParallelReplicasArePrefixed) {
-  const auto groups = make_groups(StrategyKind::Ring, params_of(2, 2), 4);
+  const auto groups = make_groups(StrategyKind::Ring, params_of(StrategyKind::Ring, 2, 2), 4);
   ASSERT_EQ(groups.size(), 3u);
   EXPECT_EQ(groups[0].name, "d0.ring");
   EXPECT_EQ(groups[1].ranks, (std::vector<int>{2, 3}));
@@ -123,7 +132,7 @@ TEST(Groups, DataParallelReplicasArePrefixed) {
 }
 
 TEST(Groups, DoubleRingWindows) {
-  const auto groups = make_groups(StrategyKind::DoubleRing, params_of(8, 1, 1, 1, 4), 8);
+  const auto groups = make_groups(StrategyKind::DoubleRing, params_of(StrategyKind::DoubleRing, 8, 1, 1, 1, 4), 8);
   // win0 {0..3}, win1 {4..7}, inter0..3 {o, o+4}, one diagonal cycle (lcm(2, 4) = 4 members) x 2.
   std::vector<std::string> names;
   for (const auto& g : groups)
@@ -137,7 +146,7 @@ TEST(Groups, DoubleRingWindows) {
 TEST(Builder, BuildsOneRankOfAHugeRingQuickly) {
   // 16,384 ranks: building a rank must not touch the other ranks' programs.
   Workload w = small_workload(int64_t(1) << 24, 32, 8, true, 1, 128);
-  const Plan plan = testing::hand_plan(StrategyKind::Zigzag, params_of(16384), w);
+  const Plan plan = testing::hand_plan(StrategyKind::Zigzag, params_of(StrategyKind::Zigzag, 16384), w);
   const ScheduleBuilder builder(plan);
   const Schedule one = builder.build({777});
   ASSERT_EQ(one.ranks.size(), 1u);

@@ -4,18 +4,14 @@
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include <wallfacer/topology/topology.hpp>
+#include "common/strategy_params.hpp"
 #include "schedule/test_plans.hpp"
 
 namespace wallfacer {
 namespace {
 
 StrategyParams usp(int u, int r, Placement placement) {
-  StrategyParams p;
-  p.sequence_parallel = u * r;
-  p.ulysses = u;
-  p.ring = r;
-  p.placement = placement;
-  return p;
+  return test::typed_params(StrategyKind::Usp, {.S = u * r, .u = u, .r = r, .placement = placement});
 }
 
 TEST(MakePlan, FillsSlotsFromTheTopology) {

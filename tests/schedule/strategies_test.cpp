@@ -13,6 +13,7 @@
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/schedule/strategy.hpp>
+#include "common/strategy_params.hpp"
 #include "schedule/interpreter.hpp"
 #include "schedule/test_plans.hpp"
 
@@ -33,18 +34,12 @@ void PrintTo(const Case& c, std::ostream* os) {
   *os << c.name;
 }
 
-StrategyParams params_of(int S, int D = 1, int u = 1, int r = 1, int w = 1, Placement pl = Placement::Default) {
-  StrategyParams p;
-  p.sequence_parallel = S;
-  p.data_parallel = D;
-  p.ulysses = u;
-  p.ring = r;
-  p.window = w;
-  p.placement = pl;
-  return p;
+test::FlatParams params_of(int S, int D = 1, int u = 1, int r = 1, int w = 1, Placement pl = Placement::Default) {
+  return {.S = S, .D = D, .u = u, .r = r, .w = w, .placement = pl};
 }
 
-void add(std::vector<Case>& cases, std::string name, StrategyKind kind, StrategyParams params, Workload w) {
+void add(std::vector<Case>& cases, std::string name, StrategyKind kind, const test::FlatParams& flat, Workload w) {
+  const StrategyParams params = test::typed_params(kind, flat);
   name += w.causal ? "_causal" : "_full";
   name += fmt::format("_h{}kv{}_n{}_b{}", w.heads, w.kv_heads, w.seq, w.batch);
   std::replace(name.begin(), name.end(), '-', '_');

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <wallfacer/schedule/strategy.hpp>
+#include "common/strategy_params.hpp"
 #include "schedule/test_plans.hpp"
 
 namespace wallfacer {
@@ -13,20 +14,15 @@ using testing::totals;
 
 constexpr int64_t s_act = 2, s_acc = 4;  // bf16 activations, fp32 accumulators
 
-StrategyParams params_of(int S, int u = 1, int r = 1, int w = 1) {
-  StrategyParams p;
-  p.sequence_parallel = S;
-  p.ulysses = u;
-  p.ring = r;
-  p.window = w;
-  return p;
+StrategyParams params_of(StrategyKind kind, int S, int u = 1, int r = 1, int w = 1) {
+  return test::typed_params(kind, {.S = S, .u = u, .r = r, .w = w});
 }
 
 TEST(Volumes, RingPassKv) {
   for (bool causal : {true, false})
     for (int P : {2, 4, 8}) {
       const Workload w = small_workload(64, 4, 2, causal, 2, 8);
-      const Schedule s = build_schedule(hand_plan(StrategyKind::Zigzag, params_of(P), w));
+      const Schedule s = build_schedule(hand_plan(StrategyKind::Zigzag, params_of(StrategyKind::Zigzag, P), w));
       const int64_t n = w.seq / P, Hkv = w.kv_width();
       for (const auto& prog : s.ranks) {
         const auto t = totals(prog);
@@ -41,7 +37,7 @@ TEST(Volumes, RingPassKv) {
 TEST(Volumes, Ulysses) {
   for (int P : {2, 4, 8}) {
     const Workload w = small_workload(64, 8, 8, true, 1, 8);
-    const Schedule s = build_schedule(hand_plan(StrategyKind::Ulysses, params_of(P, P), w));
+    const Schedule s = build_schedule(hand_plan(StrategyKind::Ulysses, params_of(StrategyKind::Ulysses, P, P), w));
     const int64_t n = w.seq / P, H = w.q_width(), Hkv = w.kv_width();
     // §10.2 counts Q, K, V and O; the schedule also returns lse (fp32, one per head and row).
     const int64_t lse = (P - 1) * w.batch * n * w.heads * 4 / P;
@@ -59,7 +55,7 @@ TEST(Volumes, Usp) {
   for (auto [u, r] : {std::pair{2, 2}, {2, 4}, {4, 2}}) {
     const Workload w = small_workload(64, 8, 8, true, 1, 8);
     const int P = u * r;
-    const Schedule s = build_schedule(hand_plan(StrategyKind::Usp, params_of(P, u, r), w));
+    const Schedule s = build_schedule(hand_plan(StrategyKind::Usp, params_of(StrategyKind::Usp, P, u, r), w));
     const int64_t n = w.seq / P, H = w.q_width(), Hkv = w.kv_width();
     const int64_t lse = (u - 1) * w.batch * n * w.heads * 4 / u;
     for (const auto& prog : s.ranks) {
@@ -73,7 +69,8 @@ TEST(Volumes, Usp) {
 TEST(Volumes, DoubleRingMovesAFlatRingsBytes) {
   for (auto [c, win] : {std::pair{4, 2}, {8, 2}, {8, 4}}) {
     const Workload w = small_workload(64, 4, 4, true, 1, 8);
-    const Schedule s = build_schedule(hand_plan(StrategyKind::DoubleRing, params_of(c, 1, 1, win), w));
+    const Schedule s =
+        build_schedule(hand_plan(StrategyKind::DoubleRing, params_of(StrategyKind::DoubleRing, c, 1, 1, win), w));
     const int64_t n = w.seq / c, Hkv = w.kv_width();
     for (const auto& prog : s.ranks) {
       const auto t = totals(prog);

@@ -8,6 +8,7 @@
 #include <wallfacer/plan/workload.hpp>
 #include <wallfacer/search/search.hpp>
 #include <wallfacer/topology/topology.hpp>
+#include "common/strategy_params.hpp"
 #include "screen.hpp"
 
 namespace wallfacer {
@@ -21,14 +22,10 @@ Workload workload_of(int64_t seq) {
   return load_workload("llama-3-8b", overrides);
 }
 
-StrategyParams ring_params(int sequence_parallel, int ulysses, int window, Placement placement) {
-  StrategyParams p;
-  p.sequence_parallel = sequence_parallel;
-  p.ulysses = ulysses;
-  p.ring = sequence_parallel / ulysses;
-  p.window = window;
-  p.placement = placement;
-  return p;
+StrategyParams ring_params(StrategyKind kind, int sequence_parallel, int ulysses, int window, Placement placement) {
+  return test::typed_params(
+      kind,
+      {.S = sequence_parallel, .u = ulysses, .r = sequence_parallel / ulysses, .w = window, .placement = placement});
 }
 
 double estimate(StrategyKind kind, const StrategyParams& p, const Workload& w, const Topology& t) {
@@ -42,9 +39,10 @@ TEST(SearchScreen, WindowsOnOneLinkClassCostWhatThePlainRingCosts) {
   for (int64_t seq : {int64_t(16384), int64_t(1) << 20}) {
     const Workload w = workload_of(seq);
     for (int window : {2, 4}) {
-      const StrategyParams p = ring_params(8, 2, window, Placement::ContextFirst);
-      EXPECT_DOUBLE_EQ(estimate(StrategyKind::DoubleRing, p, w, topology),
-                       estimate(StrategyKind::Usp, ring_params(8, 2, 1, Placement::ContextFirst), w, topology))
+      const StrategyParams p = ring_params(StrategyKind::DoubleRing, 8, 2, window, Placement::ContextFirst);
+      EXPECT_DOUBLE_EQ(
+          estimate(StrategyKind::DoubleRing, p, w, topology),
+          estimate(StrategyKind::Usp, ring_params(StrategyKind::Usp, 8, 2, 1, Placement::ContextFirst), w, topology))
           << "seq " << seq << " window " << window;
     }
   }
@@ -56,17 +54,21 @@ TEST(SearchScreen, WindowsInsideANodeBeatThePlainRingWhenTransfersDominate) {
   // the network every step (its hops all pay the inter-node class in the screen).
   const Topology topology = Topology::load("dgx-h100", 2);
   const Workload w = workload_of(16 * 256);
-  const double windowed = estimate(StrategyKind::DoubleRing, ring_params(16, 1, 8, Placement::Default), w, topology);
-  const double plain = estimate(StrategyKind::DoubleRing, ring_params(16, 1, 16, Placement::Default), w, topology);
+  const double windowed = estimate(StrategyKind::DoubleRing,
+                                   ring_params(StrategyKind::DoubleRing, 16, 1, 8, Placement::Default), w, topology);
+  const double plain = estimate(StrategyKind::DoubleRing,
+                                ring_params(StrategyKind::DoubleRing, 16, 1, 16, Placement::Default), w, topology);
   EXPECT_LT(windowed, plain);
   // Blocks are those of the whole ring either way, and a compute-bound sequence hides every K,V
   // hop. What still differs is the backward's fp32 dK,dV accumulator, whose every hop is exposed:
   // 14 of its 15 ring hops move from the network to NVLink.
   const Workload long_seq = workload_of(int64_t(1) << 20);
   const double long_windowed =
-      estimate(StrategyKind::DoubleRing, ring_params(16, 1, 8, Placement::Default), long_seq, topology);
+      estimate(StrategyKind::DoubleRing, ring_params(StrategyKind::DoubleRing, 16, 1, 8, Placement::Default), long_seq,
+               topology);
   const double long_plain =
-      estimate(StrategyKind::DoubleRing, ring_params(16, 1, 16, Placement::Default), long_seq, topology);
+      estimate(StrategyKind::DoubleRing, ring_params(StrategyKind::DoubleRing, 16, 1, 16, Placement::Default), long_seq,
+               topology);
   const double dkv_bytes = 2.0 * (double(long_seq.seq) / 16) * double(long_seq.kv_width()) * 4;
   auto hop_ms = [&](int a, int b) {
     const Route& r = topology.route(a, b);
@@ -91,13 +93,11 @@ TEST(SearchScreen, EveryRankWaitsForTheWeightGradientAllReduce) {
   const double ring_ms = (2.0 * (P - 1) * alpha_s + 2.0 * (P - 1) / P * bytes / bytes_per_s) * 1e3;
   const double tree_ms = (2.0 * (7 * intra.latency_us * 1e-6 + 9 * alpha_s) + 2 * bytes / (4 * bytes_per_s)) * 1e3;
   ASSERT_LT(tree_ms, ring_ms / 3);
-  const double usp = estimate(StrategyKind::Usp, ring_params(P, 8, 1, Placement::HeadFirst), w, topology);
+  const double usp =
+      estimate(StrategyKind::Usp, ring_params(StrategyKind::Usp, P, 8, 1, Placement::HeadFirst), w, topology);
   EXPECT_GT(usp, tree_ms);
   EXPECT_LT(usp, ring_ms);  // the ring's latencies are not charged
-  StrategyParams team;
-  team.sequence_parallel = P;
-  team.team = 16;
-  team.placement = Placement::CollectIntra;
+  const StrategyParams team{.sequence_parallel = P, .knobs = WallFacerKnobs{.team = 16}};
   EXPECT_GT(estimate(StrategyKind::WallFacer, team, w, topology), tree_ms);
 }
 

@@ -55,7 +55,8 @@ Agreement compare(const AgreementCase& c) {
   Topology topology = Topology::parse(test::star_topology_yaml(8, 150, 2, 989, 3350), "star.yaml");
   Calibration calibration = test::flat_calibration(0.5);
   Workload workload = test_workload(int64_t(c.ranks) * 8192, c.causal);
-  Plan plan = plan_for(c.kind, workload, topology, c.ranks, [&](const StrategyParams& p) { return p.team == c.team; });
+  Plan plan =
+      plan_for(c.kind, workload, topology, c.ranks, [&](const StrategyParams& p) { return team_size(p) == c.team; });
   SimOptions options;
   options.calibration = calibration;
   return {simulate(plan, topology, options), CostModel(topology, calibration).evaluate(plan)};

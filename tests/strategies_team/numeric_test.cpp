@@ -29,7 +29,7 @@ TEST(TeamNumerics, WallFacerMatchesTheReference) {
   for (auto [S, C, D] : std::vector<std::tuple<int, int, int>>{{16, 4, 1}, {16, 2, 1}, {18, 3, 1}, {8, 2, 2}})
     for (bool causal : {true, false}) {
       SCOPED_TRACE(testing::Message() << "S=" << S << " C=" << C << " D=" << D << " causal=" << causal);
-      expect_matches_reference(StrategyKind::WallFacer, params_of(S, D, C),
+      expect_matches_reference(StrategyKind::WallFacer, params_of(StrategyKind::WallFacer, S, D, C),
                                workload(causal ? 4 * S : 4 * S + 5, 4, 2, causal, D, 8));
     }
 }
@@ -41,7 +41,7 @@ TEST(TeamNumerics, GatheredKvStrategiesMatchTheReference) {
         SCOPED_TRACE(testing::Message() << to_string(kind) << " S=" << S << " D=" << D << " causal=" << causal);
         // All-gather's zigzag needs 2S | N when causal; LSS cuts contiguous, uneven segments.
         const bool zigzag = kind == StrategyKind::AllGather && causal;
-        expect_matches_reference(kind, params_of(S, D), workload(zigzag ? 4 * S : 4 * S + 5, 4, 1, causal, D, 8));
+        expect_matches_reference(kind, params_of(kind, S, D), workload(zigzag ? 4 * S : 4 * S + 5, 4, 1, causal, D, 8));
       }
 }
 

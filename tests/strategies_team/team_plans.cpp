@@ -2,6 +2,7 @@
 #include "strategies_team/team_plans.hpp"
 
 #include <wallfacer/check/checker.hpp>
+#include "common/strategy_params.hpp"
 #include "common/synthetic_workload.hpp"
 
 namespace wallfacer::team_testing {
@@ -11,12 +12,11 @@ Workload workload(int64_t seq, int heads, int kv_heads, bool causal, int batch, 
 }
 
 StrategyParams params_of(int S, int D, int C, Placement placement) {
-  StrategyParams p;
-  p.sequence_parallel = S;
-  p.data_parallel = D;
-  p.team = C;
-  p.placement = placement;
-  return p;
+  return params_of(StrategyKind::WallFacer, S, D, C, placement);
+}
+
+StrategyParams params_of(StrategyKind kind, int S, int D, int C, Placement placement) {
+  return test::typed_params(kind, {.S = S, .D = D, .C = C, .placement = placement});
 }
 
 Plan plan_of(StrategyKind kind, const StrategyParams& params, const Workload& workload) {

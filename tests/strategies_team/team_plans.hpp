@@ -12,7 +12,10 @@ namespace wallfacer::team_testing {
 
 Workload workload(int64_t seq, int heads, int kv_heads, bool causal, int batch = 1, int head_dim = 2);
 Plan plan_of(StrategyKind kind, const StrategyParams& params, const Workload& workload);
+// WallFacer's parameters (team size C, placement), or those of `kind` (C and placement only where
+// it is WallFacer).
 StrategyParams params_of(int S, int D = 1, int C = 1, Placement placement = Placement::Default);
+StrategyParams params_of(StrategyKind kind, int S, int D = 1, int C = 1, Placement placement = Placement::Default);
 
 // Bytes one rank sends, by phase and kind of op (the weight-gradient all-reduce is left out of
 // `collective`).

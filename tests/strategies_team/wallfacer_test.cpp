@@ -126,15 +126,18 @@ TEST(WallFacer, FeasibilityRules) {
   EXPECT_NE(reason(params_of(8, 1, 3), 8, w).find("does not divide the 8"), std::string::npos);
   EXPECT_NE(reason(params_of(8, 1, 4), 8, w).find("C^2 = 16 does not divide"), std::string::npos);
   EXPECT_NE(reason(params_of(8, 1, 2), 8, workload(40, 4, 4, true)).find("zigzag"), std::string::npos);
-  EXPECT_NE(reason(params_of(8, 1, 2, Placement::HeadFirst), 8, w).find("placement"), std::string::npos);
-  EXPECT_TRUE(check_feasible(StrategyKind::WallFacer, params_of(8, 1, 2), workload(43, 4, 4, false), 8).ok);
-  EXPECT_TRUE(check_feasible(StrategyKind::WallFacer, params_of(16, 1, 4), w, 16).ok);
+  EXPECT_NE(reason(params_of(StrategyKind::Usp, 8), 8, w).find("parameters of another strategy"), std::string::npos);
+  EXPECT_TRUE(
+      check_feasible(StrategyKind::WallFacer, params_of(StrategyKind::WallFacer, 8, 1, 2), workload(43, 4, 4, false), 8)
+          .ok);
+  EXPECT_TRUE(check_feasible(StrategyKind::WallFacer, params_of(StrategyKind::WallFacer, 16, 1, 4), w, 16).ok);
 }
 
 TEST(WallFacer, EnumeratesEveryTeamSizePlacementAndSplit) {
   std::set<std::tuple<int, int, int, Placement>> got;
   for (const StrategyParams& p : enumerate_params(StrategyKind::WallFacer, workload(64, 4, 4, true, 2), 16)) {
-    EXPECT_TRUE(got.insert({p.data_parallel, p.sequence_parallel, p.team, p.placement}).second) << "duplicate";
+    EXPECT_TRUE(got.insert({p.data_parallel, p.sequence_parallel, team_size(p), placement_of(p)}).second)
+        << "duplicate";
   }
   using P = Placement;
   const std::set<std::tuple<int, int, int, Placement>> expected = {
@@ -148,19 +151,20 @@ TEST(WallFacer, TeamSizesOfHugeRankCountsDoNotOverflow) {
   const int ranks = 1 << 19;
   std::set<int> teams;
   for (const StrategyParams& p : enumerate_params(StrategyKind::WallFacer, workload(1 << 20, 4, 4, true), ranks))
-    teams.insert(p.team);
+    teams.insert(team_size(p));
   std::set<int> expected;
   for (int C = 1; int64_t(C) * C <= ranks; C *= 2)
     expected.insert(C);
   EXPECT_EQ(teams, expected);
-  EXPECT_NE(
-      check_feasible(StrategyKind::WallFacer, params_of(1 << 16, 1, 1 << 16), workload(1 << 20, 4, 4, true), 1 << 16)
-          .reason.find("C^2 = 4294967296 does not divide"),
-      std::string::npos);
+  EXPECT_NE(check_feasible(StrategyKind::WallFacer, params_of(StrategyKind::WallFacer, 1 << 16, 1, 1 << 16),
+                           workload(1 << 20, 4, 4, true), 1 << 16)
+                .reason.find("C^2 = 4294967296 does not divide"),
+            std::string::npos);
 }
 
 TEST(WallFacer, GroupsAreTeamsThenSubRings) {
-  const std::vector<CommGroup> groups = make_groups(StrategyKind::WallFacer, params_of(8, 1, 2), 8);
+  const std::vector<CommGroup> groups =
+      make_groups(StrategyKind::WallFacer, params_of(StrategyKind::WallFacer, 8, 1, 2), 8);
   ASSERT_EQ(groups.size(), 4u + 4u + 1u);  // 4 teams, C^2 = 4 sub-rings of G = 2, world
   EXPECT_EQ(groups[0].kind, GroupKind::Team);
   EXPECT_EQ(groups[1].ranks, (std::vector<int>{2, 3}));
@@ -179,7 +183,7 @@ TEST(WallFacer, SchedulesPassTheCheckerWithExactFlops) {
       for (bool causal : {true, false})
         for (int kv_heads : {4, 2}) {
           const Workload w = workload(causal ? 4 * S : 4 * S + 3, 4, kv_heads, causal);
-          const Plan plan = plan_of(StrategyKind::WallFacer, params_of(S, 1, C, placement), w);
+          const Plan plan = plan_of(StrategyKind::WallFacer, params_of(StrategyKind::WallFacer, S, 1, C, placement), w);
           Schedule schedule;
           const std::string errors = check_errors(plan, &schedule);
           SCOPED_TRACE(testing::Message() << "S=" << S << " C=" << C << " causal=" << causal << " kv=" << kv_heads);
@@ -196,7 +200,7 @@ TEST(WallFacer, DataParallelReplicas) {
   for (bool causal : {true, false}) {
     const Workload w = workload(64, 4, 2, causal, 4);
     for (int C : {1, 2}) {
-      const Plan plan = plan_of(StrategyKind::WallFacer, params_of(8, 2, C), w);
+      const Plan plan = plan_of(StrategyKind::WallFacer, params_of(StrategyKind::WallFacer, 8, 2, C), w);
       EXPECT_EQ(check_errors(plan), "") << "C=" << C << " causal=" << causal;
     }
   }
@@ -211,7 +215,8 @@ TEST(WallFacer, ForwardVolumesMatchTheClosedForms) {
       const int64_t N = 16 * S, n = N / S;
       const Workload w = workload(N, h, kv_heads, true, B, d);
       const WallFacerLayout L(S, C);
-      const Schedule schedule = ScheduleBuilder(plan_of(StrategyKind::WallFacer, params_of(S, 1, C), w)).build();
+      const Schedule schedule =
+          ScheduleBuilder(plan_of(StrategyKind::WallFacer, params_of(StrategyKind::WallFacer, S, 1, C), w)).build();
       int64_t max_p2p = 0;
       for (int x = 0; x < S; ++x) {
         const Traffic t = traffic(schedule.ranks[size_t(x)]);
@@ -247,7 +252,8 @@ TEST(WallFacer, BackwardVolumesMatchTheReconstruction) {
     const int64_t N = 8 * S, n = N / S;
     const Workload w = workload(N, h, hkv, true, B, d);
     const WallFacerLayout L(S, C);
-    const Schedule schedule = ScheduleBuilder(plan_of(StrategyKind::WallFacer, params_of(S, 1, C), w)).build();
+    const Schedule schedule =
+        ScheduleBuilder(plan_of(StrategyKind::WallFacer, params_of(StrategyKind::WallFacer, S, 1, C), w)).build();
     for (int x = 0; x < S; ++x) {
       const Traffic t = traffic(schedule.ranks[size_t(x)]);
       const int64_t rows = int64_t(C) * n * B;
@@ -269,9 +275,10 @@ TEST(WallFacer, TeamOfOneMovesWhatTheRingMoves) {
   for (int S : {2, 4, 8})
     for (bool causal : {true, false}) {
       const Workload w = workload(8 * S, 4, 2, causal, 1, 4);
-      const Schedule wf = ScheduleBuilder(plan_of(StrategyKind::WallFacer, params_of(S, 1, 1), w)).build();
+      const Schedule wf =
+          ScheduleBuilder(plan_of(StrategyKind::WallFacer, params_of(StrategyKind::WallFacer, S, 1, 1), w)).build();
       const StrategyKind ring_kind = causal ? StrategyKind::Zigzag : StrategyKind::Ring;
-      const Schedule ring = ScheduleBuilder(plan_of(ring_kind, params_of(S), w)).build();
+      const Schedule ring = ScheduleBuilder(plan_of(ring_kind, params_of(ring_kind, S), w)).build();
       for (int x = 0; x < S; ++x) {
         const Traffic a = traffic(wf.ranks[size_t(x)]), b = traffic(ring.ranks[size_t(x)]);
         EXPECT_EQ(a.p2p[0], b.p2p[0]) << "S=" << S << " causal=" << causal << " rank " << x;
@@ -283,7 +290,8 @@ TEST(WallFacer, TeamOfOneMovesWhatTheRingMoves) {
 
 TEST(WallFacer, SqrtTeamHasNoSubRingShifts) {
   const Workload w = workload(64, 4, 4, true);
-  const Schedule schedule = ScheduleBuilder(plan_of(StrategyKind::WallFacer, params_of(16, 1, 4), w)).build();
+  const Schedule schedule =
+      ScheduleBuilder(plan_of(StrategyKind::WallFacer, params_of(StrategyKind::WallFacer, 16, 1, 4), w)).build();
   const WallFacerLayout L(16, 4);
   for (int x = 0; x < 16; ++x) {
     // Only the placement exchange (and its inverse) is point to point.
@@ -294,7 +302,8 @@ TEST(WallFacer, SqrtTeamHasNoSubRingShifts) {
 }
 
 TEST(WallFacer, FlowSetsMatchTheSends) {
-  const Plan plan = plan_of(StrategyKind::WallFacer, params_of(8, 2, 2), workload(64, 4, 4, true, 2));
+  const Plan plan =
+      plan_of(StrategyKind::WallFacer, params_of(StrategyKind::WallFacer, 8, 2, 2), workload(64, 4, 4, true, 2));
   const Schedule schedule = ScheduleBuilder(plan).build();
   std::vector<std::set<std::pair<int, int>>> sent(schedule.flow_sets.size());
   for (const RankProgram& p : schedule.ranks)
@@ -313,7 +322,7 @@ TEST(WallFacer, FlowSetsMatchTheSends) {
 TEST(WallFacer, BuildsOneRankOfAHugeClusterAlone) {
   // 16,384 GPUs, C = 8: one rank's program without building the others.
   const Workload w = workload(int64_t(1) << 20, 32, 8, true, 1, 128);
-  const Plan plan = plan_of(StrategyKind::WallFacer, params_of(16384, 1, 8), w);
+  const Plan plan = plan_of(StrategyKind::WallFacer, params_of(StrategyKind::WallFacer, 16384, 1, 8), w);
   ScheduleBuilder builder(plan);
   TokenSetPool pool;
   const RankProgram program = builder.build_rank(12345, pool);

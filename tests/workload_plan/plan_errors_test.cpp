@@ -34,6 +34,19 @@ void expect_rejected(const Edit& edit) {
             fmt::format("p.yaml:{}: error: {}", line, edit.message));
 }
 
+// A plan holds only its strategy's knobs: another strategy's knob or placement is an error at its
+// line, not dropped (earlier plans wrote every knob, at 1, which still reads).
+TEST(PlanErrors, KnobsOfAnotherStrategy) {
+  expect_rejected(
+      {"  team: 2\n", "  team: 2\n  window: 3\n", "'window' does not apply to strategy wallfacer", "  window: 3"});
+  expect_rejected({"placement: collect-intra", "placement: head-first",
+                   "placement head-first does not apply to strategy wallfacer (collect-intra or p2p-intra)"});
+  const std::string text = plan_to_yaml(testing::sample_plan());
+  std::string old_form = text;
+  old_form.replace(old_form.find("  team: 2\n"), 10, "  team: 2\n  ulysses: 1\n  ring: 1\n  window: 1\n");
+  EXPECT_TRUE(parse_plan(old_form, "p.yaml") == testing::sample_plan());
+}
+
 TEST(PlanErrors, NewerFormatVersion) {
   expect_rejected({"format_version: 1", "format_version: 2",
                    "plan format_version 2 is newer than this wallfacer reads (1); use a newer wallfacer or make the "
@@ -102,7 +115,7 @@ TEST(PlanErrors, MissingFields) {
   // A missing key is blamed on the first line of the mapping that should hold it.
   expect_rejected({"strategy: wallfacer\n", "", "missing required field 'strategy'", "format_version:"});
   expect_rejected({"  seq: 131072\n", "", "missing required field 'seq'", "  model:"});
-  expect_rejected({"  window: 1\n", "", "missing required field 'window'", "  sequence_parallel:"});
+  expect_rejected({"  data_parallel: 1\n", "", "missing required field 'data_parallel'", "  sequence_parallel:"});
   expect_rejected({", nic: n0/nic0}", "}", "missing required field 'nic'", "{rank: 0,"});
   expect_rejected({"  step_ms: 12345.678901234567\n", "", "missing required field 'step_ms'", "  forward_ms:"});
 }

@@ -24,9 +24,9 @@ TEST(PlanMutations, EveryEditIsAcceptedOrAnInputError) {
   const Topology topology = Topology::load("dgx-h100", 2);
   const Workload w = testing::gqa_workload();  // the sample plan's; any workload would do
   const std::vector<std::pair<StrategyKind, StrategyParams>> cases = {
-      {StrategyKind::WallFacer, {.sequence_parallel = 8, .data_parallel = 2, .team = 2}},
-      {StrategyKind::Usp, {.sequence_parallel = 16, .ulysses = 2, .ring = 8}},
-      {StrategyKind::DoubleRing, {.sequence_parallel = 16, .ulysses = 2, .window = 2}},
+      {StrategyKind::WallFacer, {.sequence_parallel = 8, .data_parallel = 2, .knobs = WallFacerKnobs{.team = 2}}},
+      {StrategyKind::Usp, {.sequence_parallel = 16, .knobs = UspKnobs{.ulysses = 2, .ring = 8}}},
+      {StrategyKind::DoubleRing, {.sequence_parallel = 16, .knobs = DoubleRingKnobs{.ulysses = 2, .window = 2}}},
       {StrategyKind::Lss, {.sequence_parallel = 8, .data_parallel = 2}},
   };
   for (const auto& [kind, p] : cases) {

@@ -90,7 +90,7 @@ TEST(PlanRoundTrip, WithoutPredictionAndWithOddNames) {
   plan.topology_hash = "0123456789012345";
   plan.ranks[3].nic = "";
   plan.groups[0].name = "null";
-  plan.params.placement = Placement::P2PIntra;
+  std::get<WallFacerKnobs>(plan.params.knobs).placement = TeamPlacement::P2PIntra;
   const std::string text = plan_to_yaml(plan);
   const Plan back = parse_plan(text, "p.yaml");
   EXPECT_TRUE(back == plan) << text;
@@ -120,6 +120,11 @@ TEST(PlanRoundTrip, EveryStrategyAndGroupKind) {
   for (StrategyKind kind : all_strategies()) {
     Plan plan = sample_plan();
     plan.strategy = kind;
+    // Each strategy's own knobs, away from their defaults where it has any.
+    plan.params.knobs = default_knobs(kind);
+    if (kind == StrategyKind::Usp) plan.params.knobs = UspKnobs{2, 4, ContextPlacement::ContextFirst};
+    if (kind == StrategyKind::DoubleRing) plan.params.knobs = DoubleRingKnobs{2, 2, ContextPlacement::ContextFirst};
+    if (kind == StrategyKind::WallFacer) plan.params.knobs = WallFacerKnobs{2, TeamPlacement::P2PIntra};
     plan.groups.push_back({"extra", GroupKind::InterWindow, {7, 6}});
     EXPECT_TRUE(parse_plan(plan_to_yaml(plan), "p.yaml") == plan) << to_string(kind);
   }

@@ -39,8 +39,7 @@ inline Plan sample_plan(int nodes = 2, const std::string& topology_name = "two-n
   plan.strategy = StrategyKind::WallFacer;
   plan.params.sequence_parallel = 8;
   plan.params.data_parallel = 1;
-  plan.params.team = 2;
-  plan.params.placement = Placement::CollectIntra;
+  plan.params.knobs = WallFacerKnobs{.team = 2, .placement = TeamPlacement::CollectIntra};
   const int per_node = 8 / nodes;
   for (int r = 0; r < 8; ++r) {
     const int node = r / per_node, local = r % per_node;

@@ -166,27 +166,13 @@ class AllGatherRank {
 
 class AllGatherImpl final : public StrategyImpl {
  public:
-  Feasibility feasible(const StrategyParams& params, const Workload& workload, int ranks) const override {
-    Feasibility generic = generic_feasibility(params, workload, ranks);
-    if (!generic.ok) return generic;
-    if (params.placement != Placement::Default)
-      return {false,
-              fmt::format("placement {} does not apply to allgather (default only)", to_string(params.placement))};
+  AllGatherImpl() : StrategyImpl(StrategyKind::AllGather) {}
+  Feasibility own_feasibility(const StrategyParams& params, const Workload& workload, int) const override {
     const int64_t S = params.sequence_parallel;
     if (workload.causal && workload.seq % (2 * S) != 0)
       return {false, fmt::format("sequence length {} not divisible by 2 x {} ranks = {} (zigzag layout)", workload.seq,
                                  S, 2 * S)};
     return {};
-  }
-  std::vector<StrategyParams> enumerate(const Workload& workload, int ranks) const override {
-    std::vector<StrategyParams> out;
-    for (int D : data_parallel_splits(workload, ranks)) {
-      StrategyParams p;
-      p.data_parallel = D;
-      p.sequence_parallel = ranks / D;
-      out.push_back(p);
-    }
-    return out;
   }
   std::vector<CommGroup> groups(const StrategyParams& params, int ranks) const override {
     const int S = params.sequence_parallel;

@@ -12,10 +12,11 @@
 namespace wallfacer::detail {
 
 ContextConfig double_ring_config(const StrategyParams& params, bool causal) {
+  const DoubleRingKnobs& k = knobs_of<DoubleRingKnobs>(StrategyKind::DoubleRing, params);
   ContextConfig cfg;
-  cfg.u = std::max(1, params.ulysses);
+  cfg.u = std::max(1, k.ulysses);
   cfg.c = std::max(1, params.sequence_parallel / cfg.u);
-  cfg.w = std::max(1, params.window);
+  cfg.w = std::max(1, k.window);
   cfg.zigzag = causal;
   return cfg;
 }
@@ -24,17 +25,14 @@ namespace {
 
 class DoubleRingImpl final : public StrategyImpl {
  public:
-  Feasibility feasible(const StrategyParams& params, const Workload& workload, int ranks) const override {
-    Feasibility generic = generic_feasibility(params, workload, ranks);
-    if (!generic.ok) return generic;
-    const int u = params.ulysses, S = params.sequence_parallel;
+  DoubleRingImpl() : StrategyImpl(StrategyKind::DoubleRing) {}
+  Feasibility own_feasibility(const StrategyParams& params, const Workload& workload, int) const override {
+    const DoubleRingKnobs& k = knobs<DoubleRingKnobs>(params);
+    const int u = k.ulysses, S = params.sequence_parallel;
     if (u < 1 || S % u != 0)
       return {false, fmt::format("Ulysses degree {} does not divide sequence parallel degree {}", u, S)};
-    if (params.window < 1 || (S / u) % params.window != 0)
-      return {false, fmt::format("context ring of {} ranks not divisible into windows of {}", S / u, params.window)};
-    if (params.placement != Placement::Default && params.placement != Placement::HeadFirst &&
-        params.placement != Placement::ContextFirst)
-      return {false, fmt::format("placement {} does not apply to double-ring", to_string(params.placement))};
+    if (k.window < 1 || (S / u) % k.window != 0)
+      return {false, fmt::format("context ring of {} ranks not divisible into windows of {}", S / u, k.window)};
     return context_feasibility(double_ring_config(params, workload.causal), workload);
   }
   std::vector<StrategyParams> enumerate(const Workload& workload, int ranks) const override {
@@ -45,15 +43,9 @@ class DoubleRingImpl final : public StrategyImpl {
         const int c = S / u;
         for (int w : divisors(c)) {
           if (w == 1 || w == c) continue;  // a flat ring either way
-          for (Placement placement : {Placement::HeadFirst, Placement::ContextFirst}) {
-            if (u == 1 && placement == Placement::ContextFirst) continue;  // same GPUs as head-first
-            StrategyParams p;
-            p.data_parallel = D;
-            p.sequence_parallel = S;
-            p.ulysses = u;
-            p.window = w;
-            p.placement = u == 1 ? Placement::Default : placement;
-            out.push_back(p);
+          for (ContextPlacement placement : {ContextPlacement::HeadFirst, ContextPlacement::ContextFirst}) {
+            if (u == 1 && placement == ContextPlacement::ContextFirst) continue;  // same GPUs as head-first
+            out.push_back({.sequence_parallel = S, .data_parallel = D, .knobs = DoubleRingKnobs{u, w, placement}});
           }
         }
       }
@@ -65,7 +57,7 @@ class DoubleRingImpl final : public StrategyImpl {
   }
   std::vector<int> positions(const StrategyParams& params, int ranks) const override {
     return context_positions(double_ring_config(params, true), params, ranks,
-                             params.placement == Placement::ContextFirst);
+                             knobs<DoubleRingKnobs>(params).placement == ContextPlacement::ContextFirst);
   }
   std::vector<FlowSet> flow_sets(const Plan& plan) const override {
     return context_flow_sets(double_ring_config(plan.params, plan.workload.causal), plan);

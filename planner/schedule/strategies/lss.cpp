@@ -117,23 +117,7 @@ class LssRank {
 
 class LssImpl final : public StrategyImpl {
  public:
-  Feasibility feasible(const StrategyParams& params, const Workload& workload, int ranks) const override {
-    Feasibility generic = generic_feasibility(params, workload, ranks);
-    if (!generic.ok) return generic;
-    if (params.placement != Placement::Default)
-      return {false, fmt::format("placement {} does not apply to lss (default only)", to_string(params.placement))};
-    return {};
-  }
-  std::vector<StrategyParams> enumerate(const Workload& workload, int ranks) const override {
-    std::vector<StrategyParams> out;
-    for (int D : data_parallel_splits(workload, ranks)) {
-      StrategyParams p;
-      p.data_parallel = D;
-      p.sequence_parallel = ranks / D;
-      out.push_back(p);
-    }
-    return out;
-  }
+  LssImpl() : StrategyImpl(StrategyKind::Lss) {}
   std::vector<CommGroup> groups(const StrategyParams& params, int ranks) const override {
     const int S = params.sequence_parallel, D = params.data_parallel;
     std::vector<CommGroup> out;

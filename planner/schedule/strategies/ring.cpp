@@ -303,26 +303,10 @@ namespace {
 
 class RingImpl final : public StrategyImpl {
  public:
-  explicit RingImpl(bool zigzag) : zigzag_(zigzag) {}
+  explicit RingImpl(bool zigzag) : StrategyImpl(zigzag ? StrategyKind::Zigzag : StrategyKind::Ring), zigzag_(zigzag) {}
 
-  Feasibility feasible(const StrategyParams& params, const Workload& workload, int ranks) const override {
-    Feasibility generic = generic_feasibility(params, workload, ranks);
-    if (!generic.ok) return generic;
-    if (params.placement != Placement::Default)
-      return {false, fmt::format("placement {} does not apply to {} (default only)", to_string(params.placement),
-                                 zigzag_ ? "zigzag" : "ring")};
+  Feasibility own_feasibility(const StrategyParams& params, const Workload& workload, int) const override {
     return context_feasibility(ring_config(params, zigzag_), workload);
-  }
-  std::vector<StrategyParams> enumerate(const Workload& workload, int ranks) const override {
-    std::vector<StrategyParams> out;
-    for (int D : data_parallel_splits(workload, ranks)) {
-      StrategyParams p;
-      p.data_parallel = D;
-      p.sequence_parallel = ranks / D;
-      p.ring = p.sequence_parallel;
-      out.push_back(p);
-    }
-    return out;
   }
   std::vector<CommGroup> groups(const StrategyParams& params, int ranks) const override {
     return context_groups(ring_config(params, zigzag_), params, ranks);

@@ -30,24 +30,9 @@ namespace {
 
 class UlyssesImpl final : public StrategyImpl {
  public:
-  Feasibility feasible(const StrategyParams& params, const Workload& workload, int ranks) const override {
-    Feasibility generic = generic_feasibility(params, workload, ranks);
-    if (!generic.ok) return generic;
-    if (params.placement != Placement::Default)
-      return {false,
-              fmt::format("placement {} does not apply to {} (default only)", to_string(params.placement), "ulysses")};
+  UlyssesImpl() : StrategyImpl(StrategyKind::Ulysses) {}
+  Feasibility own_feasibility(const StrategyParams& params, const Workload& workload, int) const override {
     return context_feasibility(ulysses_config(params), workload);
-  }
-  std::vector<StrategyParams> enumerate(const Workload& workload, int ranks) const override {
-    std::vector<StrategyParams> out;
-    for (int D : data_parallel_splits(workload, ranks)) {
-      StrategyParams p;
-      p.data_parallel = D;
-      p.sequence_parallel = ranks / D;
-      p.ulysses = p.sequence_parallel;
-      out.push_back(p);
-    }
-    return out;
   }
   std::vector<CommGroup> groups(const StrategyParams& params, int ranks) const override {
     return context_groups(ulysses_config(params), params, ranks);

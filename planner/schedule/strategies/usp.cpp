@@ -152,30 +152,24 @@ RankProgram build_context_rank(const ContextConfig& cfg, const Plan& plan, int r
 // ---- USP -------------------------------------------------------------------------------------
 
 ContextConfig usp_config(const StrategyParams& params, bool causal) {
+  const UspKnobs& k = knobs_of<UspKnobs>(StrategyKind::Usp, params);
   ContextConfig cfg;
-  cfg.u = std::max(1, params.ulysses);
-  cfg.c = cfg.w = std::max(1, params.ring);
+  cfg.u = std::max(1, k.ulysses);
+  cfg.c = cfg.w = std::max(1, k.ring);
   cfg.zigzag = causal;
   return cfg;
 }
 
 namespace {
 
-bool placement_ok(Placement p) {
-  return p == Placement::Default || p == Placement::HeadFirst || p == Placement::ContextFirst;
-}
-
 class UspImpl final : public StrategyImpl {
  public:
-  Feasibility feasible(const StrategyParams& params, const Workload& workload, int ranks) const override {
-    Feasibility generic = generic_feasibility(params, workload, ranks);
-    if (!generic.ok) return generic;
-    if (params.ulysses < 1 || params.ring < 1 || int64_t(params.ulysses) * params.ring != params.sequence_parallel)
-      return {false, fmt::format("Ulysses degree {} x ring degree {} != sequence parallel degree {}", params.ulysses,
-                                 params.ring, params.sequence_parallel)};
-    if (!placement_ok(params.placement))
-      return {false, fmt::format("placement {} does not apply to usp (head-first or context-first)",
-                                 to_string(params.placement))};
+  UspImpl() : StrategyImpl(StrategyKind::Usp) {}
+  Feasibility own_feasibility(const StrategyParams& params, const Workload& workload, int) const override {
+    const UspKnobs& k = knobs<UspKnobs>(params);
+    if (k.ulysses < 1 || k.ring < 1 || int64_t(k.ulysses) * k.ring != params.sequence_parallel)
+      return {false, fmt::format("Ulysses degree {} x ring degree {} != sequence parallel degree {}", k.ulysses, k.ring,
+                                 params.sequence_parallel)};
     return context_feasibility(usp_config(params, workload.causal), workload);
   }
   std::vector<StrategyParams> enumerate(const Workload& workload, int ranks) const override {
@@ -184,15 +178,8 @@ class UspImpl final : public StrategyImpl {
       const int S = ranks / D;
       for (int u : divisors(S)) {
         if (u == 1 || u == S) continue;  // plain ring and plain Ulysses
-        for (Placement placement : {Placement::HeadFirst, Placement::ContextFirst}) {
-          StrategyParams p;
-          p.data_parallel = D;
-          p.sequence_parallel = S;
-          p.ulysses = u;
-          p.ring = S / u;
-          p.placement = placement;
-          out.push_back(p);
-        }
+        for (ContextPlacement placement : {ContextPlacement::HeadFirst, ContextPlacement::ContextFirst})
+          out.push_back({.sequence_parallel = S, .data_parallel = D, .knobs = UspKnobs{u, S / u, placement}});
       }
     }
     return out;
@@ -201,7 +188,8 @@ class UspImpl final : public StrategyImpl {
     return context_groups(usp_config(params, true), params, ranks);
   }
   std::vector<int> positions(const StrategyParams& params, int ranks) const override {
-    return context_positions(usp_config(params, true), params, ranks, params.placement == Placement::ContextFirst);
+    return context_positions(usp_config(params, true), params, ranks,
+                             knobs<UspKnobs>(params).placement == ContextPlacement::ContextFirst);
   }
   std::vector<FlowSet> flow_sets(const Plan& plan) const override {
     return context_flow_sets(usp_config(plan.params, plan.workload.causal), plan);

@@ -28,6 +28,10 @@ namespace wallfacer::detail {
 
 namespace {
 
+int team_of(const StrategyParams& params) {
+  return knobs_of<WallFacerKnobs>(StrategyKind::WallFacer, params).team;
+}
+
 using namespace fieldset;
 constexpr FieldMask kBundle = kQueryBundle;
 
@@ -79,7 +83,7 @@ class WallFacerRank {
  public:
   WallFacerRank(const Plan& plan, int rank, TokenSetPool& pool)
       : b_(plan, rank, pool),
-        L_(plan.params.sequence_parallel, plan.params.team),
+        L_(plan.params.sequence_parallel, team_of(plan.params)),
         flows_(flow_index(L_)),
         x_(b_.replica().local),
         all_q_{0, plan.workload.heads},
@@ -314,16 +318,11 @@ void WallFacerRank::return_dkv() {
   b_.output(out, Field::dV, own, all_kv_);
 }
 
-bool placement_applies(Placement p) {
-  return p == Placement::Default || p == Placement::CollectIntra || p == Placement::P2PIntra;
-}
-
 class WallFacerImpl final : public StrategyImpl {
  public:
-  Feasibility feasible(const StrategyParams& params, const Workload& workload, int ranks) const override {
-    Feasibility generic = generic_feasibility(params, workload, ranks);
-    if (!generic.ok) return generic;
-    const int S = params.sequence_parallel, C = params.team;
+  WallFacerImpl() : StrategyImpl(StrategyKind::WallFacer) {}
+  Feasibility own_feasibility(const StrategyParams& params, const Workload& workload, int) const override {
+    const int S = params.sequence_parallel, C = team_of(params);
     auto no = [](std::string why) { return Feasibility{false, std::move(why)}; };
     if (C < 1) return no(fmt::format("team size C = {} must be at least 1", C));
     if (S % C != 0) return no(fmt::format("team size C = {} does not divide the {} sequence ranks", C, S));
@@ -333,9 +332,6 @@ class WallFacerImpl final : public StrategyImpl {
     if (workload.causal && workload.seq % (2 * int64_t(S)) != 0)
       return no(fmt::format("sequence length {} not divisible by 2 x {} ranks = {} (zigzag layout)", workload.seq, S,
                             2 * int64_t(S)));
-    if (!placement_applies(params.placement))
-      return no(fmt::format("placement {} does not apply to wallfacer (collect-intra or p2p-intra)",
-                            to_string(params.placement)));
     return {};
   }
 
@@ -348,28 +344,24 @@ class WallFacerImpl final : public StrategyImpl {
       for (int C : divisors(S)) {
         const int64_t squared = int64_t(C) * C;  // overflows int for C near S at 2^16+ ranks
         if (S % squared != 0) continue;
-        StrategyParams p;
-        p.data_parallel = D;
-        p.sequence_parallel = S;
-        p.team = C;
-        p.placement = Placement::CollectIntra;
+        StrategyParams p{.sequence_parallel = S, .data_parallel = D, .knobs = WallFacerKnobs{C}};
         out.push_back(p);
-        if (C > 1 && S / squared > 1) {
-          p.placement = Placement::P2PIntra;
-          out.push_back(p);
-        }
+        if (C > 1 && S / squared > 1)
+          out.push_back(
+              {.sequence_parallel = S, .data_parallel = D, .knobs = WallFacerKnobs{C, TeamPlacement::P2PIntra}});
       }
     }
     return out;
   }
 
   std::vector<CommGroup> groups(const StrategyParams& params, int ranks) const override {
-    return replicate_groups(params, ranks, replica_groups(WallFacerLayout(params.sequence_parallel, params.team)));
+    return replicate_groups(params, ranks, replica_groups(WallFacerLayout(params.sequence_parallel, team_of(params))));
   }
 
   std::vector<int> positions(const StrategyParams& params, int ranks) const override {
-    if (params.placement != Placement::P2PIntra) return StrategyImpl::positions(params, ranks);
-    const WallFacerLayout L(params.sequence_parallel, params.team);
+    if (knobs<WallFacerKnobs>(params).placement != TeamPlacement::P2PIntra)
+      return StrategyImpl::positions(params, ranks);
+    const WallFacerLayout L(params.sequence_parallel, team_of(params));
     std::vector<int> local(size_t(L.S));
     for (int x = 0; x < L.S; ++x)
       local[size_t(x)] = L.p2p_intra_position(x);
@@ -377,7 +369,7 @@ class WallFacerImpl final : public StrategyImpl {
   }
 
   std::vector<FlowSet> flow_sets(const Plan& plan) const override {
-    const WallFacerLayout L(plan.params.sequence_parallel, plan.params.team);
+    const WallFacerLayout L(plan.params.sequence_parallel, team_of(plan.params));
     const int D = plan.params.data_parallel;
     std::vector<std::pair<int32_t, int32_t>> place, shift, back;
     for (int d = 0; d < D; ++d)

@@ -8,6 +8,7 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <wallfacer/plan/workload.hpp>
@@ -21,26 +22,70 @@ const char* to_string(StrategyKind kind);              // "ring", "zigzag", "uly
 StrategyKind parse_strategy(const std::string& name);  // throws InputError
 const std::vector<StrategyKind>& all_strategies();
 
-// How logical ranks are laid onto the topology. Which values apply depends on the strategy:
-//   Default        - rank r on GPU r (node-major)
-//   HeadFirst      - USP: Ulysses groups contiguous, ring groups strided
-//   ContextFirst   - USP: ring groups contiguous, Ulysses groups strided
+// How logical ranks are laid onto the topology, by name (plan files, the CLI, tables). Only USP,
+// the double ring and WallFacer have a choice, each between its own two (the types below):
+//   Default        - strategies without a choice: rank r on GPU r (node-major)
+//   HeadFirst      - USP / double ring: Ulysses groups contiguous, ring groups strided
+//   ContextFirst   - USP / double ring: ring groups contiguous, Ulysses groups strided
 //   CollectIntra   - WallFacer: teams on contiguous ranks (team collectives inside a node)
 //   P2PIntra       - WallFacer: sub-rings on contiguous ranks
 enum class Placement { Default, HeadFirst, ContextFirst, CollectIntra, P2PIntra };
 const char* to_string(Placement placement);
 Placement parse_placement(const std::string& name);
 
+enum class ContextPlacement { HeadFirst, ContextFirst };  // USP and double ring
+enum class TeamPlacement { CollectIntra, P2PIntra };      // WallFacer
+
+// Each strategy's own parameters besides the sequence and data parallel degrees, one type per
+// strategy, so that no plan can hold a knob its strategy does not read (a team size for USP, a
+// window for the ring). Ring, zigzag, Ulysses, all-gather and LSS have none.
+struct NoKnobs {
+  bool operator==(const NoKnobs&) const = default;
+};
+struct UspKnobs {
+  int ulysses = 1;  // head-parallel degree u
+  int ring = 1;     // ring degree r (u * r = S)
+  ContextPlacement placement = ContextPlacement::HeadFirst;
+  bool operator==(const UspKnobs&) const = default;
+};
+struct DoubleRingKnobs {
+  int ulysses = 1;  // head-parallel degree u; the context ring has c = S / u ranks
+  int window = 1;   // window w (inner ring length), w divides c
+  ContextPlacement placement = ContextPlacement::HeadFirst;
+  bool operator==(const DoubleRingKnobs&) const = default;
+};
+struct WallFacerKnobs {
+  int team = 1;  // team size C
+  TeamPlacement placement = TeamPlacement::CollectIntra;
+  bool operator==(const WallFacerKnobs&) const = default;
+};
+using StrategyKnobs = std::variant<NoKnobs, UspKnobs, DoubleRingKnobs, WallFacerKnobs>;
+
 struct StrategyParams {
   int sequence_parallel = 1;  // S = ranks sharing one sequence
   int data_parallel = 1;      // D = replicas, each with batch / D sequences; P = S * D
-  int team = 1;               // WallFacer C
-  int ulysses = 1;            // USP / double-ring head-parallel degree u
-  int ring = 1;               // USP ring degree r (u * r = S)
-  int window = 1;             // double-ring window w (inner ring length), c = S / u
-  Placement placement = Placement::Default;
+  StrategyKnobs knobs;        // must be the strategy's own type (knobs_fit)
   bool operator==(const StrategyParams&) const = default;
 };
+
+// The knobs type a strategy takes, default-valued; whether `params` holds that type.
+StrategyKnobs default_knobs(StrategyKind strategy);
+bool knobs_fit(StrategyKind strategy, const StrategyParams& params);
+// The placement's name-level value (Default for strategies without a choice).
+Placement placement_of(const StrategyParams& params);
+// Read-only views for code that compares or prints the parameters of any strategy: the knob's
+// value, 1 where the strategy has no such knob.
+int team_size(const StrategyParams& params);       // WallFacer C
+int ulysses_degree(const StrategyParams& params);  // USP and double ring u
+int window_size(const StrategyParams& params);     // double ring w
+// The strategy's knobs of type K; throws InputError naming the strategy when params holds another
+// type (a plan assembled by hand for the wrong strategy).
+[[noreturn]] void throw_knobs_mismatch(StrategyKind strategy);
+template <typename K>
+const K& knobs_of(StrategyKind strategy, const StrategyParams& params) {
+  if (const K* k = std::get_if<K>(&params.knobs)) return *k;
+  throw_knobs_mismatch(strategy);
+}
 
 // Where one rank runs.
 struct RankSlot {
