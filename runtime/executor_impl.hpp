@@ -119,7 +119,23 @@ class Executor {
   PackedBlock pack(const BufferState& buf, const RowRuns& runs, FieldMask fields, int64_t tokens, HeadRange heads,
                    bool heads_are_query);
   int member_index(const CollectiveSpec& spec, int32_t op_index) const;
+  // The packed layout of `piece`, placed at its offset in `block` (a send or receive buffer).
+  Storage placed_shape(const CollectiveSpec& spec, const Piece& piece, const DeviceBlock& block) const;
+  // One block per member, back to back in member order, block i over the tokens and heads of
+  // extent(i): the pieces with their offsets and sizes, the counts a collective call takes, and
+  // the total element count.
+  struct Layout {
+    std::vector<Piece> pieces;
+    Counts counts;
+    int64_t elements = 0;
+  };
+  Layout lay_out(const CollectiveSpec& spec, const std::function<Piece(size_t)>& extent) const;
+  // Backend memory for `elements` values of the executor's type.
+  DeviceBlock elements_block(int64_t elements);
   void reduce_pieces(InFlight& flight, const Op& op, const CollectiveSpec& spec, int me);
+  // Every field of a packed block at the identity of its reduction (zero; lse = -inf).
+  void reset_to_identity(const Storage& block);
+  void reduce_into(const Storage& acc, const Storage& src, bool merge);
   void all_reduce_post(InFlight& flight, const Op& op, const CollectiveSpec& spec);
 
  public:
