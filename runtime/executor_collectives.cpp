@@ -23,6 +23,13 @@ HeadRange heads_or_empty(HeadRange a, HeadRange b) {
   return h.size() > 0 ? h : HeadRange{0, 0};
 }
 
+// Whether every member gives the same tokens and heads, so that all pack the same structure.
+bool identical_inputs(const CollectiveSpec& spec) {
+  for (size_t i = 1; i < spec.in_tokens.size(); ++i)
+    if (spec.in_tokens[i] != spec.in_tokens[0] || spec.in_heads[i] != spec.in_heads[0]) return false;
+  return true;
+}
+
 }  // namespace
 
 int Executor::member_index(const CollectiveSpec& spec, int32_t op_index) const {
@@ -63,79 +70,81 @@ Storage Executor::collective_shape(const CollectiveSpec& spec, const TokenSet& s
                       type);
 }
 
+Storage Executor::placed_shape(const CollectiveSpec& spec, const Piece& piece, const DeviceBlock& block) const {
+  Storage shape = collective_shape(spec, piece.tokens, piece.heads);
+  place_packed(shape, block.data() + size_t(piece.offset) * elem_size(type));
+  return shape;
+}
+
+Executor::Layout Executor::lay_out(const CollectiveSpec& spec, const std::function<Piece(size_t)>& extent) const {
+  Layout layout;
+  for (size_t i = 0; i < spec.in_tokens.size(); ++i) {
+    Piece piece = extent(i);
+    piece.offset = layout.elements;
+    piece.elements = packed_elements(collective_shape(spec, piece.tokens, piece.heads));
+    layout.counts.push_back(piece.elements);
+    layout.elements += piece.elements;
+    layout.pieces.push_back(std::move(piece));
+  }
+  return layout;
+}
+
+// At least one byte: a backend need not hand out memory for nothing, and an empty block still
+// needs an address to post.
+DeviceBlock Executor::elements_block(int64_t elements) {
+  return DeviceBlock(backend, std::max<size_t>(size_t(elements) * elem_size(type), 1));
+}
+
 void Executor::all_gather_post(InFlight& flight, const CollectiveSpec& spec, int me, const BufferState& in) {
-  const size_t es = elem_size(type);
   const size_t n = spec.in_tokens.size();
   const TokenSet& my_in = tokens(spec.in_tokens[size_t(me)], flight.op);
   PackedBlock block = pack(in, *map_rows(in.tokens, my_in), spec.fields, token_count(my_in), spec.in_heads[size_t(me)],
                            mask_has_query_field(spec.fields));
-  Counts recv_counts;
-  int64_t total = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const TokenSet& set = tokens(spec.in_tokens[i], flight.op);
-    int64_t count = packed_elements(collective_shape(spec, set, spec.in_heads[i]));
-    flight.pieces.push_back({total, count, set, spec.in_heads[i]});
-    recv_counts.push_back(count);
-    total += count;
-  }
-  flight.recv = DeviceBlock(backend, std::max<size_t>(size_t(total) * es, 1));
+  Layout recv = lay_out(spec, [&](size_t i) {
+    return Piece{0, 0, tokens(spec.in_tokens[i], flight.op), spec.in_heads[i]};
+  });
+  flight.pieces = std::move(recv.pieces);
+  flight.recv = elements_block(recv.elements);
   flight.send = std::move(block.memory);
   flight.request =
-      backend.iallgatherv(spec.group, flight.send.data(), block.elements, flight.recv.data(), recv_counts, type);
-  stats_.bytes_sent += block.elements * int64_t(es) * int64_t(n - 1);
+      backend.iallgatherv(spec.group, flight.send.data(), block.elements, flight.recv.data(), recv.counts, type);
+  stats_.bytes_sent += block.elements * int64_t(elem_size(type)) * int64_t(n - 1);
 }
 
 // AllToAll and ReduceScatter: block j of the send buffer is in_me restricted to out_j.
 void Executor::exchange_post(InFlight& flight, const CollectiveSpec& spec, int me, const BufferState& in) {
   const size_t es = elem_size(type);
-  const size_t n = spec.in_tokens.size();
   const TokenSet& my_in = tokens(spec.in_tokens[size_t(me)], flight.op);
-  Counts send_counts;
-  std::vector<Piece> parts;
-  int64_t send_total = 0;
-  for (size_t j = 0; j < n; ++j) {
-    HeadRange h = heads_or_empty(spec.in_heads[size_t(me)], spec.out_heads[j]);
-    TokenSet set = h.size() > 0 ? intersect(my_in, tokens(spec.out_tokens[j], flight.op)) : TokenSet{};
-    send_counts.push_back(packed_elements(collective_shape(spec, set, h)));
-    parts.push_back({send_total, send_counts.back(), set, h});
-    send_total += send_counts.back();
-    if (int(j) != me) stats_.bytes_sent += send_counts.back() * int64_t(es);
-  }
-  flight.send = DeviceBlock(backend, std::max<size_t>(size_t(send_total) * es, 1));
-  for (const Piece& part : parts) {
-    Storage shape = collective_shape(spec, part.tokens, part.heads);
-    place_packed(shape, flight.send.data() + size_t(part.offset) * es);
-    copy_rows(backend, in.storage, *map_rows(in.tokens, part.tokens), shape, identity_runs(shape.capacity), spec.fields,
-              part.heads, mask_has_query_field(spec.fields));
-  }
-  bool identical_inputs = true;
-  for (size_t i = 1; i < n; ++i)
-    identical_inputs =
-        identical_inputs && spec.in_tokens[i] == spec.in_tokens[0] && spec.in_heads[i] == spec.in_heads[0];
-  if (spec.kind == OpKind::ReduceScatter && spec.reduction == Reduction::Sum && identical_inputs &&
+  const HeadRange my_in_heads = spec.in_heads[size_t(me)];
+  Layout send = lay_out(spec, [&](size_t j) {
+    const HeadRange h = heads_or_empty(my_in_heads, spec.out_heads[j]);
+    return Piece{0, 0, h.size() > 0 ? intersect(my_in, tokens(spec.out_tokens[j], flight.op)) : TokenSet{}, h};
+  });
+  stats_.bytes_sent += (send.elements - send.counts[size_t(me)]) * int64_t(es);
+  flight.send = elements_block(send.elements);
+  for (const Piece& part : send.pieces)
+    copy_rows(backend, in.storage, *map_rows(in.tokens, part.tokens), placed_shape(spec, part, flight.send),
+              identity_runs(token_count(part.tokens)), spec.fields, part.heads, mask_has_query_field(spec.fields));
+  if (spec.kind == OpKind::ReduceScatter && spec.reduction == Reduction::Sum && identical_inputs(spec) &&
       backend.has_reduce_scatter()) {
     // Every member packed the same structure, so the backend can sum the blocks itself.
-    Piece mine = parts[size_t(me)];
+    Piece mine = send.pieces[size_t(me)];
     mine.offset = 0;
     flight.pieces.push_back(mine);
-    flight.recv = DeviceBlock(backend, std::max<size_t>(size_t(mine.elements) * es, 1));
-    flight.request = backend.ireduce_scatter(spec.group, flight.send.data(), flight.recv.data(), send_counts, type);
+    flight.recv = elements_block(mine.elements);
+    flight.request = backend.ireduce_scatter(spec.group, flight.send.data(), flight.recv.data(), send.counts, type);
     return;
   }
   const TokenSet& my_out = tokens(spec.out_tokens[size_t(me)], flight.op);
-  Counts recv_counts;
-  int64_t recv_total = 0;
-  for (size_t i = 0; i < n; ++i) {
-    HeadRange h = heads_or_empty(spec.in_heads[i], spec.out_heads[size_t(me)]);
-    TokenSet set = h.size() > 0 ? intersect(tokens(spec.in_tokens[i], flight.op), my_out) : TokenSet{};
-    int64_t count = packed_elements(collective_shape(spec, set, h));
-    flight.pieces.push_back({recv_total, count, set, h});
-    recv_counts.push_back(count);
-    recv_total += count;
-  }
-  flight.recv = DeviceBlock(backend, std::max<size_t>(size_t(recv_total) * es, 1));
+  const HeadRange my_out_heads = spec.out_heads[size_t(me)];
+  Layout recv = lay_out(spec, [&](size_t i) {
+    const HeadRange h = heads_or_empty(spec.in_heads[i], my_out_heads);
+    return Piece{0, 0, h.size() > 0 ? intersect(tokens(spec.in_tokens[i], flight.op), my_out) : TokenSet{}, h};
+  });
+  flight.pieces = std::move(recv.pieces);
+  flight.recv = elements_block(recv.elements);
   flight.request =
-      backend.ialltoallv(spec.group, flight.send.data(), send_counts, flight.recv.data(), recv_counts, type);
+      backend.ialltoallv(spec.group, flight.send.data(), send.counts, flight.recv.data(), recv.counts, type);
 }
 
 void Executor::all_reduce_post(InFlight& flight, const Op& op, const CollectiveSpec& spec) {
@@ -177,21 +186,17 @@ void Executor::finish_collective(InFlight& flight) {
     reduce_pieces(flight, op, spec, me);
     return;
   }
-  const bool query = mask_has_query_field(spec.fields);
-  const size_t es = elem_size(type);
   BufferState& out = buffer(op.buf[1], flight.op);
   const TokenSet& my_out = tokens(spec.out_tokens[size_t(me)], flight.op);
   prepare_write(out, my_out, spec.fields, nullptr, flight.op);
   for (const Piece& piece : flight.pieces) {
     if (piece.elements == 0) continue;
-    Storage shape =
-        packed_shape(spec.fields, token_count(piece.tokens), piece.heads, query, batches, head_dim, group, type);
-    place_packed(shape, flight.recv.data() + size_t(piece.offset) * es);
     auto runs = map_rows(out.tokens, piece.tokens);
     if (!runs)
       throw ScheduleError(fmt::format("{}: received tokens {} are not among the output tokens {}", where(flight.op),
                                       describe(piece.tokens), describe(out.tokens)));
-    copy_rows(backend, shape, identity_runs(shape.capacity), out.storage, *runs, spec.fields, piece.heads, query);
+    copy_rows(backend, placed_shape(spec, piece, flight.recv), identity_runs(token_count(piece.tokens)), out.storage,
+              *runs, spec.fields, piece.heads, mask_has_query_field(spec.fields));
   }
 }
 
@@ -202,54 +207,54 @@ void Executor::reduce_pieces(InFlight& flight, const Op& op, const CollectiveSpe
   const bool merge = spec.reduction == Reduction::LseMerge;
   if (merge && spec.fields != (field_bit(Field::O) | field_bit(Field::Lse)))
     throw ScheduleError(fmt::format("{}: LseMerge needs exactly the fields O|Lse", where(flight.op)));
-  const size_t es = elem_size(type);
   const TokenSet& my_out = tokens(spec.out_tokens[size_t(me)], flight.op);
   const HeadRange out_heads = spec.out_heads[size_t(me)];
   const int64_t n = token_count(my_out);
   PackedBlock acc = make_packed(backend, spec.fields, n, out_heads, query, batches, head_dim, group, type);
   PackedBlock scratch = make_packed(backend, spec.fields, n, out_heads, query, batches, head_dim, group, type);
-  auto reset = [&](const Storage& s) {
-    for (int f = 0; f < kNumFields; ++f)
-      if (s.has(Field(f))) fill_identity(s, Field(f));
-  };
-  reset(acc.shape);
+  reset_to_identity(acc.shape);
   for (const Piece& piece : flight.pieces) {
     if (piece.elements == 0) continue;
-    Storage shape =
-        packed_shape(spec.fields, token_count(piece.tokens), piece.heads, query, batches, head_dim, group, type);
-    place_packed(shape, flight.recv.data() + size_t(piece.offset) * es);
+    const Storage shape = placed_shape(spec, piece, flight.recv);
     const Storage* src = &shape;
     if (piece.tokens != my_out || piece.heads != out_heads) {
-      reset(scratch.shape);
+      // A piece covering part of the output reaches it through a scratch block at the identity.
+      reset_to_identity(scratch.shape);
       auto runs = map_rows(my_out, piece.tokens);
       if (!runs)
         throw ScheduleError(fmt::format("{}: reduce-scatter piece outside the output tokens", where(flight.op)));
       copy_rows(backend, shape, identity_runs(shape.capacity), scratch.shape, *runs, spec.fields, piece.heads, query);
       src = &scratch.shape;
     }
-    if (!merge) {
-      for (int f = 0; f < kNumFields; ++f)
-        if (acc.shape.has(Field(f)))
-          backend.accumulate(acc.shape.base[size_t(f)], src->base[size_t(f)], size_t(acc.shape.elements(Field(f))),
-                             type);
-      continue;
-    }
-    const int heads = acc.shape.heads_of(Field::O).size();
-    const int64_t vec = n * heads * head_dim, row = n * heads;
-    for (int b = 0; b < batches; ++b) {
-      if (type == ElemType::F32)
-        backend.merge_partial(acc.shape.ptr<float>(Field::O) + b * vec, acc.shape.ptr<float>(Field::Lse) + b * row,
-                              src->ptr<float>(Field::O) + b * vec, src->ptr<float>(Field::Lse) + b * row, n, heads,
-                              head_dim, 0, 0);
-      else
-        backend.merge_partial(acc.shape.ptr<double>(Field::O) + b * vec, acc.shape.ptr<double>(Field::Lse) + b * row,
-                              src->ptr<double>(Field::O) + b * vec, src->ptr<double>(Field::Lse) + b * row, n, heads,
-                              head_dim, 0, 0);
-    }
+    reduce_into(acc.shape, *src, merge);
   }
   BufferState& out = buffer(op.buf[1], flight.op);
   RowRuns runs = prepare_write(out, my_out, spec.fields, nullptr, flight.op);
   copy_rows(backend, acc.shape, identity_runs(n), out.storage, runs, spec.fields, out_heads, query);
+}
+
+void Executor::reset_to_identity(const Storage& block) {
+  for (int f = 0; f < kNumFields; ++f)
+    if (block.has(Field(f))) fill_identity(block, Field(f));
+}
+
+// acc += src field by field for a Sum; for LseMerge the stable merge of the partial (O, lse) of
+// src into acc, per batch element. Both are packed blocks of the same shape.
+void Executor::reduce_into(const Storage& acc, const Storage& src, bool merge) {
+  if (!merge) {
+    for (int f = 0; f < kNumFields; ++f)
+      if (acc.has(Field(f)))
+        backend.accumulate(acc.base[size_t(f)], src.base[size_t(f)], size_t(acc.elements(Field(f))), type);
+    return;
+  }
+  const int heads = acc.heads_of(Field::O).size();
+  for (int b = 0; b < batches; ++b)
+    with_elem_type(type, [&](auto t) {
+      using T = decltype(t);
+      backend.merge_partial(acc.batch_ptr<T>(Field::O, b), acc.batch_ptr<T>(Field::Lse, b),
+                            src.batch_ptr<T>(Field::O, b), src.batch_ptr<T>(Field::Lse, b), acc.capacity, heads,
+                            head_dim, 0, 0);
+    });
 }
 
 }  // namespace wallfacer::runtime::detail

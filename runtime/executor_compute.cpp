@@ -15,14 +15,6 @@ namespace {
 using namespace fieldset;
 constexpr FieldMask kBundle = kQueryBundle;
 
-// Offsets of batch element b inside packed vector and per-row scalar fields.
-int64_t vec_at(const Storage& s, Field f, int b) {
-  return int64_t(b) * s.capacity * s.heads_of(f).size() * s.head_dim;
-}
-int64_t row_at(const Storage& s, Field f, int b) {
-  return int64_t(b) * s.capacity * s.heads_of(f).size();
-}
-
 kernels::AttnShape shape_of(const Op& op, const Storage& kv, int head_dim, int group) {
   kernels::AttnShape shape;
   shape.heads = op.heads.size();
@@ -35,17 +27,23 @@ kernels::AttnShape shape_of(const Op& op, const Storage& kv, int head_dim, int g
   return shape;
 }
 
+// The kernels' view of batch element b of packed query and key blocks.
+template <typename T>
+kernels::QueryBlock<T> query_block(const Storage& q, const std::vector<int64_t>& pos, int b) {
+  return {q.batch_ptr<T>(Field::Q, b), pos.data(), q.capacity};
+}
+template <typename T>
+kernels::KeyBlock<T> key_block(const Storage& kv, const std::vector<int64_t>& pos, int b) {
+  return {kv.batch_ptr<T>(Field::K, b), kv.batch_ptr<T>(Field::V, b), pos.data(), kv.capacity};
+}
+
 template <typename T>
 void forward_batches(Backend& backend, const Storage& q, const Storage& kv, const Storage& acc,
                      const std::vector<int64_t>& q_pos, const std::vector<int64_t>& k_pos,
                      const kernels::AttnShape& shape) {
-  for (int b = 0; b < q.batches; ++b) {
-    kernels::QueryBlock<T> qb{q.ptr<T>(Field::Q) + vec_at(q, Field::Q, b), q_pos.data(), q.capacity};
-    kernels::KeyBlock<T> kb{kv.ptr<T>(Field::K) + vec_at(kv, Field::K, b),
-                            kv.ptr<T>(Field::V) + vec_at(kv, Field::V, b), k_pos.data(), kv.capacity};
-    backend.attention_forward(qb, kb, shape, acc.ptr<T>(Field::O) + vec_at(acc, Field::O, b),
-                              acc.ptr<T>(Field::Lse) + row_at(acc, Field::Lse, b), 0, 0);
-  }
+  for (int b = 0; b < q.batches; ++b)
+    backend.attention_forward(query_block<T>(q, q_pos, b), key_block<T>(kv, k_pos, b), shape,
+                              acc.batch_ptr<T>(Field::O, b), acc.batch_ptr<T>(Field::Lse, b), 0, 0);
 }
 
 template <typename T>
@@ -53,16 +51,13 @@ void backward_batches(Backend& backend, const Storage& q, const Storage& kv, con
                       const std::vector<int64_t>& q_pos, const std::vector<int64_t>& k_pos,
                       const kernels::AttnShape& shape) {
   for (int b = 0; b < q.batches; ++b) {
-    kernels::QueryBlock<T> qb{q.ptr<T>(Field::Q) + vec_at(q, Field::Q, b), q_pos.data(), q.capacity};
-    kernels::KeyBlock<T> kb{kv.ptr<T>(Field::K) + vec_at(kv, Field::K, b),
-                            kv.ptr<T>(Field::V) + vec_at(kv, Field::V, b), k_pos.data(), kv.capacity};
     kernels::BackwardInputs<T> in;
-    in.dO = q.ptr<T>(Field::dO) + vec_at(q, Field::dO, b);
-    in.lse = q.ptr<T>(Field::Lse) + row_at(q, Field::Lse, b);
-    in.D = q.ptr<T>(Field::D) + row_at(q, Field::D, b);
-    backend.attention_backward(qb, kb, in, shape, dq.ptr<T>(Field::dQ) + vec_at(dq, Field::dQ, b),
-                               dkv.ptr<T>(Field::dK) + vec_at(dkv, Field::dK, b),
-                               dkv.ptr<T>(Field::dV) + vec_at(dkv, Field::dV, b));
+    in.dO = q.batch_ptr<T>(Field::dO, b);
+    in.lse = q.batch_ptr<T>(Field::Lse, b);
+    in.D = q.batch_ptr<T>(Field::D, b);
+    backend.attention_backward(query_block<T>(q, q_pos, b), key_block<T>(kv, k_pos, b), in, shape,
+                               dq.batch_ptr<T>(Field::dQ, b), dkv.batch_ptr<T>(Field::dK, b),
+                               dkv.batch_ptr<T>(Field::dV, b));
   }
 }
 
@@ -70,9 +65,8 @@ template <typename T>
 void prep_batches(Backend& backend, const Storage& in, const Storage& out) {
   const int heads = in.heads_of(Field::O).size();
   for (int b = 0; b < in.batches; ++b)
-    backend.backward_prep(in.ptr<T>(Field::O) + vec_at(in, Field::O, b),
-                          in.ptr<T>(Field::dO) + vec_at(in, Field::dO, b), in.capacity, heads, in.head_dim, 0,
-                          out.ptr<T>(Field::D) + row_at(out, Field::D, b), 0);
+    backend.backward_prep(in.batch_ptr<T>(Field::O, b), in.batch_ptr<T>(Field::dO, b), in.capacity, heads, in.head_dim,
+                          0, out.batch_ptr<T>(Field::D, b), 0);
 }
 
 }  // namespace
@@ -80,87 +74,84 @@ void prep_batches(Backend& backend, const Storage& in, const Storage& out) {
 void Executor::run_compute(int32_t op_index) {
   const Op& op = program.ops[size_t(op_index)];
   const auto start = std::chrono::steady_clock::now();
-  switch (op.kind) {
-    case OpKind::AttnFwd:
-      attention_forward(op, op_index);
-      break;
-    case OpKind::AttnBwd:
-      attention_backward(op, op_index);
-      break;
-    case OpKind::BwdPrep:
-      backward_prep(op, op_index);
-      break;
-    case OpKind::Copy:
-      copy(op, op_index);
-      break;
-    default:
-      throw ScheduleError(fmt::format("{}: not a compute op but on the compute stream", where(op_index)));
-  }
+  compute(op, op_index);
   stats_.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats_.flops += op.flops;
 }
 
-void Executor::attention_forward(const Op& op, int32_t i) {
-  BufferState& qb = buffer(op.buf[0], i);
+void Executor::compute(const Op& op, int32_t i) {
+  switch (op.kind) {
+    case OpKind::AttnFwd:
+      return attention_forward(op, i);
+    case OpKind::AttnBwd:
+      return attention_backward(op, i);
+    case OpKind::BwdPrep:
+      return backward_prep(op, i);
+    case OpKind::Copy:
+      return copy(op, i);
+    default:
+      throw ScheduleError(fmt::format("{}: not a compute op but on the compute stream", where(i)));
+  }
+}
+
+// In the order both ops always took: every buffer and token set looked up, the reads checked and
+// the accumulators prepared before anything is packed, so that a broken op throws before any copy.
+AttnOperands Executor::attention_operands(const Op& op, FieldMask q_fields, FieldMask out_fields, int32_t i) {
+  AttnOperands a;
+  a.q_fields = q_fields;
+  a.out_fields = out_fields;
+  a.q = &buffer(op.buf[0], i);
   BufferState& kvb = buffer(op.buf[1], i);
-  BufferState& acc = buffer(op.buf[2], i);
-  const TokenSet& q_set = tokens(op.tok[0], i);
+  a.out = &buffer(op.buf[2], i);
+  if (op.kind == OpKind::AttnBwd) a.dkv = &buffer(op.buf[3], i);
+  a.q_set = &tokens(op.tok[0], i);
   const TokenSet& k_set = tokens(op.tok[1], i);
-  readable(qb, q_set, kQ, i);
+  readable(*a.q, *a.q_set, q_fields, i);
   RowRuns k_runs = readable(kvb, k_set, kKV, i);
-  prepare_write(acc, q_set, kOLse, &qb.tokens, i);
-  const HeadRange heads = op.heads;
-  PackedBlock kv = pack(kvb, k_runs, kKV, token_count(k_set), heads, true);
-  const auto k_pos = positions(k_set);
-  const kernels::AttnShape shape = shape_of(op, kv.shape, head_dim, group);
-  const auto slices = split_tokens(q_set, options.progress_rows > 0 ? options.progress_rows : INT64_MAX);
+  prepare_write(*a.out, *a.q_set, out_fields, &a.q->tokens, i);
+  if (a.dkv) a.dkv_runs = prepare_write(*a.dkv, k_set, kDKV, &kvb.tokens, i);
+  a.kv = pack(kvb, k_runs, kKV, token_count(k_set), op.heads, true);
+  a.k_pos = positions(k_set);
+  a.shape = shape_of(op, a.kv.shape, head_dim, group);
+  return a;
+}
+
+// Slices of at most options.progress_rows query rows, with a progress call between them: a long
+// block would otherwise hold back the transfers in flight on the other streams until it ends.
+// Each slice packs its queries and the output rows it accumulates into (read, then written back).
+void Executor::query_slices(const AttnOperands& a, HeadRange heads, const SliceKernel& kernel) {
+  const auto slices = split_tokens(*a.q_set, options.progress_rows > 0 ? options.progress_rows : INT64_MAX);
   for (const TokenSet& slice : slices) {
     const int64_t n = token_count(slice);
-    RowRuns acc_runs = *map_rows(acc.tokens, slice);
-    PackedBlock q = pack(qb, *map_rows(qb.tokens, slice), kQ, n, heads, true);
-    PackedBlock o = pack(acc, acc_runs, kOLse, n, heads, true);
-    const auto q_pos = positions(slice);
-    if (type == ElemType::F32)
-      forward_batches<float>(backend, q.shape, kv.shape, o.shape, q_pos, k_pos, shape);
-    else
-      forward_batches<double>(backend, q.shape, kv.shape, o.shape, q_pos, k_pos, shape);
-    copy_rows(backend, o.shape, identity_runs(n), acc.storage, acc_runs, kOLse, heads, true);
+    RowRuns out_runs = *map_rows(a.out->tokens, slice);
+    PackedBlock q = pack(*a.q, *map_rows(a.q->tokens, slice), a.q_fields, n, heads, true);
+    PackedBlock out = pack(*a.out, out_runs, a.out_fields, n, heads, true);
+    kernel(q.shape, out.shape, positions(slice));
+    copy_rows(backend, out.shape, identity_runs(n), a.out->storage, out_runs, a.out_fields, heads, true);
     if (slices.size() > 1) backend.progress();
   }
 }
 
+void Executor::attention_forward(const Op& op, int32_t i) {
+  const AttnOperands a = attention_operands(op, kQ, kOLse, i);
+  query_slices(a, op.heads, [&](const Storage& q, const Storage& o, const std::vector<int64_t>& q_pos) {
+    with_elem_type(type,
+                   [&](auto t) { forward_batches<decltype(t)>(backend, q, a.kv.shape, o, q_pos, a.k_pos, a.shape); });
+  });
+}
+
 void Executor::attention_backward(const Op& op, int32_t i) {
-  BufferState& qb = buffer(op.buf[0], i);
-  BufferState& kvb = buffer(op.buf[1], i);
-  BufferState& dqb = buffer(op.buf[2], i);
-  BufferState& dkvb = buffer(op.buf[3], i);
-  const TokenSet& q_set = tokens(op.tok[0], i);
-  const TokenSet& k_set = tokens(op.tok[1], i);
-  readable(qb, q_set, kBundle, i);
-  RowRuns k_runs = readable(kvb, k_set, kKV, i);
-  prepare_write(dqb, q_set, kDQ, &qb.tokens, i);
-  RowRuns dkv_runs = prepare_write(dkvb, k_set, kDKV, &kvb.tokens, i);
+  const AttnOperands a = attention_operands(op, kBundle, kDQ, i);
   const HeadRange heads = op.heads;
-  const int64_t nk = token_count(k_set);
-  PackedBlock kv = pack(kvb, k_runs, kKV, nk, heads, true);
-  PackedBlock dkv = pack(dkvb, dkv_runs, kDKV, nk, heads, true);
-  const auto k_pos = positions(k_set);
-  const kernels::AttnShape shape = shape_of(op, kv.shape, head_dim, group);
-  const auto slices = split_tokens(q_set, options.progress_rows > 0 ? options.progress_rows : INT64_MAX);
-  for (const TokenSet& slice : slices) {
-    const int64_t n = token_count(slice);
-    RowRuns dq_runs = *map_rows(dqb.tokens, slice);
-    PackedBlock q = pack(qb, *map_rows(qb.tokens, slice), kBundle, n, heads, true);
-    PackedBlock dq = pack(dqb, dq_runs, kDQ, n, heads, true);
-    const auto q_pos = positions(slice);
-    if (type == ElemType::F32)
-      backward_batches<float>(backend, q.shape, kv.shape, dq.shape, dkv.shape, q_pos, k_pos, shape);
-    else
-      backward_batches<double>(backend, q.shape, kv.shape, dq.shape, dkv.shape, q_pos, k_pos, shape);
-    copy_rows(backend, dq.shape, identity_runs(n), dqb.storage, dq_runs, kDQ, heads, true);
-    if (slices.size() > 1) backend.progress();
-  }
-  copy_rows(backend, dkv.shape, identity_runs(nk), dkvb.storage, dkv_runs, kDKV, heads, true);
+  const int64_t nk = int64_t(a.k_pos.size());
+  PackedBlock dkv = pack(*a.dkv, a.dkv_runs, kDKV, nk, heads, true);
+  query_slices(a, heads, [&](const Storage& q, const Storage& dq, const std::vector<int64_t>& q_pos) {
+    with_elem_type(type, [&](auto t) {
+      backward_batches<decltype(t)>(backend, q, a.kv.shape, dq, dkv.shape, q_pos, a.k_pos, a.shape);
+    });
+  });
+  // dK and dV accumulate over every query slice, and are written back once.
+  copy_rows(backend, dkv.shape, identity_runs(nk), a.dkv->storage, a.dkv_runs, kDKV, heads, true);
 }
 
 void Executor::backward_prep(const Op& op, int32_t i) {
@@ -171,10 +162,7 @@ void Executor::backward_prep(const Op& op, int32_t i) {
   RowRuns runs = readable(buf, set, field_mask({Field::O, Field::dO}), i);
   PackedBlock in = pack(buf, runs, field_mask({Field::O, Field::dO}), n, heads, true);
   PackedBlock out = make_packed(backend, field_mask({Field::D}), n, heads, true, batches, head_dim, group, type);
-  if (type == ElemType::F32)
-    prep_batches<float>(backend, in.shape, out.shape);
-  else
-    prep_batches<double>(backend, in.shape, out.shape);
+  with_elem_type(type, [&](auto t) { prep_batches<decltype(t)>(backend, in.shape, out.shape); });
   RowRuns d_runs = prepare_write(buf, set, field_mask({Field::D}), nullptr, i);
   copy_rows(backend, out.shape, identity_runs(n), buf.storage, d_runs, field_mask({Field::D}), heads, true);
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,16 @@
 #include "executor_storage.hpp"
 
 namespace wallfacer::runtime::detail {
+
+// The one place where the runtime element type becomes a C++ type: calls `typed` with a float or
+// a double, so that every typed kernel call is written once for both types.
+template <typename Typed>
+void with_elem_type(ElemType type, Typed&& typed) {
+  if (type == ElemType::F32)
+    typed(float{});
+  else
+    typed(double{});
+}
 
 struct BufferState {
   std::string name;
@@ -36,6 +47,25 @@ struct InFlight {
   DeviceBlock send, recv;
   std::vector<Piece> pieces;  // collectives: how to read `recv`
 };
+
+// The operands of an attention op, checked and prepared by attention_operands(): queries in
+// buf[0] at tok[0], keys and values in buf[1] at tok[1] (packed once, for every query slice), the
+// query-side accumulator in buf[2] (O|Lse forward, dQ backward) and, backward only, dK|dV in buf[3].
+struct AttnOperands {
+  FieldMask q_fields = 0, out_fields = 0;
+  BufferState* q = nullptr;
+  BufferState* out = nullptr;
+  BufferState* dkv = nullptr;  // backward only
+  const TokenSet* q_set = nullptr;
+  RowRuns dkv_runs;  // rows of the key tokens in `dkv`
+  PackedBlock kv;
+  std::vector<int64_t> k_pos;
+  kernels::AttnShape shape;
+};
+
+// What an attention op computes on one slice of its query rows: packed queries, the packed output
+// block it accumulates into, and the slice's global token positions.
+using SliceKernel = std::function<void(const Storage& q, const Storage& out, const std::vector<int64_t>& q_pos)>;
 
 class Executor {
  public:
@@ -83,10 +113,29 @@ class Executor {
   void post_point_to_point(InFlight& flight);
   void finish(InFlight& flight);
   void allocate_buffers();
+  void compute(const Op& op, int32_t op_index);  // by kind; throws for a non-compute op
+  AttnOperands attention_operands(const Op& op, FieldMask q_fields, FieldMask out_fields, int32_t op_index);
+  void query_slices(const AttnOperands& operands, HeadRange heads, const SliceKernel& kernel);
   PackedBlock pack(const BufferState& buf, const RowRuns& runs, FieldMask fields, int64_t tokens, HeadRange heads,
                    bool heads_are_query);
   int member_index(const CollectiveSpec& spec, int32_t op_index) const;
+  // The packed layout of `piece`, placed at its offset in `block` (a send or receive buffer).
+  Storage placed_shape(const CollectiveSpec& spec, const Piece& piece, const DeviceBlock& block) const;
+  // One block per member, back to back in member order, block i over the tokens and heads of
+  // extent(i): the pieces with their offsets and sizes, the counts a collective call takes, and
+  // the total element count.
+  struct Layout {
+    std::vector<Piece> pieces;
+    Counts counts;
+    int64_t elements = 0;
+  };
+  Layout lay_out(const CollectiveSpec& spec, const std::function<Piece(size_t)>& extent) const;
+  // Backend memory for `elements` values of the executor's type.
+  DeviceBlock elements_block(int64_t elements);
   void reduce_pieces(InFlight& flight, const Op& op, const CollectiveSpec& spec, int me);
+  // Every field of a packed block at the identity of its reduction (zero; lse = -inf).
+  void reset_to_identity(const Storage& block);
+  void reduce_into(const Storage& acc, const Storage& src, bool merge);
   void all_reduce_post(InFlight& flight, const Op& op, const CollectiveSpec& spec);
 
  public:

@@ -132,16 +132,14 @@ int64_t Storage::elements(Field f) const {
 
 Storage packed_shape(FieldMask fields, int64_t tokens, HeadRange heads, bool heads_are_query, int batches, int head_dim,
                      int group, ElemType type) {
-  Storage s;
-  s.fields = fields;
-  s.heads = heads;
-  s.heads_are_query = heads_are_query;
-  s.batches = batches;
-  s.capacity = tokens;
-  s.head_dim = head_dim;
-  s.group = group;
-  s.type = type;
-  return s;
+  return Storage{.fields = fields,
+                 .heads = heads,
+                 .heads_are_query = heads_are_query,
+                 .batches = batches,
+                 .capacity = tokens,
+                 .head_dim = head_dim,
+                 .group = group,
+                 .type = type};
 }
 
 int64_t packed_elements(const Storage& shape) {

@@ -68,6 +68,11 @@ struct Storage {
   T* ptr(Field f) const {
     return reinterpret_cast<T*>(base[size_t(f)]);
   }
+  // Field f of batch element b, where the kernels take it (any field but the flat WeightGrad).
+  template <typename T>
+  T* batch_ptr(Field f, int b) const {
+    return ptr<T>(f) + int64_t(b) * capacity * heads_of(f).size() * width(f);
+  }
 };
 
 // Shape of a packed block of `fields` over `tokens` rows and `heads` (stated as in

@@ -78,6 +78,23 @@ std::optional<std::string> normalize(const std::string& path) {
   return out;
 }
 
+// A path that starts with one of these folders and ends in one of these extensions (or in '/', a
+// folder) names a source of the repository. A path that starts anywhere else ("build/", a
+// subfolder such as "strategies/", another project's "src/graph/") or a bare file name is not
+// read: only a path from the root says unambiguously which file it means.
+const std::array<std::string, 13> kTopFolders = {"planner/", "simulator/", "runtime/",    "cli/",    "tests/",
+                                                 "bench/",   "docs/",      "topologies/", "models/", "scripts/",
+                                                 "cmake/",   "gui/",       ".ci/"};
+const std::array<std::string, 9> kSourceExtensions = {".hpp", ".cpp", ".cmake", ".yaml", ".sh",
+                                                      ".md",  ".txt", ".json",  ".py"};
+// Public headers are named as they are included, below some component's include/ folder.
+const std::string kIncludeRoot = "wallfacer/";
+
+bool has_source_extension(const std::string& path) {
+  return std::any_of(kSourceExtensions.begin(), kSourceExtensions.end(),
+                     [&](const std::string& ext) { return ends_with(path, ext); });
+}
+
 std::string folder_of(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? "" : path.substr(0, slash);
@@ -184,8 +201,9 @@ std::string hash_comment(const std::string& line) {
   return "";
 }
 
-// For every line, the part in which a path of one machine is an error.
-std::vector<std::string> machine_path_scope(const std::string& path, const std::string& text) {
+// For every line, its prose: the whole line of a Markdown file, the comment of every other file.
+// Machine paths and source paths are looked for there only; code may build any path it likes.
+std::vector<std::string> prose_scope(const std::string& path, const std::string& text) {
   std::vector<std::string> lines = split_lines(text);
   switch (syntax_of(path)) {
     case Syntax::Markdown:
@@ -228,8 +246,8 @@ Reference resolve(size_t begin, size_t end, const std::string& written, const st
   return ref;
 }
 
-// Markdown links "[text](target)" whose target is a .md page resolve from the citing file's
-// folder, as a Markdown viewer resolves them. Every link is blanked afterwards, so that its text
+// Markdown links "[text](target)" whose target is a .md page or a source file resolve from the
+// citing file's folder, as a Markdown viewer resolves them. Every link is blanked afterwards, so that its text
 // is not read again as a path and URL links are ignored.
 std::vector<Reference> take_links(std::string& line, const std::string& file, const Repository& repo) {
   static const std::regex link(R"re(\[[^\]]*\]\(<?([^)\s>]*)>?(\s+"[^"]*")?\))re");
@@ -240,7 +258,8 @@ std::vector<Reference> take_links(std::string& line, const std::string& file, co
     spans.emplace_back(begin, end);
     std::string target = (*it)[1].str();
     target = target.substr(0, target.find('#'));
-    if (target.find("://") != std::string::npos || !ends_with(target, ".md")) continue;
+    if (target.find("://") != std::string::npos || !(ends_with(target, ".md") || has_source_extension(target)))
+      continue;
     const bool rooted = starts_with(target, "/");
     refs.push_back(resolve(begin, end, target, rooted ? "" : folder_of(file), repo));
     refs.back().link = true;
@@ -329,6 +348,136 @@ std::vector<Citation> take_citations(const std::string& line) {
   return out;
 }
 
+// ---- source paths in prose --------------------------------------------------------------------
+
+bool is_placeholder_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+}
+
+// The end of a placeholder "<area>" at `at`; `at` itself when none starts there.
+size_t placeholder_end(const std::string& line, size_t at) {
+  if (line[at] != '<') return at;
+  size_t end = at + 1;
+  while (end < line.size() && is_placeholder_char(line[end]))
+    ++end;
+  return end > at + 1 && end < line.size() && line[end] == '>' ? end + 1 : at;
+}
+
+// The end of a brace group "{hpp,cpp}" at `at`; `at` itself when none starts there.
+size_t braces_end(const std::string& line, size_t at) {
+  if (line[at] != '{') return at;
+  size_t end = at + 1;
+  while (end < line.size() && (is_path_char(line[end]) || line[end] == ','))
+    ++end;
+  return end < line.size() && line[end] == '}' ? end + 1 : at;
+}
+
+// The end of the path-like token at `at`: path characters and '*', placeholders "<area>", and
+// brace groups "{a,b}" inside a token (a '{' that starts one opens code, as in "${DIR}/x").
+size_t token_end(const std::string& line, size_t at) {
+  size_t end = at;
+  while (end < line.size()) {
+    size_t next = is_path_char(line[end]) || line[end] == '*' ? end + 1 : placeholder_end(line, end);
+    if (next == end && end > at) next = braces_end(line, end);
+    if (next == end) break;
+    end = next;
+  }
+  return end;
+}
+
+// "timeline.{hpp,cpp}" -> "timeline.hpp", "timeline.cpp"; every group, left to right.
+std::vector<std::string> expand_braces(const std::string& path) {
+  const size_t open = path.find('{');
+  if (open == std::string::npos) return {path};
+  const size_t close = path.find('}', open);
+  std::vector<std::string> out;
+  std::istringstream alternatives(path.substr(open + 1, close - open - 1));
+  for (std::string alternative; std::getline(alternatives, alternative, ',');)
+    for (const std::string& rest : expand_braces(path.substr(close + 1)))
+      out.push_back(path.substr(0, open) + alternative + rest);
+  return out;
+}
+
+bool has_wildcard(const std::string& path) {
+  return path.find_first_of("*<") != std::string::npos;
+}
+
+// A mention with wildcards as a regular expression: '*' is any part of one name, "<area>" a
+// non-empty part of one name.
+std::string pattern_of(const std::string& path) {
+  std::string out;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '*') {
+      out += "[^/]*";
+    } else if (path[i] == '<') {
+      out += "[^/]+";
+      i = path.find('>', i);
+    } else {
+      if (std::string(".+?^$()[]{}|\\").find(path[i]) != std::string::npos) out += '\\';
+      out += path[i];
+    }
+  }
+  return out;
+}
+
+// A source a line of prose mentions: a path from the root, or a public header in include form.
+struct SourceMention {
+  bool header = false;  // "wallfacer/<x>/<y>.hpp", found below some */include/
+  std::string path;     // without the leading "./" or "/"
+};
+
+// The source a path-like token (braces expanded) mentions, if it mentions one. A plain ".md" path
+// is left to the page rule, which reads it everywhere and would report it twice.
+std::optional<SourceMention> source_mention(std::string token) {
+  while (ends_with(token, "."))
+    token.pop_back();
+  if (starts_with(token, "./")) token.erase(0, 2);
+  if (starts_with(token, "/")) token.erase(0, 1);  // source_dir + "/docs/..."
+  const bool has_root = std::any_of(kTopFolders.begin(), kTopFolders.end(),
+                                    [&](const std::string& folder) { return starts_with(token, folder); });
+  if (has_root && (has_source_extension(token) || ends_with(token, "/")) &&
+      !(ends_with(token, ".md") && !has_wildcard(token)))
+    return SourceMention{false, token};
+  if (starts_with(token, kIncludeRoot) && ends_with(token, ".hpp")) return SourceMention{true, token};
+  return std::nullopt;
+}
+
+// Whether some file of the repository is what the mention names.
+bool is_mentioned_file(const Repository& repo, const SourceMention& mention) {
+  const std::string& path = mention.path;
+  const bool folder = ends_with(path, "/");
+  if (!mention.header && !has_wildcard(path)) return folder ? repo.has_folder(path) : repo.has_file(path);
+  if (mention.header && !has_wildcard(path))
+    return std::any_of(repo.files().begin(), repo.files().end(),
+                       [&](const std::string& file) { return ends_with(file, "/include/" + path); });
+  const std::regex pattern((mention.header ? ".+/include/" : "") + pattern_of(path) + (folder ? ".+" : ""));
+  return std::any_of(repo.files().begin(), repo.files().end(),
+                     [&](const std::string& file) { return std::regex_match(file, pattern); });
+}
+
+// What a failure says of a mention that names nothing, with the files of the same name, which
+// are most often where the mentioned one went.
+std::string missing_source(const Repository& repo, const SourceMention& mention) {
+  const std::string& path = mention.path;
+  std::string what = "`" + path + "` ";
+  if (mention.header)
+    what += "is no public header (no */include/" + path + ")";
+  else if (has_wildcard(path))
+    what += "matches no file of the repository";
+  else
+    what += ends_with(path, "/") ? "is not a folder of the repository" : "is not a file of the repository";
+  const std::string name = path.substr(path.rfind('/') + 1);
+  std::vector<std::string> same_name;
+  for (const std::string& file : repo.files())
+    if (!name.empty() && !has_wildcard(name) && (file == name || ends_with(file, "/" + name)))
+      same_name.push_back(file);
+  if (same_name.empty() || same_name.size() > 3) return what;
+  what += " (of that name: ";
+  for (size_t i = 0; i < same_name.size(); ++i)
+    what += (i ? ", " : "") + same_name[i];
+  return what + ")";
+}
+
 // ---- one file ---------------------------------------------------------------------------------
 
 const std::array<std::string, 5> kMachineRoots = {"/work/", "/home/", "/root/", "/tmp/", "/Users/"};
@@ -360,6 +509,24 @@ class FileScan {
     for (const std::string& root : kMachineRoots)
       for (size_t at = text.find(root); at != std::string::npos; at = text.find(root, at + 1))
         if (at == 0 || !is_path_char(text[at - 1])) add(number, "absolute path of one machine: " + token_at(text, at));
+  }
+
+  // Source paths and headers mentioned in the line's prose. Markdown links are left out: their
+  // targets are read, from the citing file's folder, by references().
+  void source_paths(int number, std::string text) {
+    blank_urls(text);
+    take_links(text, path_, repo_);
+    for (size_t at = 0; at < text.size();) {
+      const size_t end = token_end(text, at);
+      if (end == at) {
+        ++at;
+        continue;
+      }
+      for (const std::string& token : expand_braces(text.substr(at, end - at)))
+        if (const auto mention = source_mention(token); mention && !is_mentioned_file(repo_, *mention))
+          add(number, missing_source(repo_, *mention));
+      at = end;
+    }
   }
 
   std::vector<Finding> findings() && { return std::move(findings_); }
@@ -491,6 +658,11 @@ Repository Repository::load(const fs::path& root) {
   return Repository(std::move(files), std::move(sections));
 }
 
+bool Repository::has_folder(const std::string& folder) const {
+  const auto it = files_.lower_bound(folder);
+  return it != files_.end() && starts_with(*it, folder);
+}
+
 const std::set<std::string>& Repository::sections_of(const std::string& page) const {
   static const std::set<std::string> none;
   const auto it = sections_.find(page);
@@ -521,11 +693,13 @@ bool is_scanned(const std::string& path) {
 std::vector<Finding> scan(const std::string& path, const std::string& text, const Repository& repo) {
   FileScan file(path, repo);
   const std::vector<std::string> lines = split_lines(text);
-  const std::vector<std::string> scope = machine_path_scope(path, text);
+  const std::vector<std::string> scope = prose_scope(path, text);
   for (size_t i = 0; i < lines.size(); ++i)
     file.references(static_cast<int>(i) + 1, lines[i]);
-  for (size_t i = 0; i < scope.size(); ++i)
+  for (size_t i = 0; i < scope.size(); ++i) {
     file.machine_paths(static_cast<int>(i) + 1, scope[i]);
+    file.source_paths(static_cast<int>(i) + 1, scope[i]);
+  }
   std::vector<Finding> findings = std::move(file).findings();
   std::stable_sort(findings.begin(), findings.end(),
                    [](const Finding& a, const Finding& b) { return a.line < b.line; });

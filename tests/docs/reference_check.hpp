@@ -31,6 +31,8 @@ class Repository {
   static Repository load(const std::filesystem::path& root);
 
   bool has_file(const std::string& path) const { return files_.count(path) > 0; }
+  // Whether some file lies below `folder` ("planner/cost/", with its trailing '/').
+  bool has_folder(const std::string& folder) const;
   // The section numbers ("8", "8.2") of a Markdown page, empty when it numbers none.
   const std::set<std::string>& sections_of(const std::string& page) const;
   const std::set<std::string>& files() const { return files_; }
@@ -48,8 +50,8 @@ std::set<std::string> numbered_headings(const std::string& markdown);
 bool is_scanned(const std::string& path);
 
 // Every broken reference in one file's text. `path` is where the file sits in the repository: it
-// decides how relative links resolve and whether machine paths are looked for in the whole text
-// (Markdown) or in comments only (everything else).
+// decides how relative links resolve and whether machine paths and source paths are looked for in
+// the whole text (Markdown) or in comments only (everything else).
 std::vector<Finding> scan(const std::string& path, const std::string& text, const Repository& repo);
 
 }  // namespace wallfacer::docs_check

@@ -2,11 +2,12 @@
 // checkout can follow every one of them. The rules, applied to the Markdown, C++, YAML, CMake and
 // shell files that git lists (or, without git, that lie outside .git and the build folders):
 //
-// (a) Pages. A Markdown link whose target ends in ".md" resolves from the citing file's folder,
-//     as a Markdown viewer resolves it. Every other name ending in ".md" (plain, in backticks, in a
-//     string, before a "§") resolves from the repository root: docs/algorithms.md is written so
-//     from every file, docs/ included. A leading '/' also means the root (source_dir + "/docs/..").
-//     URLs are skipped, and so is a bare name in double quotes ("plan.md"), a label for a parser.
+// (a) Pages. A Markdown link whose target ends in ".md" (or in a source extension of (d))
+//     resolves from the citing file's folder, as a Markdown viewer resolves it. Every other name
+//     ending in ".md" (plain, in backticks, in a string, before a "§") resolves from the repository
+//     root: docs/algorithms.md is written so from every file, docs/ included. A leading '/' also
+//     means the root (source_dir + "/docs/.."). URLs are skipped, and so is a bare name in double
+//     quotes ("plan.md"), a label for a parser.
 // (b) Sections. "§N" or "§N.M" must be a numbered heading ("## 8. ...", "### 8.2 ...") of the page
 //     it cites: the nearest page with numbered headings named before it on its line, or a page
 //     named right in front of it; else the page it stands in, if that page numbers its headings;
@@ -14,6 +15,17 @@
 // (c) Machines. No absolute path under the home, root, work or temporary directories (or macOS
 //     home folders): anywhere in Markdown files, and in the comments of every other file. Code
 //     may use such paths (tests create temporary files); system paths and URLs are fine anywhere.
+// (d) Sources. In the same prose as (c), a path that starts at a top-level folder (planner/,
+//     simulator/, runtime/, cli/, tests/, bench/, docs/, topologies/, models/, scripts/, cmake/,
+//     gui/, .ci/) and ends in .hpp, .cpp, .cmake, .yaml, .sh, .md, .txt, .json or .py must be a
+//     file of the repository, and one that ends in '/' a folder holding a file; a header in include
+//     form, wallfacer/<x>/<y>.hpp (in angle brackets or not), must be some
+//     <component>/include/wallfacer/<x>/<y>.hpp. A '*' stands for any part of one name and a
+//     placeholder such as <area> for a non-empty part of one, and the mention must then match at
+//     least one file (topologies/*.yaml, tests/<area>/tests.cmake); "x.{hpp,cpp}" names each. A
+//     leading "./" or "/" means the root, as in (a). Paths that start elsewhere (build/, a subfolder
+//     as in strategies/*.cpp) and bare names (network.cpp) are not read: they do not say which file
+//     they mean. Code is not read either: tests build paths of files they create.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -31,9 +43,10 @@ const std::string kMd = ".md";
 const std::string kSec = "\u00a7";
 const std::string kExample = "docs/example" + kMd;  // a page of the self-tests' repository only
 
-// The repository the self-tests see: three pages, one with numbered sections, one source file.
+// The repository the self-tests see: three pages, one with numbered sections, and a few sources.
 Repository small_repository() {
-  return Repository({"docs/algorithms.md", kExample, "docs/formats/plan.md", "planner/x.cpp"},
+  return Repository({"docs/algorithms.md", kExample, "docs/formats/plan.md", "planner/x.cpp",
+                     "planner/core/include/wallfacer/core/errors.hpp", "topologies/dgx.yaml", "tests/docs/tests.cmake"},
                     {{"docs/algorithms.md", {"1", "8", "8.2"}}, {kExample, {}}, {"docs/formats/plan.md", {}}});
 }
 
@@ -101,6 +114,46 @@ TEST(DocsCheck, LooksForMachinePathsInCommentsOnly) {
 TEST(DocsCheck, QuotedFileNamesAreLabelsNotReferences) {
   const std::string code = "parse(text, \"plan" + kMd + "\");\nread(dir + \"/docs/formats/plan" + kMd + "\");\n";
   EXPECT_TRUE(scan("planner/x.cpp", code, small_repository()).empty());
+}
+
+TEST(DocsCheck, CatchesStaleSourcePathsAndHeaders) {
+  const std::string text =
+      "Moved: planner/topology.hpp, <wallfacer/plan/nope.hpp> and planner/strategies/.\n"
+      "Fine: planner/x.cpp, ./planner/x.cpp, <wallfacer/core/errors.hpp>, wallfacer/<stage>/*.hpp, planner/.\n"
+      "Globs: topologies/*.yaml, tests/<area>/tests.cmake, docs/*.md; but models/*.yaml.\n"
+      "Braces: planner/x.{cpp,hpp}. Not read: network.cpp, strategies/*.cpp, build/out.json, yaml*.cpp.\n";
+  const std::vector<Finding> findings = scan(kExample, text, small_repository());
+  ASSERT_EQ(findings.size(), 5u) << joined(findings);
+  EXPECT_EQ(findings[0].line, 1);
+  EXPECT_NE(findings[0].what.find("`planner/topology.hpp` is not a file"), std::string::npos) << findings[0].what;
+  EXPECT_NE(findings[1].what.find("`wallfacer/plan/nope.hpp` is no public header"), std::string::npos)
+      << findings[1].what;
+  EXPECT_NE(findings[2].what.find("`planner/strategies/` is not a folder"), std::string::npos) << findings[2].what;
+  EXPECT_EQ(findings[3].line, 3);
+  EXPECT_NE(findings[3].what.find("`models/*.yaml` matches no file"), std::string::npos) << findings[3].what;
+  EXPECT_EQ(findings[4].line, 4);
+  EXPECT_NE(findings[4].what.find("`planner/x.hpp`"), std::string::npos) << findings[4].what;
+  // A link to a source resolves from the citing file's folder, as a link to a page does.
+  const std::string cpp = ".cpp";  // assembled: (a) reads links in code too
+  const std::string links =
+      "[x](../planner/x" + cpp + "), [gone](../planner/gone" + cpp + "), [root](planner/x" + cpp + ")\n";
+  const std::vector<Finding> broken = scan(kExample, links, small_repository());
+  ASSERT_EQ(broken.size(), 2u) << joined(broken);
+  EXPECT_NE(broken[0].what.find("../planner/gone.cpp"), std::string::npos) << broken[0].what;
+  EXPECT_NE(broken[1].what.find("docs/planner/x.cpp"), std::string::npos) << broken[1].what;
+}
+
+TEST(DocsCheck, ReadsSourcePathsInCommentsOnlyAndNamesFilesOfTheSameName) {
+  const std::string code =
+      "load(\"planner/gone.cpp\");  // reads planner/gone.cpp\n"
+      "/* see tests/errors.hpp */\n";
+  const std::vector<Finding> findings = scan("planner/x.cpp", code, small_repository());
+  ASSERT_EQ(findings.size(), 2u) << joined(findings);
+  EXPECT_EQ(findings[0].line, 1);
+  EXPECT_EQ(findings[1].line, 2);
+  EXPECT_NE(findings[1].what.find("(of that name: planner/core/include/wallfacer/core/errors.hpp)"), std::string::npos)
+      << findings[1].what;
+  EXPECT_EQ(scan("scripts/x.sh", "cat planner/gone.cpp  # planner/gone.cpp\n", small_repository()).size(), 1u);
 }
 
 TEST(DocsCheck, ReadsNumberedHeadingsOutsideCodeFences) {
