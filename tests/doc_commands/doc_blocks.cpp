@@ -283,6 +283,8 @@ std::optional<Block> make_block(const Item& fence, const std::vector<const Item*
   return block;
 }
 
+}  // namespace
+
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
@@ -292,8 +294,6 @@ std::vector<std::string> split_lines(const std::string& text) {
   }
   return lines;
 }
-
-}  // namespace
 
 Doc parse_doc(const std::string& name, const std::string& text) {
   Doc doc{name, {}, {}};

@@ -47,6 +47,9 @@ struct Doc {
 // The command blocks of `text` with their checks, and every breach of the convention.
 Doc parse_doc(const std::string& name, const std::string& text);
 
+// The lines of `text` without their line ends (a trailing '\r' dropped too).
+std::vector<std::string> split_lines(const std::string& text);
+
 // The checks of `block` that apply to command `index` (1-based).
 std::vector<Check> checks_of(const Block& block, int index);
 

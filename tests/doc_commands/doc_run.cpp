@@ -26,16 +26,6 @@ std::string where(const Doc& doc, int line) {
   return doc.name + ":" + std::to_string(line);
 }
 
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    lines.push_back(std::move(line));
-  }
-  return lines;
-}
-
 // The last lines of a command's output, indented under the failure message.
 std::string output_tail(const std::string& output) {
   const std::vector<std::string> lines = split_lines(output);
@@ -193,7 +183,8 @@ bool DocRun::run_one(const Command& command, const std::vector<Check>& checks, b
 std::string DocRun::mpi_problem() {
   const ShellResult version = run_shell("wallfacer --version", work_, environment_, 60);
   if (version.status == 0 && version.output.find("CPU/MPI runtime: yes") != std::string::npos) return "";
-  std::string said = split_lines(version.output).empty() ? version.error : split_lines(version.output).front();
+  const std::vector<std::string> lines = split_lines(version.output);
+  std::string said = lines.empty() ? version.error : lines.front();
   return "the command starts MPI ranks, but the binary under test has no CPU/MPI runtime (`wallfacer --version`: " +
          said + "); configure with -DWALLFACER_MPI=ON, with Open MPI installed, and rebuild";
 }

@@ -120,7 +120,8 @@ TEST(DocParser, MalformedDirectivesAreProblemsAtTheirLine) {
 
 TEST(DocParser, AnnotationsAwayFromTheirBlockAreProblems) {
   const Doc doc = parse("```\n$ a\n```\nA paragraph.\n<!-- expect\n$1 ~ a\n-->\n\n<!-- commands -->\nText.\n");
-  EXPECT_TRUE(mentions(doc.problems, "in-memory:5: the annotation is not next to a fenced block")) << joined(doc.problems);
+  EXPECT_TRUE(mentions(doc.problems, "in-memory:5: the annotation is not next to a fenced block"))
+      << joined(doc.problems);
   EXPECT_TRUE(mentions(doc.problems, "in-memory:9: the annotation is not next to a fenced block"));
   EXPECT_TRUE(mentions(doc.problems, "in-memory:1: the command block has no <!-- expect"));
   const Doc both = parse("```\n$ a\n```\n<!-- expect\n$1 ~ a\n-->\n<!-- not-run:  -->\n");

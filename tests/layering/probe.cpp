@@ -3,4 +3,6 @@
 // cannot see: a private header of another component, or a public header of a later stage.
 #include WALLFACER_PROBE_HEADER
 
-int wallfacer_layering_probe() { return 0; }
+int wallfacer_layering_probe() {
+  return 0;
+}
