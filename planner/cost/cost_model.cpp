@@ -11,6 +11,7 @@
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
 #include <wallfacer/cost/network.hpp>
+#include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include <wallfacer/topology/topology.hpp>
 #include "timeline.hpp"
@@ -83,12 +84,6 @@ struct OpPricer {
     }
   }
 };
-
-// Attention FLOPs of one layer, forward + backward, all ranks (docs/algorithms.md §1.3 convention).
-double layer_attention_flops(const Workload& w) {
-  const double forward = 4.0 * w.batch * double(w.seq) * double(w.seq) * w.heads * w.head_dim * (w.causal ? 0.5 : 1.0);
-  return 3.5 * forward;
-}
 
 void add_unique(std::vector<int>& list, std::set<int>& seen, int rank, int ranks) {
   if (rank >= 0 && rank < ranks && seen.insert(rank).second) list.push_back(rank);

@@ -150,6 +150,16 @@ AllReduceAlgorithm parse_all_reduce_algorithm(const std::string& name) {
   return parse_name(kAllReduceNames, name, "all-reduce algorithm");
 }
 
+const char* to_string(Scope scope) {
+  return scope == Scope::Step ? "step" : "attention";
+}
+
+Scope parse_scope(const std::string& name) {
+  if (name == "step") return Scope::Step;
+  if (name == "attention") return Scope::Attention;
+  throw InputError(fmt::format("unknown scope '{}' (step, attention)", name));
+}
+
 int Plan::find_group(const std::string& name) const {
   for (size_t i = 0; i < groups.size(); ++i)
     if (groups[i].name == name) return int(i);
@@ -160,11 +170,12 @@ bool operator==(const Workload& a, const Workload& b) {
   return a.model == b.model && a.layers == b.layers && a.hidden == b.hidden && a.heads == b.heads &&
          a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.ffn == b.ffn && a.vocab == b.vocab &&
          a.gated_ffn == b.gated_ffn && a.seq == b.seq && a.batch == b.batch && a.dtype == b.dtype &&
-         a.causal == b.causal && a.zero_stage == b.zero_stage;
+         a.causal == b.causal && a.zero_stage == b.zero_stage && a.checkpointing == b.checkpointing &&
+         a.grad_bucket_MiB == b.grad_bucket_MiB;
 }
 
 bool operator==(const Plan& a, const Plan& b) {
-  return a.format_version == b.format_version && a.topology_name == b.topology_name &&
+  return a.format_version == b.format_version && a.scope == b.scope && a.topology_name == b.topology_name &&
          a.topology_hash == b.topology_hash && a.topology_nodes == b.topology_nodes && a.workload == b.workload &&
          a.strategy == b.strategy && a.params == b.params && a.ranks == b.ranks && a.groups == b.groups &&
          a.prediction == b.prediction;

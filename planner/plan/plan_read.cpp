@@ -251,10 +251,11 @@ int64_t get_bytes(const std::string& source, const YAML::Node& node, const char*
 }
 
 Prediction read_prediction(const std::string& source, const YAML::Node& node) {
-  yaml::check_keys(source, node,
-                   {"forward_ms", "backward_ms", "step_ms", "p2p_bytes_forward", "p2p_bytes_backward",
-                    "collective_bytes_forward", "collective_bytes_backward", "memory_GiB", "mfu"},
-                   "prediction");
+  yaml::check_keys(
+      source, node,
+      {"forward_ms", "backward_ms", "step_ms", "p2p_bytes_forward", "p2p_bytes_backward", "collective_bytes_forward",
+       "collective_bytes_backward", "attention_ms", "tokens_per_s", "memory_GiB", "mfu"},
+      "prediction");
   Prediction p;
   p.forward_ms = get_non_negative(source, node, "forward_ms");
   p.backward_ms = get_non_negative(source, node, "backward_ms");
@@ -263,6 +264,8 @@ Prediction read_prediction(const std::string& source, const YAML::Node& node) {
   p.p2p_bytes_backward = get_bytes(source, node, "p2p_bytes_backward");
   p.collective_bytes_forward = get_bytes(source, node, "collective_bytes_forward");
   p.collective_bytes_backward = get_bytes(source, node, "collective_bytes_backward");
+  if (node["attention_ms"].IsDefined()) p.attention_ms = get_non_negative(source, node, "attention_ms");
+  if (node["tokens_per_s"].IsDefined()) p.tokens_per_s = get_non_negative(source, node, "tokens_per_s");
   p.memory_GiB = get_non_negative(source, node, "memory_GiB");
   p.mfu = get_non_negative(source, node, "mfu");
   return p;
@@ -276,9 +279,16 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source) {
   Plan plan;
   // The version comes first: a newer file may have keys this reader does not know.
   plan.format_version = read_format_version(source, root);
-  yaml::check_keys(source, root,
-                   {"format_version", "topology", "workload", "strategy", "params", "ranks", "groups", "prediction"},
-                   "plan");
+  yaml::check_keys(
+      source, root,
+      {"format_version", "scope", "topology", "workload", "strategy", "params", "ranks", "groups", "prediction"},
+      "plan");
+  // Version 1 had no scope: its schedules and predictions were one attention layer's.
+  if (plan.format_version < 2)
+    plan.scope = Scope::Attention;
+  else
+    plan.scope = parse_at(source, section(source, root, "scope"), "scope", parse_scope);
+  plan.format_version = Plan::kFormatVersion;  // in memory a plan is always of the current version
   read_topology(source, root, plan);
   plan.workload = detail::workload_from_yaml(section(source, root, "workload"), source, true);
   plan.strategy = parse_at(source, section(source, root, "strategy"), "strategy", parse_strategy);

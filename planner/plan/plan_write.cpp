@@ -62,6 +62,7 @@ void write_workload(const Workload& w, std::ostream& out) {
   out << fmt::format("  ffn: {}\n  vocab: {}\n  gated_ffn: {}\n", w.ffn, w.vocab, boolean(w.gated_ffn));
   out << fmt::format("  seq: {}\n  batch: {}\n  dtype: {}\n  causal: {}\n  zero_stage: {}\n", w.seq, w.batch,
                      to_string(w.dtype), boolean(w.causal), w.zero_stage);
+  out << fmt::format("  checkpointing: {}\n  grad_bucket_MiB: {}\n", to_string(w.checkpointing), w.grad_bucket_MiB);
 }
 
 // The degrees, then the strategy's own knobs and placement (none for strategies without).
@@ -110,6 +111,8 @@ void write_prediction(const Prediction& p, std::ostream& out) {
   out << fmt::format("  p2p_bytes_forward: {}\n  p2p_bytes_backward: {}\n", p.p2p_bytes_forward, p.p2p_bytes_backward);
   out << fmt::format("  collective_bytes_forward: {}\n  collective_bytes_backward: {}\n", p.collective_bytes_forward,
                      p.collective_bytes_backward);
+  out << "  attention_ms: " << number(p.attention_ms) << "\n";
+  out << "  tokens_per_s: " << number(p.tokens_per_s) << "\n";
   out << "  memory_GiB: " << number(p.memory_GiB) << "\n";
   out << "  mfu: " << number(p.mfu) << "\n";
 }
@@ -118,9 +121,10 @@ void write_prediction(const Prediction& p, std::ostream& out) {
 
 void write_plan(const Plan& plan, std::ostream& out) {
   out << "# wallfacer plan: strategy, rank -> GPU mapping and communication groups (docs/formats/plan.md)\n";
-  out << "format_version: " << plan.format_version << "\n";
+  out << "format_version: " << Plan::kFormatVersion << "\n";
   out << fmt::format("topology: {{name: {}, hash: {}, nodes: {}}}\n", quoted(plan.topology_name),
                      double_quoted(plan.topology_hash), plan.topology_nodes);
+  out << "scope: " << to_string(plan.scope) << "\n";
   write_workload(plan.workload, out);
   out << "strategy: " << to_string(plan.strategy) << "\n";
   write_params(plan.params, out);

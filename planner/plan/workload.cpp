@@ -37,6 +37,24 @@ DType parse_dtype(const std::string& name) {
   throw InputError(fmt::format("unknown dtype '{}' (bf16, fp16, fp32)", name));
 }
 
+const char* to_string(Checkpointing mode) {
+  switch (mode) {
+    case Checkpointing::None:
+      return "none";
+    case Checkpointing::Selective:
+      return "selective";
+    case Checkpointing::Full:
+      return "full";
+  }
+  return "?";
+}
+
+Checkpointing parse_checkpointing(const std::string& name) {
+  for (Checkpointing m : {Checkpointing::None, Checkpointing::Selective, Checkpointing::Full})
+    if (name == to_string(m)) return m;
+  throw InputError(fmt::format("unknown checkpointing mode '{}' (none, selective, full)", name));
+}
+
 int bytes_of(DType dtype) {
   return dtype == DType::FP32 ? 4 : 2;
 }
@@ -99,6 +117,9 @@ std::optional<Problem> find_problem(const Workload& w) {
     if (value < 1) return Problem{{name}, fmt::format("'{}' must be at least 1, got {}", name, value)};
     if (value > kMaxSize) return Problem{{name}, fmt::format("'{}' must be at most {}, got {}", name, kMaxSize, value)};
   }
+  if (w.grad_bucket_MiB < 1 || w.grad_bucket_MiB > 1 << 20)
+    return Problem{{"grad_bucket_MiB"},
+                   fmt::format("'grad_bucket_MiB' must be between 1 and {}, got {}", 1 << 20, w.grad_bucket_MiB)};
   if (w.zero_stage < 0 || w.zero_stage > 3)
     return Problem{{"zero_stage"}, fmt::format("'zero_stage' must be 0, 1, 2 or 3, got {}", w.zero_stage)};
   if (w.heads % w.kv_heads != 0)
@@ -111,12 +132,12 @@ std::optional<Problem> find_problem(const Workload& w) {
   return std::nullopt;
 }
 
-const std::initializer_list<std::string_view> kPlanKeys = {"model",    "layers", "hidden", "heads",     "kv_heads",
-                                                           "head_dim", "ffn",    "vocab",  "gated_ffn", "seq",
-                                                           "batch",    "dtype",  "causal", "zero_stage"};
+const std::initializer_list<std::string_view> kPlanKeys = {
+    "model",     "layers", "hidden", "heads", "kv_heads", "head_dim",   "ffn",           "vocab",
+    "gated_ffn", "seq",    "batch",  "dtype", "causal",   "zero_stage", "checkpointing", "grad_bucket_MiB"};
 const std::initializer_list<std::string_view> kModelFileKeys = {
-    "model", "description", "source",    "layers", "hidden", "heads", "kv_heads", "head_dim",
-    "ffn",   "vocab",       "gated_ffn", "seq",    "batch",  "dtype", "causal",   "zero_stage"};
+    "model", "description", "source", "layers", "hidden", "heads",  "kv_heads",   "head_dim",      "ffn",
+    "vocab", "gated_ffn",   "seq",    "batch",  "dtype",  "causal", "zero_stage", "checkpointing", "grad_bucket_MiB"};
 
 // Reads the fields present in `node`; absent ones keep Workload's defaults for now.
 Workload read_fields(const YAML::Node& node, WorkloadSource& from, bool all_fields) {
@@ -151,6 +172,15 @@ Workload read_fields(const YAML::Node& node, WorkloadSource& from, bool all_fiel
   read_int("seq", w.seq);
   read_int("batch", w.batch);
   read_int("zero_stage", w.zero_stage);
+  read_int("grad_bucket_MiB", w.grad_bucket_MiB);
+  if (has("checkpointing")) {
+    try {
+      w.checkpointing = parse_checkpointing(yaml::as_string(src, node["checkpointing"], "checkpointing"));
+    } catch (const InputError& e) {
+      if (!e.file().empty()) throw;
+      yaml::fail(src, node["checkpointing"], e.message());
+    }
+  }
   if (has("gated_ffn")) w.gated_ffn = yaml::get_bool(src, node, "gated_ffn");
   if (has("causal")) w.causal = yaml::get_bool(src, node, "causal");
   if (has("dtype")) {
@@ -184,6 +214,15 @@ void apply_overrides(Workload& w, WorkloadSource& from, const WorkloadOverrides&
   take("seq", o.seq, w.seq);
   take("batch", o.batch, w.batch);
   take("zero_stage", o.zero_stage, w.zero_stage);
+  take("grad_bucket_MiB", o.grad_bucket_MiB, w.grad_bucket_MiB);
+  if (o.checkpointing) {
+    try {
+      w.checkpointing = parse_checkpointing(*o.checkpointing);
+    } catch (const InputError& e) {
+      throw InputError("--checkpointing", 0, e.message());
+    }
+    from.overridden.insert("checkpointing");
+  }
   take("causal", o.causal, w.causal);
   if (o.dtype) {
     try {

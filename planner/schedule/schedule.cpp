@@ -2,6 +2,7 @@
 #include <wallfacer/schedule/schedule.hpp>
 
 #include <algorithm>
+#include <iterator>
 
 #include <wallfacer/core/errors.hpp>
 
@@ -31,6 +32,8 @@ const char* to_string(Field f) {
       return "dV";
     case Field::WeightGrad:
       return "WeightGrad";
+    case Field::Weight:
+      return "Weight";
   }
   return "?";
 }
@@ -131,6 +134,10 @@ const char* to_string(OpKind k) {
       return "AllToAll";
     case OpKind::AllReduce:
       return "AllReduce";
+    case OpKind::Gemm:
+      return "Gemm";
+    case OpKind::Pointwise:
+      return "Pointwise";
   }
   return "?";
 }
@@ -151,6 +158,36 @@ const char* to_string(Stream s) {
 
 const char* to_string(Phase p) {
   return p == Phase::Forward ? "forward" : "backward";
+}
+
+const char* to_string(StepOp op) {
+  static constexpr const char* kNames[] = {"attention", "embedding",  "norm",        "q_proj",   "k_proj",
+                                           "v_proj",    "rope",       "out_proj",    "residual", "mlp_gate",
+                                           "mlp_up",    "activation", "mlp_down",    "lm_head",  "loss",
+                                           "optimizer", "grad_sync",  "param_gather"};
+  const auto i = size_t(op);
+  return i < std::size(kNames) ? kNames[i] : "?";
+}
+
+const char* to_string(GemmPart part) {
+  switch (part) {
+    case GemmPart::Forward:
+      return "fwd";
+    case GemmPart::DataGrad:
+      return "dgrad";
+    case GemmPart::WeightGrad:
+      return "wgrad";
+  }
+  return "?";
+}
+
+bool is_step_compute(OpKind k) {
+  return k == OpKind::Gemm || k == OpKind::Pointwise;
+}
+
+bool is_flat_collective(const CollectiveSpec& spec) {
+  const FieldMask flat = field_mask({Field::WeightGrad, Field::Weight});
+  return spec.kind == OpKind::AllReduce || ((spec.fields & flat) != 0 && spec.elements > 0);
 }
 
 bool is_collective(OpKind k) {
@@ -179,7 +216,7 @@ int64_t payload_bytes(const ScheduleDims& dims, FieldMask fields, int64_t tokens
   for (int i = 0; i < kNumFields; ++i) {
     if (!(fields & (1u << i))) continue;
     const auto f = static_cast<Field>(i);
-    if (f == Field::WeightGrad) continue;  // not per token; AllReduce counts elements
+    if (f == Field::WeightGrad || f == Field::Weight) continue;  // not per token: flat collectives count elements
     const int64_t width = is_per_row_scalar(f) ? 1 : dims.head_dim;
     const int64_t elem = (fp32 || is_per_row_scalar(f)) ? 4 : dims.elem_bytes;
     per_token_head += width * elem;

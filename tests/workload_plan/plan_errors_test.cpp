@@ -48,15 +48,15 @@ TEST(PlanErrors, KnobsOfAnotherStrategy) {
 }
 
 TEST(PlanErrors, NewerFormatVersion) {
-  expect_rejected({"format_version: 1", "format_version: 2",
-                   "plan format_version 2 is newer than this wallfacer reads (1); use a newer wallfacer or make the "
+  expect_rejected({"format_version: 2", "format_version: 3",
+                   "plan format_version 3 is newer than this wallfacer reads (2); use a newer wallfacer or make the "
                    "plan again"});
-  expect_rejected({"format_version: 1", "format_version: 0", "unsupported plan format_version 0"});
+  expect_rejected({"format_version: 2", "format_version: 0", "unsupported plan format_version 0"});
 }
 
 TEST(PlanErrors, NewerVersionWinsOverUnknownKeys) {
-  expect_rejected({"format_version: 1\n", "format_version: 7\nlayout: torus\n",
-                   "plan format_version 7 is newer than this wallfacer reads (1); use a newer wallfacer or make the "
+  expect_rejected({"format_version: 2\n", "format_version: 7\nlayout: torus\n",
+                   "plan format_version 7 is newer than this wallfacer reads (2); use a newer wallfacer or make the "
                    "plan again",
                    "format_version: 7"});
 }
@@ -85,20 +85,21 @@ TEST(PlanErrors, UnknownNames) {
 }
 
 TEST(PlanErrors, UnknownKeys) {
-  expect_rejected({"strategy: wallfacer\n", "strategy: wallfacer\ncomment: hand edited\n",
-                   "unknown key 'comment' in plan (allowed: format_version, topology, workload, strategy, params, "
-                   "ranks, groups, prediction)",
-                   "comment: hand edited"});
+  expect_rejected(
+      {"strategy: wallfacer\n", "strategy: wallfacer\ncomment: hand edited\n",
+       "unknown key 'comment' in plan (allowed: format_version, scope, topology, workload, strategy, params, "
+       "ranks, groups, prediction)",
+       "comment: hand edited"});
   expect_rejected(
       {"nodes: 2}", "nodes: 2, gpus: 8}", "unknown key 'gpus' in topology (allowed: name, hash, nodes)", "topology:"});
   expect_rejected({"  seq: 131072\n", "  seq: 131072\n  source: paper\n",
                    "unknown key 'source' in workload (allowed: model, layers, hidden, heads, kv_heads, head_dim, ffn, "
-                   "vocab, gated_ffn, seq, batch, dtype, causal, zero_stage)",
+                   "vocab, gated_ffn, seq, batch, dtype, causal, zero_stage, checkpointing, grad_bucket_MiB)",
                    "source: paper"});
   expect_rejected({"  mfu:", "  mfu_percent: 1\n  mfu:",
                    "unknown key 'mfu_percent' in prediction (allowed: forward_ms, backward_ms, step_ms, "
                    "p2p_bytes_forward, p2p_bytes_backward, collective_bytes_forward, collective_bytes_backward, "
-                   "memory_GiB, mfu)",
+                   "attention_ms, tokens_per_s, memory_GiB, mfu)",
                    "mfu_percent"});
 }
 

@@ -126,19 +126,31 @@ struct CommGroup {
   bool operator==(const CommGroup&) const = default;
 };
 
-// Predicted figures, recorded for reference. Times in milliseconds for one attention layer.
+// What a plan's schedule covers (docs/step.md): the whole training step of the whole model, or the
+// forward and backward of one attention layer alone (what the runtime executes).
+enum class Scope { Step, Attention };
+const char* to_string(Scope scope);
+Scope parse_scope(const std::string& name);  // throws InputError
+
+// Predicted figures, recorded for reference. Times in milliseconds for the plan's scope: the whole
+// training step, or one attention layer.
 struct Prediction {
   double forward_ms = 0, backward_ms = 0, step_ms = 0;
+  double attention_ms = 0;  // attention forward + backward alone, summed over the layers (step scope)
+  double tokens_per_s = 0;  // tokens trained per second, whole cluster
   int64_t p2p_bytes_forward = 0, p2p_bytes_backward = 0;  // per GPU, max over ranks
   int64_t collective_bytes_forward = 0, collective_bytes_backward = 0;
   double memory_GiB = 0;  // peak per GPU
-  double mfu = 0;         // attention FLOPs / (step time * peak), see docs/cost-model.md
+  double mfu = 0;         // model FLOPs / (step time * GPUs * peak), see docs/cost-model.md
   bool operator==(const Prediction&) const = default;
 };
 
 struct Plan {
-  static constexpr int kFormatVersion = 1;
+  // Version 2 adds `scope`; a version-1 plan was made for one attention layer (Scope::Attention).
+  // Files are always written in the current version, and a plan read from any version holds it.
+  static constexpr int kFormatVersion = 2;
   int format_version = kFormatVersion;
+  Scope scope = Scope::Step;
   std::string topology_name;
   std::string topology_hash;
   int topology_nodes = 0;

@@ -19,6 +19,12 @@ const char* to_string(DType dtype);
 DType parse_dtype(const std::string& name);  // throws InputError
 int bytes_of(DType dtype);
 
+// What the backward recomputes instead of storing (docs/step.md): nothing, the cheap memory-bound
+// ops (norms, activations, rotary), or the whole layer forward from its input.
+enum class Checkpointing { None, Selective, Full };
+const char* to_string(Checkpointing mode);
+Checkpointing parse_checkpointing(const std::string& name);  // throws InputError
+
 struct Workload {
   std::string model = "custom";  // preset name or "custom"
   int layers = 0;
@@ -33,7 +39,9 @@ struct Workload {
   int batch = 1;          // B, sequences per step (split over data-parallel replicas)
   DType dtype = DType::BF16;
   bool causal = true;
-  int zero_stage = 1;  // 0..3: how model/optimizer state is sharded (memory model only)
+  int zero_stage = 1;  // 0..3: how gradients, optimizer state and weights are sharded
+  Checkpointing checkpointing = Checkpointing::Selective;
+  int grad_bucket_MiB = 25;  // gradient synchronisation bucket (PyTorch DDP's default bucket_cap_mb)
 
   int64_t q_width() const { return int64_t(heads) * head_dim; }      // H
   int64_t kv_width() const { return int64_t(kv_heads) * head_dim; }  // H_kv
@@ -44,9 +52,9 @@ struct Workload {
 
 // Optional overrides, one per CLI flag. Unset fields keep the preset's value.
 struct WorkloadOverrides {
-  std::optional<int> layers, heads, kv_heads, head_dim, batch, zero_stage;
+  std::optional<int> layers, heads, kv_heads, head_dim, batch, zero_stage, grad_bucket_MiB;
   std::optional<int64_t> hidden, ffn, vocab, seq;
-  std::optional<std::string> dtype;
+  std::optional<std::string> dtype, checkpointing;
   std::optional<bool> causal;
 };
 

@@ -30,8 +30,10 @@
 
 namespace wallfacer {
 
-enum class Field : uint8_t { Q, K, V, O, Lse, dO, D, dQ, dK, dV, WeightGrad };
-constexpr int kNumFields = 11;
+// WeightGrad and Weight have no token axis: flat gradient (fp32) and parameter (dtype) vectors of
+// the whole-step schedule's gradient synchronisation and ZeRO parameter gathers.
+enum class Field : uint8_t { Q, K, V, O, Lse, dO, D, dQ, dK, dV, WeightGrad, Weight };
+constexpr int kNumFields = 12;
 using FieldMask = uint16_t;
 constexpr FieldMask field_bit(Field f) {
   return FieldMask(1u << static_cast<int>(f));
@@ -54,6 +56,7 @@ inline constexpr FieldMask kLocal = field_mask({Field::Q, Field::O, Field::Lse, 
 inline constexpr FieldMask kDQ = field_mask({Field::dQ});
 inline constexpr FieldMask kDKV = field_mask({Field::dK, Field::dV});
 inline constexpr FieldMask kWeightGrad = field_mask({Field::WeightGrad});
+inline constexpr FieldMask kWeight = field_mask({Field::Weight});
 }  // namespace fieldset
 const char* to_string(Field f);
 std::string fields_to_string(FieldMask mask);  // "K|V"
@@ -103,7 +106,37 @@ enum class OpKind : uint8_t {
   ReduceScatter,  // collective
   AllToAll,       // collective
   AllReduce,      // collective
+  // Whole-step compute (wallfacer/schedule/step.hpp): they touch no attention buffer.
+  Gemm,       // dense matrix product C[m,n] = A[m,k] B[k,n] in the dtype, Op::gemm = {m, n, k}
+  Pointwise,  // memory-bound op moving Op::bytes through HBM (norms, activations, the optimizer)
 };
+// What a whole-step compute op (or a gradient / parameter collective) is, for reports and traces.
+enum class StepOp : uint8_t {
+  None,  // attention ops of the strategy
+  Embedding,
+  Norm,
+  QProj,
+  KProj,
+  VProj,
+  Rope,
+  OutProj,
+  Residual,
+  MlpGate,
+  MlpUp,
+  Activation,
+  MlpDown,
+  LmHead,
+  Loss,
+  Optimizer,
+  GradSync,     // gradient all-reduce / reduce-scatter
+  ParamGather,  // ZeRO parameter all-gather
+};
+const char* to_string(StepOp op);
+// Which product of a linear layer a Gemm is.
+enum class GemmPart : uint8_t { Forward, DataGrad, WeightGrad };
+const char* to_string(GemmPart part);
+// Op::flags bits.
+inline constexpr uint8_t kOpRecompute = 1;  // recomputation of a forward op inside the backward
 enum class Stream : uint8_t { Compute = 0, Send = 1, Recv = 2, Collective = 3 };
 constexpr int kNumStreams = 4;
 enum class Phase : uint8_t { Forward, Backward };
@@ -113,6 +146,7 @@ const char* to_string(OpKind k);
 const char* to_string(Stream s);
 const char* to_string(Phase p);
 bool is_collective(OpKind k);
+bool is_step_compute(OpKind k);  // Gemm, Pointwise
 
 // A buffer a rank allocates once. Capacity bounds the tokens it may hold at any time.
 struct BufferDecl {
@@ -129,17 +163,22 @@ struct BufferDecl {
 // AllToAll:      member i sends to j the intersection of in_i and out_j (tokens and heads).
 // ReduceScatter: out_j = reduction over members i of (in_i restricted to out_j's tokens/heads).
 // AllReduce:     element-wise sum of `elements` values of field WeightGrad (or the fields).
+// Flat AllGather / ReduceScatter (fields WeightGrad or Weight, `elements` > 0, token lists empty):
+//                the vector of `elements` values is cut into equal member shards, gathered from
+//                them or reduced into them (ZeRO's gradient reduce-scatter and parameter gather).
 struct CollectiveSpec {
   OpKind kind = OpKind::AllGather;
   int32_t group = -1;  // index into Plan::groups
   FieldMask fields = 0;
   Reduction reduction = Reduction::Sum;
-  std::vector<int32_t> in_tokens, out_tokens;               // per member (group order): TokenSetPool ids
-  std::vector<HeadRange> in_heads, out_heads;               // per member
-  int64_t elements = 0;                                     // AllReduce only
+  std::vector<int32_t> in_tokens, out_tokens;  // per member (group order): TokenSetPool ids
+  std::vector<HeadRange> in_heads, out_heads;  // per member
+  int64_t elements = 0;  // AllReduce; AllGather/ReduceScatter of WeightGrad/Weight (flat, see below)
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::Ring;  // AllReduce only: the group's (Plan)
   bool operator==(const CollectiveSpec&) const = default;
 };
+// A collective over flat vectors (WeightGrad or Weight) rather than token rows.
+bool is_flat_collective(const CollectiveSpec& spec);
 
 struct Op {
   OpKind kind = OpKind::AttnFwd;
@@ -161,9 +200,13 @@ struct Op {
   int32_t tok[2] = {-1, -1};
   HeadRange heads;  // compute ops: query heads computed (kv heads follow from GQA)
   FieldMask fields = 0;
-  int64_t bytes = 0;       // Send/Recv payload; collectives: bytes this member sends
-  double flops = 0;        // compute ops: exact FLOPs (docs/algorithms.md §1.3 convention)
-  uint32_t dep_begin = 0;  // explicit dependencies: RankProgram::deps[dep_begin, dep_begin+dep_count)
+  int64_t bytes = 0;                  // Send/Recv payload; collectives: bytes this member sends
+  double flops = 0;                   // compute ops: exact FLOPs (docs/algorithms.md §1.3 convention; Gemm 2mnk)
+  int32_t gemm[3] = {0, 0, 0};        // Gemm: m, n, k
+  StepOp label = StepOp::None;        // whole-step ops: what the op is
+  GemmPart part = GemmPart::Forward;  // Gemm: forward, data or weight gradient
+  uint8_t flags = 0;                  // kOpRecompute
+  uint32_t dep_begin = 0;             // explicit dependencies: RankProgram::deps[dep_begin, dep_begin+dep_count)
   uint16_t dep_count = 0;
   bool operator==(const Op&) const = default;
 };

@@ -1,0 +1,76 @@
+// The whole training step as a schedule (docs/step.md): around the strategy's attention program,
+// every layer's projections and MLP GEMMs, its memory-bound ops (norms, rotary, activations,
+// residual adds), the embedding, LM head and loss, recomputation by checkpointing mode, the
+// bucketed gradient synchronisation of the ZeRO stage overlapped with the backward, and the
+// optimizer step. Same IR, same four streams, read by the cost model and the simulator.
+//
+// Layers are identical, so a rank's step is built once as a template of five sections (prologue,
+// one layer's forward, head, one layer's backward, epilogue) and unrolled on demand into a flat
+// program of any number of layers: pre, F(0) .. F(n-1), head, B(n-1) .. B(0), post. A dependency
+// of a layer op on another layer op is on the same layer's instance; on any other section, on the
+// instance that ran last. Each unrolled layer has its own copy of the layer's buffers, so a layer's
+// backward reads what its own forward left.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <wallfacer/plan/plan.hpp>
+#include <wallfacer/schedule/schedule.hpp>
+
+namespace wallfacer {
+
+// Op index bounds of the template's sections: [0, prologue_end) prologue, [prologue_end,
+// forward_end) one layer's forward, [forward_end, head_end) head (final norm, LM head, loss and
+// their backward), [head_end, backward_end) one layer's backward, [backward_end, ops) epilogue.
+struct StepSections {
+  uint32_t prologue_end = 0, forward_end = 0, head_end = 0, backward_end = 0;
+};
+
+struct StepTemplate {
+  RankProgram program;  // the template's ops, buffers, collectives and bindings
+  StepSections sections;
+  int layers = 1;                      // the model's layer count (what unroll(0) produces)
+  std::vector<bool> per_layer_buffer;  // by buffer: copied once per unrolled layer
+  int64_t tokens = 0;                  // rows the rank's non-attention ops work on (tokens x batch)
+};
+
+// Whether op `i` of the template sits in a layer section.
+bool in_layer_section(const StepSections& sections, uint32_t op);
+
+// The flat program of `layers` layers (1..template.layers; 0 = all of them).
+RankProgram unroll(const StepTemplate& step, int layers = 0);
+
+// Builds the step templates of a plan (validates it like ScheduleBuilder).
+class StepBuilder {
+ public:
+  explicit StepBuilder(const Plan& plan);
+  ~StepBuilder();
+  StepBuilder(StepBuilder&&) noexcept;
+
+  int num_ranks() const;
+  ScheduleDims dims() const;
+  std::vector<FlowSet> flow_sets() const;
+  StepTemplate build_template(int rank, TokenSetPool& pool) const;
+  // Unrolled programs of the given ranks (all when empty) with `layers` layers (0 = the model's).
+  Schedule build(const std::vector<int>& ranks = {}, int layers = 0) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The schedule a plan's scope asks for: StepBuilder(plan).build() or ScheduleBuilder(plan).build().
+Schedule build_scope_schedule(const Plan& plan, int layers = 0);
+
+// Model FLOPs of one training step, whole cluster (docs/step.md "FLOPs"): 6 x tokens x the weights
+// of the matrix products (layers' projections and MLP, LM head; not the embedding lookup) plus the
+// attention FLOPs of every layer, forward and backward (docs/algorithms.md §1.3). Recomputation is
+// not counted (model FLOPs, not hardware FLOPs).
+double step_model_flops(const Workload& workload);
+// Attention FLOPs of one layer, forward + backward, whole batch.
+double layer_attention_flops(const Workload& workload);
+
+}  // namespace wallfacer

@@ -1,0 +1,515 @@
+// The whole-step template of one rank (step.hpp): the strategy's attention program spliced into a
+// layer of projections, MLP, norms and residuals, with recomputation, gradient synchronisation by
+// ZeRO stage and the optimizer. Sizes and op order: docs/step.md.
+#include <wallfacer/schedule/step.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include "strategies/common.hpp"
+
+namespace wallfacer {
+namespace {
+
+// The largest number of collectives one gradient or parameter synchronisation is cut into: a
+// bucket grows beyond the setting rather than flood a program with thousands of small messages.
+constexpr int64_t kMaxBuckets = 64;
+
+int64_t own_rows(const RankProgram& program, const TokenSetPool& pool, int heads);
+
+// The strategy's attention program, taken apart for splicing.
+struct Attention {
+  RankProgram program;
+  uint32_t split = 0;                // first backward op
+  std::vector<bool> dropped;         // by op: the attention's own weight-gradient all-reduce
+  std::vector<int32_t> grad_groups;  // the groups that all-reduce averaged over, in order
+  int64_t tokens = 0;                // the rank's own query rows (tokens x batch)
+};
+
+Attention take_apart(RankProgram program, int rank, const TokenSetPool& pool, int heads) {
+  Attention a;
+  const size_t n = program.ops.size();
+  a.split = uint32_t(n);
+  for (size_t i = 0; i < n; ++i)
+    if (program.ops[i].phase == Phase::Backward) {
+      a.split = uint32_t(i);
+      break;
+    }
+  for (size_t i = a.split; i < n; ++i)
+    WF_ASSERT(program.ops[i].phase == Phase::Backward,
+              fmt::format("rank {}: attention op {} is forward after the backward began", rank, i));
+  a.dropped.assign(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    const Op& op = program.ops[i];
+    if (op.kind != OpKind::AllReduce || !(op.fields & fieldset::kWeightGrad)) continue;
+    a.dropped[i] = true;
+    a.grad_groups.push_back(program.collectives[size_t(op.coll)].group);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (a.dropped[i]) continue;
+    const Op& op = program.ops[i];
+    for (const int32_t* d = program.deps_begin(op); d != program.deps_end(op); ++d)
+      WF_ASSERT(!a.dropped[size_t(*d)],
+                fmt::format("rank {}: attention op {} waits for the weight-gradient all-reduce", rank, i));
+  }
+  a.tokens = own_rows(program, pool, heads);
+  a.program = std::move(program);
+  return a;
+}
+
+// Rows of the rank's own queries (tokens x sequences), whatever head ranges they are bound in.
+int64_t own_rows(const RankProgram& program, const TokenSetPool& pool, int heads) {
+  int64_t token_heads = 0;
+  for (const Binding& b : program.inputs)
+    if (b.field == Field::Q) token_heads += token_count(pool.get(b.tokens)) * b.heads.size();
+  return token_heads / std::max(1, heads) * (program.batch_end - program.batch_begin);
+}
+
+// Appends ops to the template with explicit dependencies (stream order is implicit).
+class TemplateWriter {
+ public:
+  TemplateWriter(const Plan& plan, RankProgram& program, TokenSetPool& pool, ScheduleDims dims)
+      : plan_(plan), program_(program), pool_(pool), dims_(dims) {}
+
+  void set_phase(Phase phase) { phase_ = phase; }
+  void set_flags(uint8_t flags) { flags_ = flags; }
+  uint32_t size() const { return uint32_t(program_.ops.size()); }
+
+  int32_t gemm(StepOp label, GemmPart part, int64_t m, int64_t n, int64_t k, const std::vector<int32_t>& deps = {}) {
+    Op op = base(OpKind::Gemm, Stream::Compute, label);
+    op.part = part;
+    op.gemm[0] = int32_t(m);
+    op.gemm[1] = int32_t(n);
+    op.gemm[2] = int32_t(k);
+    op.flops = 2.0 * double(m) * double(n) * double(k);
+    op.bytes = int64_t(dims_.elem_bytes) * (m * k + k * n + m * n);
+    return program_.add(op, deps);
+  }
+
+  int32_t pointwise(StepOp label, int64_t bytes, const std::vector<int32_t>& deps = {}) {
+    Op op = base(OpKind::Pointwise, Stream::Compute, label);
+    op.bytes = bytes;
+    return program_.add(op, deps);
+  }
+
+  // A flat collective of `elements` values of `field` over plan group `group`.
+  int32_t flat(OpKind kind, int32_t group, Field field, int64_t elements, StepOp label,
+               const std::vector<int32_t>& deps) {
+    CollectiveSpec spec;
+    spec.kind = kind;
+    spec.group = group;
+    spec.fields = field_bit(field);
+    spec.elements = elements;
+    spec.algorithm = plan_.groups[size_t(group)].all_reduce;
+    const int p = int(plan_.groups[size_t(group)].ranks.size());
+    Op op = base(kind, Stream::Collective, label);
+    op.fields = spec.fields;
+    op.buf[0] = flat_buffer(field);
+    op.bytes = detail::collective_send_bytes(dims_, spec, 0, p, pool_, dims_.batch, field == Field::WeightGrad);
+    op.coll = int32_t(program_.collectives.size());
+    program_.collectives.push_back(std::move(spec));
+    return program_.add(op, deps);
+  }
+
+  // The last op of each stream among ops [begin, end).
+  std::vector<int32_t> last_per_stream(uint32_t begin, uint32_t end) const {
+    int32_t last[kNumStreams] = {-1, -1, -1, -1};
+    for (uint32_t i = begin; i < end; ++i)
+      last[int(program_.ops[i].stream)] = int32_t(i);
+    std::vector<int32_t> out;
+    for (int32_t l : last)
+      if (l >= 0) out.push_back(l);
+    return out;
+  }
+
+  RankProgram& program() { return program_; }
+
+ private:
+  Op base(OpKind kind, Stream stream, StepOp label) const {
+    Op op;
+    op.kind = kind;
+    op.stream = stream;
+    op.phase = phase_;
+    op.label = label;
+    op.flags = flags_;
+    return op;
+  }
+  // One buffer per flat field (no rows), declared on first use.
+  int32_t flat_buffer(Field field) {
+    int32_t& b = flat_buffers_[field == Field::Weight ? 1 : 0];
+    if (b < 0) {
+      b = int32_t(program_.buffers.size());
+      program_.buffers.push_back(
+          {field == Field::Weight ? "weights" : "wgrads", field_bit(field), {}, 0, field == Field::WeightGrad});
+    }
+    return b;
+  }
+
+  const Plan& plan_;
+  RankProgram& program_;
+  TokenSetPool& pool_;
+  ScheduleDims dims_;
+  Phase phase_ = Phase::Forward;
+  uint8_t flags_ = 0;
+  int32_t flat_buffers_[2] = {-1, -1};
+};
+
+// Sizes of the layer's matrices and of the rows one rank works on (docs/step.md).
+struct Shape {
+  int64_t m = 0;           // rows: the rank's tokens x sequences
+  int64_t H = 0, Hkv = 0;  // query and key/value widths
+  int64_t F = 0, V = 0;    // MLP inner size, vocabulary
+  int64_t e = 2;           // bytes per element of the dtype
+  bool gated = true;
+  int64_t mlp_matrices() const { return gated ? 3 : 2; }
+};
+
+// The layer forward's producers that the spliced attention waits for.
+struct Producers {
+  int32_t q = -1, k = -1, v = -1;  // Q and K after rotary, V after its projection
+  int32_t dO = -1;                 // the output projection's data gradient (backward)
+};
+
+class StepTemplateBuilder {
+ public:
+  StepTemplateBuilder(const Plan& plan, Attention attention, TokenSetPool& pool)
+      : plan_(plan),
+        w_(plan.workload),
+        a_(std::move(attention)),
+        out_(),
+        writer_(plan, out_.program, pool, detail::dims_of(plan.workload)) {
+    shape_ = {a_.tokens, w_.q_width(), w_.kv_width(), w_.ffn, w_.vocab, bytes_of(w_.dtype), w_.gated_ffn};
+    world_ = plan.num_ranks();
+  }
+
+  StepTemplate build() {
+    out_.program.rank = a_.program.rank;
+    out_.program.batch_begin = a_.program.batch_begin;
+    out_.program.batch_end = a_.program.batch_end;
+    out_.layers = w_.layers;
+    out_.tokens = shape_.m;
+    copy_attention_storage();
+    prologue();
+    out_.sections.prologue_end = writer_.size();
+    forward_map_ = layer_forward();
+    out_.sections.forward_end = writer_.size();
+    head();
+    out_.sections.head_end = writer_.size();
+    layer_backward();
+    out_.sections.backward_end = writer_.size();
+    epilogue();
+    out_.per_layer_buffer.resize(out_.program.buffers.size(), false);
+    return std::move(out_);
+  }
+
+ private:
+  // Buffers, collectives and bindings of the attention program, minus its weight-gradient
+  // all-reduce (the step synchronises every gradient itself).
+  void copy_attention_storage() {
+    RankProgram& t = out_.program;
+    const RankProgram& src = a_.program;
+    buffer_map_.assign(src.buffers.size(), -1);
+    for (size_t b = 0; b < src.buffers.size(); ++b) {
+      if (src.buffers[b].fields == fieldset::kWeightGrad) continue;
+      buffer_map_[b] = int32_t(t.buffers.size());
+      t.buffers.push_back(src.buffers[b]);
+      out_.per_layer_buffer.push_back(true);
+    }
+    coll_map_.assign(src.collectives.size(), -1);
+    for (size_t i = 0; i < src.ops.size(); ++i) {
+      const Op& op = src.ops[i];
+      if (a_.dropped[i] || op.coll < 0 || coll_map_[size_t(op.coll)] >= 0) continue;
+      coll_map_[size_t(op.coll)] = int32_t(t.collectives.size());
+      t.collectives.push_back(src.collectives[size_t(op.coll)]);
+    }
+    bound_.assign(src.buffers.size(), 0);
+    for (const Binding& b : src.inputs) {
+      if (buffer_map_[size_t(b.buf)] < 0) continue;
+      bound_[size_t(b.buf)] |= field_bit(b.field);
+      t.inputs.push_back(b);
+      t.inputs.back().buf = buffer_map_[size_t(b.buf)];
+    }
+    for (const Binding& b : src.outputs) {
+      if (buffer_map_[size_t(b.buf)] < 0) continue;
+      t.outputs.push_back(b);
+      t.outputs.back().buf = buffer_map_[size_t(b.buf)];
+    }
+  }
+
+  // Copies attention ops [begin, end) into the template. Dependencies inside the range follow
+  // `map` (filled here); dependencies before it follow `earlier` (the forward copy, for the
+  // backward). Ops that read an input-bound buffer also wait for the projection producing it.
+  std::vector<int32_t> splice(uint32_t begin, uint32_t end, const std::vector<int32_t>* earlier,
+                              const Producers& producers, uint8_t flags, std::optional<Phase> phase) {
+    const RankProgram& src = a_.program;
+    std::vector<int32_t> map(src.ops.size(), -1);
+    if (earlier) map = *earlier;
+    std::vector<int32_t> deps;
+    for (uint32_t i = begin; i < end; ++i) {
+      if (a_.dropped[i]) continue;
+      Op op = src.ops[i];
+      deps.clear();
+      for (const int32_t* d = src.deps_begin(op); d != src.deps_end(op); ++d) {
+        WF_ASSERT(map[size_t(*d)] >= 0,
+                  fmt::format("attention op {} waits for op {}, which the step does not hold", i, *d));
+        deps.push_back(map[size_t(*d)]);
+      }
+      for (int32_t& b : op.buf) {
+        if (b < 0) continue;
+        const FieldMask bound = bound_[size_t(b)];
+        auto wait = [&](Field f, int32_t producer) {
+          if ((bound & field_bit(f)) && producer >= 0) deps.push_back(producer);
+        };
+        wait(Field::Q, producers.q);
+        wait(Field::K, producers.k);
+        wait(Field::V, producers.v);
+        wait(Field::dO, producers.dO);
+        b = buffer_map_[size_t(b)];
+      }
+      if (op.coll >= 0) op.coll = coll_map_[size_t(op.coll)];
+      op.flags |= flags;
+      if (phase) op.phase = *phase;
+      std::sort(deps.begin(), deps.end());
+      deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+      map[i] = writer_.program().add(op, deps);
+    }
+    return map;
+  }
+
+  void prologue() {
+    writer_.set_phase(Phase::Forward);
+    // Embedding lookup: read the rows of the table, write the activations.
+    writer_.pointwise(StepOp::Embedding, 2 * shape_.m * shape_.H * shape_.e);
+  }
+
+  // One layer's forward (or its recomputation inside the backward); returns the attention map.
+  std::vector<int32_t> layer_forward(uint8_t flags = 0, std::optional<Phase> phase = std::nullopt, bool whole = true) {
+    const Shape& s = shape_;
+    writer_.set_flags(flags);
+    const int32_t gathered = w_.zero_stage == 3 && !flags ? gather_parameters(layer_parameters(), {}) : -1;
+    const std::vector<int32_t> after = gathered >= 0 ? std::vector<int32_t>{gathered} : std::vector<int32_t>{};
+    writer_.pointwise(StepOp::Norm, 2 * s.m * s.H * s.e, after);
+    Producers p;
+    writer_.gemm(StepOp::QProj, GemmPart::Forward, s.m, s.H, s.H, after);
+    p.q = writer_.pointwise(StepOp::Rope, 2 * s.m * s.H * s.e);
+    writer_.gemm(StepOp::KProj, GemmPart::Forward, s.m, s.Hkv, s.H);
+    p.k = writer_.pointwise(StepOp::Rope, 2 * s.m * s.Hkv * s.e);
+    p.v = writer_.gemm(StepOp::VProj, GemmPart::Forward, s.m, s.Hkv, s.H);
+    const uint32_t begin = writer_.size();
+    std::vector<int32_t> map = splice(0, a_.split, nullptr, p, flags, phase);
+    writer_.gemm(StepOp::OutProj, GemmPart::Forward, s.m, s.H, s.H, writer_.last_per_stream(begin, writer_.size()));
+    writer_.pointwise(StepOp::Residual, 3 * s.m * s.H * s.e);
+    writer_.pointwise(StepOp::Norm, 2 * s.m * s.H * s.e);
+    if (s.gated) writer_.gemm(StepOp::MlpGate, GemmPart::Forward, s.m, s.F, s.H);
+    writer_.gemm(StepOp::MlpUp, GemmPart::Forward, s.m, s.F, s.H);
+    writer_.pointwise(StepOp::Activation, (s.gated ? 3 : 2) * s.m * s.F * s.e);
+    if (whole) {
+      writer_.gemm(StepOp::MlpDown, GemmPart::Forward, s.m, s.H, s.F);
+      writer_.pointwise(StepOp::Residual, 3 * s.m * s.H * s.e);
+    }
+    writer_.set_flags(0);
+    return map;
+  }
+
+  void head() {
+    const Shape& s = shape_;
+    writer_.set_phase(Phase::Forward);
+    writer_.pointwise(StepOp::Norm, 2 * s.m * s.H * s.e);
+    writer_.gemm(StepOp::LmHead, GemmPart::Forward, s.m, s.V, s.H);
+    // Softmax cross-entropy, fused with its backward: read the logits, write their fp32 gradient.
+    writer_.pointwise(StepOp::Loss, s.m * s.V * (s.e + 4));
+    writer_.set_phase(Phase::Backward);
+    writer_.gemm(StepOp::LmHead, GemmPart::DataGrad, s.m, s.H, s.V);
+    const int32_t wgrad = writer_.gemm(StepOp::LmHead, GemmPart::WeightGrad, s.H, s.V, s.m);
+    writer_.pointwise(StepOp::Norm, 3 * s.m * s.H * s.e);
+    sync_gradients(s.V * s.H + s.H, {wgrad});
+  }
+
+  void recompute() {
+    const Shape& s = shape_;
+    if (w_.checkpointing == Checkpointing::Full) {
+      // From the layer's input: everything up to the MLP activation, attention included.
+      recompute_map_ = layer_forward(kOpRecompute, Phase::Backward, false);
+      return;
+    }
+    if (w_.checkpointing != Checkpointing::Selective) return;
+    writer_.set_flags(kOpRecompute);
+    writer_.pointwise(StepOp::Norm, 2 * s.m * s.H * s.e);
+    writer_.pointwise(StepOp::Rope, 2 * s.m * (s.H + s.Hkv) * s.e);
+    writer_.pointwise(StepOp::Norm, 2 * s.m * s.H * s.e);
+    writer_.pointwise(StepOp::Activation, (s.gated ? 3 : 2) * s.m * s.F * s.e);
+    writer_.set_flags(0);
+  }
+
+  void layer_backward() {
+    const Shape& s = shape_;
+    writer_.set_phase(Phase::Backward);
+    if (w_.zero_stage == 3) gather_parameters(layer_parameters(), {});
+    recompute();
+    writer_.gemm(StepOp::MlpDown, GemmPart::DataGrad, s.m, s.F, s.H);
+    writer_.gemm(StepOp::MlpDown, GemmPart::WeightGrad, s.F, s.H, s.m);
+    writer_.pointwise(StepOp::Activation, (s.gated ? 5 : 3) * s.m * s.F * s.e);
+    if (s.gated) {
+      writer_.gemm(StepOp::MlpGate, GemmPart::DataGrad, s.m, s.H, s.F);
+      writer_.gemm(StepOp::MlpGate, GemmPart::WeightGrad, s.H, s.F, s.m);
+    }
+    writer_.gemm(StepOp::MlpUp, GemmPart::DataGrad, s.m, s.H, s.F);
+    const int32_t mlp_wgrad = writer_.gemm(StepOp::MlpUp, GemmPart::WeightGrad, s.H, s.F, s.m);
+    writer_.pointwise(StepOp::Norm, 3 * s.m * s.H * s.e);
+    writer_.pointwise(StepOp::Residual, 3 * s.m * s.H * s.e);
+    sync_gradients(s.mlp_matrices() * s.H * s.F + s.H, {mlp_wgrad});
+    Producers p;
+    p.dO = writer_.gemm(StepOp::OutProj, GemmPart::DataGrad, s.m, s.H, s.H);
+    writer_.gemm(StepOp::OutProj, GemmPart::WeightGrad, s.H, s.H, s.m);
+    const uint32_t begin = writer_.size();
+    const std::vector<int32_t>& forward = recompute_map_.empty() ? forward_map_ : recompute_map_;
+    splice(a_.split, uint32_t(a_.program.ops.size()), &forward, p, 0, std::nullopt);
+    writer_.pointwise(StepOp::Rope, 2 * s.m * (s.H + s.Hkv) * s.e, writer_.last_per_stream(begin, writer_.size()));
+    writer_.gemm(StepOp::QProj, GemmPart::DataGrad, s.m, s.H, s.H);
+    writer_.gemm(StepOp::QProj, GemmPart::WeightGrad, s.H, s.H, s.m);
+    writer_.gemm(StepOp::KProj, GemmPart::DataGrad, s.m, s.H, s.Hkv);
+    writer_.gemm(StepOp::KProj, GemmPart::WeightGrad, s.H, s.Hkv, s.m);
+    writer_.gemm(StepOp::VProj, GemmPart::DataGrad, s.m, s.H, s.Hkv);
+    const int32_t attn_wgrad = writer_.gemm(StepOp::VProj, GemmPart::WeightGrad, s.H, s.Hkv, s.m);
+    writer_.pointwise(StepOp::Norm, 3 * s.m * s.H * s.e);
+    writer_.pointwise(StepOp::Residual, 3 * s.m * s.H * s.e);
+    sync_gradients(w_.attention_parameters_per_layer() + s.H, {attn_wgrad});
+  }
+
+  void epilogue() {
+    const Shape& s = shape_;
+    writer_.set_phase(Phase::Backward);
+    const int32_t embedding = writer_.pointwise(StepOp::Embedding, 3 * s.m * s.H * s.e);
+    sync_gradients(s.V * s.H, {embedding});
+    // The optimizer waits for every gradient: after the last op of every stream.
+    const int64_t params = w_.parameter_count();
+    const int64_t shard = w_.zero_stage >= 1 ? params / world_ : params;
+    const int32_t step = writer_.pointwise(StepOp::Optimizer, kAdamBytesPerParameter * shard,
+                                           writer_.last_per_stream(0, writer_.size()));
+    if (w_.zero_stage == 1 || w_.zero_stage == 2) gather_parameters(params, {step});
+  }
+
+  // Reads fp32 master weights, gradients and both moments, writes them back and the dtype copy.
+  static constexpr int64_t kAdamBytesPerParameter = 4 * 4 + 3 * 4 + 2;
+
+  int64_t layer_parameters() const {
+    return w_.attention_parameters_per_layer() + shape_.mlp_matrices() * shape_.H * shape_.F + 2 * shape_.H;
+  }
+
+  // Cuts `elements` into buckets of about grad_bucket_MiB of `elem_bytes` values (kMaxBuckets at most).
+  std::vector<int64_t> buckets(int64_t elements, int64_t elem_bytes) const {
+    const int64_t bucket_bytes = int64_t(w_.grad_bucket_MiB) << 20;
+    const int64_t count =
+        std::clamp<int64_t>((elements * elem_bytes + bucket_bytes - 1) / bucket_bytes, 1, kMaxBuckets);
+    std::vector<int64_t> out;
+    for (int64_t b = 0; b < count; ++b)
+      out.push_back(elements * (b + 1) / count - elements * b / count);
+    return out;
+  }
+
+  // Gradients of `elements` parameters, ready after `after`: all-reduced (ZeRO 0, 1) or
+  // reduce-scattered (2, 3) over the strategy's gradient groups in order, bucket by bucket.
+  void sync_gradients(int64_t elements, const std::vector<int32_t>& after) {
+    if (a_.grad_groups.empty()) return;
+    const bool scatter = w_.zero_stage >= 2;
+    for (int64_t bucket : buckets(elements, 4)) {
+      int64_t e = bucket;
+      for (int32_t group : a_.grad_groups) {
+        writer_.flat(scatter ? OpKind::ReduceScatter : OpKind::AllReduce, group, Field::WeightGrad, e, StepOp::GradSync,
+                     after);
+        if (scatter) e = std::max<int64_t>(1, e / group_size(group));
+      }
+    }
+  }
+
+  // Gathers `elements` parameters sharded over the gradient groups (the reverse of the
+  // reduce-scatter); returns the last gather.
+  int32_t gather_parameters(int64_t elements, const std::vector<int32_t>& after) {
+    int32_t last = -1;
+    if (a_.grad_groups.empty()) return last;
+    for (int64_t bucket : buckets(elements, shape_.e)) {
+      std::vector<int64_t> sizes;  // elements gathered over each group, first group first
+      int64_t e = bucket;
+      for (int32_t group : a_.grad_groups) {
+        sizes.push_back(e);
+        e = std::max<int64_t>(1, e / group_size(group));
+      }
+      for (size_t g = a_.grad_groups.size(); g-- > 0;)
+        last = writer_.flat(OpKind::AllGather, a_.grad_groups[g], Field::Weight, sizes[g], StepOp::ParamGather, after);
+    }
+    return last;
+  }
+
+  int group_size(int32_t group) const { return int(plan_.groups[size_t(group)].ranks.size()); }
+
+  const Plan& plan_;
+  const Workload& w_;
+  Attention a_;
+  StepTemplate out_;
+  TemplateWriter writer_;
+  Shape shape_;
+  int world_ = 1;
+  std::vector<int32_t> buffer_map_, coll_map_;
+  std::vector<FieldMask> bound_;  // by attention buffer: fields bound as inputs
+  std::vector<int32_t> forward_map_, recompute_map_;
+};
+
+}  // namespace
+
+bool in_layer_section(const StepSections& sections, uint32_t op) {
+  return (op >= sections.prologue_end && op < sections.forward_end) ||
+         (op >= sections.head_end && op < sections.backward_end);
+}
+
+struct StepBuilder::Impl {
+  Plan plan;
+  ScheduleBuilder attention;
+  explicit Impl(const Plan& p) : plan(p), attention(p) {}
+};
+
+StepBuilder::StepBuilder(const Plan& plan) : impl_(std::make_unique<Impl>(plan)) {}
+StepBuilder::~StepBuilder() = default;
+StepBuilder::StepBuilder(StepBuilder&&) noexcept = default;
+
+int StepBuilder::num_ranks() const {
+  return impl_->attention.num_ranks();
+}
+
+ScheduleDims StepBuilder::dims() const {
+  return impl_->attention.dims();
+}
+
+std::vector<FlowSet> StepBuilder::flow_sets() const {
+  return impl_->attention.flow_sets();
+}
+
+StepTemplate StepBuilder::build_template(int rank, TokenSetPool& pool) const {
+  Attention attention = take_apart(impl_->attention.build_rank(rank, pool), rank, pool, impl_->plan.workload.heads);
+  return StepTemplateBuilder(impl_->plan, std::move(attention), pool).build();
+}
+
+Schedule StepBuilder::build(const std::vector<int>& ranks, int layers) const {
+  Schedule schedule;
+  schedule.dims = dims();
+  schedule.flow_sets = flow_sets();
+  std::vector<int> list = ranks;
+  if (list.empty())
+    for (int r = 0; r < num_ranks(); ++r)
+      list.push_back(r);
+  schedule.ranks.reserve(list.size());
+  for (int r : list)
+    schedule.ranks.push_back(unroll(build_template(r, schedule.tokens), layers));
+  return schedule;
+}
+
+Schedule build_scope_schedule(const Plan& plan, int layers) {
+  if (plan.scope == Scope::Attention) return ScheduleBuilder(plan).build();
+  return StepBuilder(plan).build({}, layers);
+}
+
+}  // namespace wallfacer

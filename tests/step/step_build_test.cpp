@@ -1,0 +1,170 @@
+// The whole-step schedule against closed forms: every token's layer work is done once across the
+// ranks, GEMM FLOPs equal 6 x tokens x matrix weights (plus what recomputation repeats), each
+// layer computes every attention pair once, gradients synchronise every parameter once, and an
+// unrolled layer's backward waits for its own forward.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <tuple>
+
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/schedule/step.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include "schedule/test_plans.hpp"
+
+namespace wallfacer {
+namespace {
+
+Workload step_workload(Checkpointing mode, int zero_stage) {
+  Workload w = testing::small_workload(64, 8, 2, true, 2, 4);
+  w.layers = 3;
+  w.ffn = 48;
+  w.vocab = 50;
+  w.checkpointing = mode;
+  w.zero_stage = zero_stage;
+  w.grad_bucket_MiB = 1;
+  return w;
+}
+
+struct Sums {
+  int64_t rows = 0;
+  double gemm_flops = 0, recompute_gemm_flops = 0;
+  double attention_flops = 0, recompute_attention_flops = 0;
+  int64_t grad_elements = 0;  // over the first gradient group, all ranks
+};
+
+Sums sum_schedule(const Plan& plan, int layers) {
+  StepBuilder builder(plan);
+  Sums sums;
+  TokenSetPool pool;
+  for (int r = 0; r < plan.num_ranks(); ++r) {
+    const StepTemplate t = builder.build_template(r, pool);
+    sums.rows += t.tokens;
+    const RankProgram p = unroll(t, layers);
+    int32_t first_group = -1;
+    for (const Op& op : p.ops) {
+      const bool again = op.flags & kOpRecompute;
+      if (op.kind == OpKind::Gemm) (again ? sums.recompute_gemm_flops : sums.gemm_flops) += op.flops;
+      if (op.kind == OpKind::AttnFwd || op.kind == OpKind::AttnBwd)
+        (again ? sums.recompute_attention_flops : sums.attention_flops) += op.flops;
+      if (op.label != StepOp::GradSync) continue;
+      const CollectiveSpec& spec = p.collectives[size_t(op.coll)];
+      if (first_group < 0) first_group = spec.group;
+      if (spec.group == first_group && r == 0) sums.grad_elements += spec.elements;
+    }
+  }
+  return sums;
+}
+
+// Weights of the matrix products of one layer (attention projections and MLP).
+double layer_matrix_weights(const Workload& w) {
+  return double(w.attention_parameters_per_layer()) + (w.gated_ffn ? 3.0 : 2.0) * double(w.hidden) * double(w.ffn);
+}
+
+class StepClosedForms : public ::testing::TestWithParam<std::tuple<StrategyKind, Checkpointing, int>> {};
+
+TEST_P(StepClosedForms, EveryStrategyAndSplit) {
+  const auto [kind, mode, zero] = GetParam();
+  const Workload w = step_workload(mode, zero);
+  int tried = 0;
+  for (const StrategyParams& params : enumerate_params(kind, w, 8)) {
+    if (!check_feasible(kind, params, w, 8).ok) continue;
+    ++tried;
+    const Plan plan = testing::hand_plan(kind, params, w);
+    const Sums s = sum_schedule(plan, 0);
+    const double tokens = double(w.seq) * w.batch;
+    SCOPED_TRACE(plan.groups.empty() ? std::string("single") : plan.groups.front().name);
+    EXPECT_EQ(s.rows, int64_t(tokens));
+    // Forward, data gradient and weight gradient of every matrix: 3 x 2 x tokens x weights.
+    const double matrices = w.layers * layer_matrix_weights(w) + double(w.vocab) * w.hidden;
+    EXPECT_NEAR(s.gemm_flops, 6.0 * tokens * matrices, 1e-9 * s.gemm_flops);
+    // Exact causal pairs N(N+1)/2 (layer_attention_flops counts the convention's N^2/2).
+    const double pairs = w.causal ? double(w.seq) * (w.seq + 1) / 2 : double(w.seq) * w.seq;
+    const double attention = w.layers * 3.5 * 4.0 * w.batch * pairs * w.heads * w.head_dim;
+    EXPECT_NEAR(s.attention_flops, attention, 1e-9 * attention);
+    if (mode == Checkpointing::Full) {
+      // Everything before the down projection again: projections, gate and up, attention forward.
+      const double again = double(w.attention_parameters_per_layer()) + (w.gated_ffn ? 2.0 : 1.0) * w.hidden * w.ffn;
+      EXPECT_NEAR(s.recompute_gemm_flops, 2.0 * tokens * w.layers * again, 1e-9 * s.recompute_gemm_flops);
+      EXPECT_NEAR(s.recompute_attention_flops, attention / 3.5, 1e-9 * attention);
+    } else {
+      EXPECT_EQ(s.recompute_gemm_flops, 0);
+      EXPECT_EQ(s.recompute_attention_flops, 0);
+    }
+    // Every parameter's gradient passes the first gradient group once.
+    EXPECT_EQ(s.grad_elements, w.parameter_count());
+  }
+  EXPECT_GT(tried, 0);
+}
+
+std::string name_of(const ::testing::TestParamInfo<StepClosedForms::ParamType>& info) {
+  std::string name = to_string(std::get<0>(info.param));
+  for (char& c : name)
+    if (c == '-') c = '_';
+  return name + "_" + to_string(std::get<1>(info.param)) + "_zero" + std::to_string(std::get<2>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Step, StepClosedForms,
+                         ::testing::Combine(::testing::ValuesIn(all_strategies()),
+                                            ::testing::Values(Checkpointing::None, Checkpointing::Selective,
+                                                              Checkpointing::Full),
+                                            ::testing::Values(0, 2, 3)),
+                         name_of);
+
+// Unrolled layers: op counts add up, and the backward of layer l waits only for layer l's forward.
+TEST(StepUnroll, LayerBackwardWaitsForItsOwnForward) {
+  const Workload w = step_workload(Checkpointing::Selective, 1);
+  const Plan plan = testing::hand_plan(StrategyKind::Ring, testing::seq_params(4), w);
+  TokenSetPool pool;
+  const StepTemplate t = StepBuilder(plan).build_template(1, pool);
+  const StepSections& s = t.sections;
+  const uint32_t forward = s.forward_end - s.prologue_end, backward = s.backward_end - s.head_end;
+  const uint32_t head = s.head_end - s.forward_end, epilogue = uint32_t(t.program.ops.size()) - s.backward_end;
+  for (int n = 1; n <= w.layers; ++n) {
+    const RankProgram p = unroll(t, n);
+    ASSERT_EQ(p.ops.size(), size_t(s.prologue_end + n * forward + head + n * backward + epilogue));
+    const uint32_t backward_at = s.prologue_end + n * forward + head;
+    int cross = 0;
+    for (int l = 0; l < n; ++l) {
+      const uint32_t begin = backward_at + uint32_t(n - 1 - l) * backward;
+      for (uint32_t i = begin; i < begin + backward; ++i)
+        for (const int32_t* d = p.deps_begin(p.ops[i]); d != p.deps_end(p.ops[i]); ++d) {
+          if (uint32_t(*d) >= backward_at || uint32_t(*d) < s.prologue_end) continue;
+          const uint32_t layer_of_dep = (uint32_t(*d) - s.prologue_end) / forward;
+          EXPECT_EQ(layer_of_dep, uint32_t(l)) << "op " << i << " depends on " << *d;
+          ++cross;
+        }
+    }
+    EXPECT_GT(cross, 0);  // the ring's backward reads what its forward accumulated
+    // Each layer has its own attention buffers.
+    std::map<std::string, int> names;
+    for (const BufferDecl& b : p.buffers)
+      ++names[b.name];
+    for (const auto& [name, count] : names)
+      EXPECT_EQ(count, 1) << name;
+  }
+  EXPECT_THROW(unroll(t, w.layers + 1), InputError);
+}
+
+// The optimizer starts after every gradient synchronisation; ZeRO-3 gathers each layer's weights
+// before its forward and again before its backward.
+TEST(StepUnroll, OptimizerWaitsForGradientsAndZero3Gathers) {
+  const Workload w = step_workload(Checkpointing::None, 3);
+  const Plan plan = testing::hand_plan(StrategyKind::Ulysses, testing::seq_params(4), w);
+  const RankProgram p = StepBuilder(plan).build({0}).ranks[0];
+  int32_t last_collective = -1, optimizer = -1, gathers = 0;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    if (p.ops[i].stream == Stream::Collective && optimizer < 0) last_collective = int32_t(i);
+    if (p.ops[i].label == StepOp::Optimizer) optimizer = int32_t(i);
+    if (p.ops[i].label == StepOp::ParamGather) ++gathers;
+  }
+  ASSERT_GE(optimizer, 0);
+  bool waits = false;
+  for (const int32_t* d = p.deps_begin(p.ops[size_t(optimizer)]); d != p.deps_end(p.ops[size_t(optimizer)]); ++d)
+    waits = waits || *d == last_collective;
+  EXPECT_TRUE(waits);
+  EXPECT_EQ(gathers, 2 * w.layers);  // one bucket each: the small layer fits in 1 MiB
+}
+
+}  // namespace
+}  // namespace wallfacer
