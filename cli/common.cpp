@@ -41,7 +41,18 @@ void add_workload_flags(CLI::App* app, WorkloadFlags& flags) {
       "--no-causal", [&o] { o.causal = false; }, "Full (bidirectional) attention");
   causal->excludes(full)->group(group);
   full->group(group);
-  app->add_option("--zero-stage", o.zero_stage, "ZeRO stage 0..3 for the memory model")->group(group);
+  app->add_option("--zero-stage", o.zero_stage,
+                  "ZeRO stage 0..3: 0 all-reduces gradients, 1 shards the optimizer, 2 also gradients, 3 also "
+                  "weights (FSDP) (default: the model file's, 1 for the presets)")
+      ->group(group);
+  app->add_option("--checkpointing", o.checkpointing,
+                  "What the backward recomputes: none, selective (norms, rotary, activation) or full (the layer "
+                  "forward) (default: selective)")
+      ->check(CLI::IsMember({"none", "selective", "full"}))
+      ->group(group);
+  app->add_option("--grad-bucket-MiB", o.grad_bucket_MiB, "Gradient synchronisation bucket in MiB (default: 25)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->group(group);
 }
 
 Workload resolve(const WorkloadFlags& flags) {
@@ -63,11 +74,23 @@ Topology load(const TopologyFlags& flags) {
 }
 
 nlohmann::json to_json(const Workload& w) {
-  return nlohmann::json{{"model", w.model},   {"layers", w.layers},         {"hidden", w.hidden},
-                        {"heads", w.heads},   {"kv_heads", w.kv_heads},     {"head_dim", w.head_dim},
-                        {"ffn", w.ffn},       {"vocab", w.vocab},           {"gated_ffn", w.gated_ffn},
-                        {"seq", w.seq},       {"batch", w.batch},           {"dtype", to_string(w.dtype)},
-                        {"causal", w.causal}, {"zero_stage", w.zero_stage}, {"parameters", w.parameter_count()}};
+  return nlohmann::json{{"model", w.model},
+                        {"layers", w.layers},
+                        {"hidden", w.hidden},
+                        {"heads", w.heads},
+                        {"kv_heads", w.kv_heads},
+                        {"head_dim", w.head_dim},
+                        {"ffn", w.ffn},
+                        {"vocab", w.vocab},
+                        {"gated_ffn", w.gated_ffn},
+                        {"seq", w.seq},
+                        {"batch", w.batch},
+                        {"dtype", to_string(w.dtype)},
+                        {"causal", w.causal},
+                        {"zero_stage", w.zero_stage},
+                        {"checkpointing", to_string(w.checkpointing)},
+                        {"grad_bucket_MiB", w.grad_bucket_MiB},
+                        {"parameters", w.parameter_count()}};
 }
 
 void print_json(const nlohmann::json& value, std::ostream& out) {

@@ -43,6 +43,7 @@ struct PlanFlags {
   std::string search = "auto";
   std::string all_reduce = "auto";
   double memory_fraction = 0.9;
+  std::string scope = "step";
 };
 
 struct Ranked {
@@ -67,6 +68,7 @@ SearchOptions search_options(const PlanFlags& flags) {
                                          : SearchMode::Auto;
   o.memory_budget_fraction = flags.memory_fraction;
   if (flags.all_reduce != "auto") o.all_reduce = parse_all_reduce_algorithm(flags.all_reduce);
+  o.scope = parse_scope(flags.scope);
   return o;
 }
 
@@ -138,7 +140,13 @@ nlohmann::json candidate_json(const Candidate& c, const std::optional<double>& s
       {"feasible", c.feasible},
       {"pruned", c.pruned},
       {"reason", c.reason},
-      {"predicted_ms", {{"forward", cost.forward_ms}, {"backward", cost.backward_ms}, {"step", cost.step_ms}}},
+      {"scope", to_string(c.plan.scope)},
+      {"predicted_ms",
+       {{"forward", cost.forward_ms},
+        {"backward", cost.backward_ms},
+        {"step", cost.step_ms},
+        {"attention", cost.attention_ms}}},
+      {"tokens_per_s", cost.tokens_per_s},
       {"comm_bytes_per_gpu",
        {{"forward", {{"p2p", cost.volume.p2p_forward}, {"collective", cost.volume.collective_forward}}},
         {"backward", {{"p2p", cost.volume.p2p_backward}, {"collective", cost.volume.collective_backward}}}}},
@@ -167,9 +175,10 @@ void print_row(size_t rank, const Candidate& c, const std::optional<double>& sim
   // Pruned candidates show their bound or estimate only; screened ones have no schedule at all.
   const bool partial = c.pruned, screened = c.plan.ranks.empty();
   auto ms = [&](double v) { return partial ? std::string() : fmt::format("{:.3f}", v); };
-  fmt::print("{:>3} {:<11} {:<12} {:<34} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9.1f} {:>7}", rank,
+  const std::string tokens = k.tokens_per_s > 0 && !partial ? fmt::format("{:.0f}", k.tokens_per_s) : "";
+  fmt::print("{:>3} {:<11} {:<12} {:<34} {:>10} {:>10} {:>11} {:>9} {:>10} {:>10} {:>9.1f} {:>7}", rank,
              to_string(c.plan.strategy), c.describe_params(), c.describe_placement(), ms(k.forward_ms),
-             ms(k.backward_ms), (partial ? "~" : "") + fmt::format("{:.3f}", k.step_ms),
+             ms(k.backward_ms), (partial ? "~" : "") + fmt::format("{:.3f}", k.step_ms), tokens,
              screened ? "" : bytes_text(k.volume.p2p_forward + k.volume.p2p_backward),
              screened ? "" : bytes_text(k.volume.collective_forward + k.volume.collective_backward), k.memory.total_GiB,
              partial ? "" : fmt::format("{:.1f}%", 100 * k.mfu));
@@ -177,14 +186,20 @@ void print_row(size_t rank, const Candidate& c, const std::optional<double>& sim
   fmt::print("{}\n", c.pruned ? "  " + c.reason : "");
 }
 
-void print_table(const Ranked& ranked, const Workload& workload, const Topology& topology, int gpus, int top) {
+void print_table(const Ranked& ranked, const Workload& workload, const Topology& topology, int gpus, int top,
+                 Scope scope) {
   const auto& candidates = ranked.result.candidates;
   const bool with_sim = !ranked.simulated_ms.empty();
   fmt::print("{} ({} layers) on {} ({} node{}, {} GPUs used): seq {} tokens, batch {}, {}, {}\n", workload.model,
              workload.layers, topology.name(), topology.num_nodes(), topology.num_nodes() == 1 ? "" : "s", gpus,
              workload.seq, workload.batch, to_string(workload.dtype), workload.causal ? "causal" : "full mask");
-  fmt::print("{:>3} {:<11} {:<12} {:<34} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>7}{}\n", "#", "strategy", "params",
-             "placement", "fwd ms", "bwd ms", "step ms", "p2p/GPU", "coll/GPU", "mem GiB", "MFU",
+  if (scope == Scope::Step)
+    fmt::print("whole training step: ZeRO {}, {} checkpointing, {} MiB gradient buckets\n", workload.zero_stage,
+               to_string(workload.checkpointing), workload.grad_bucket_MiB);
+  else
+    fmt::print("one attention layer, forward and backward\n");
+  fmt::print("{:>3} {:<11} {:<12} {:<34} {:>10} {:>10} {:>11} {:>9} {:>10} {:>10} {:>9} {:>7}{}\n", "#", "strategy",
+             "params", "placement", "fwd ms", "bwd ms", "step ms", "tokens/s", "p2p/GPU", "coll/GPU", "mem GiB", "MFU",
              with_sim ? "     sim ms" : "");
   size_t shown = 0, feasible = 0;
   for (size_t i = 0; i < candidates.size(); ++i) {
@@ -239,7 +254,7 @@ int run_plan(const PlanFlags& flags) {
   if (flags.json)
     print_json_result(ranked, workload, topology, gpus);
   else
-    print_table(ranked, workload, topology, gpus, flags.top);
+    print_table(ranked, workload, topology, gpus, flags.top, options.scope);
   if (ranked.result.best < 0) {
     fmt::print(stderr, "no feasible plan{}\n", flags.strategy != "auto" ? " for strategy " + flags.strategy : "");
     return 1;
@@ -289,6 +304,13 @@ void register_plan_command(CLI::App& app) {
                    "group), ring or tree")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "ring", "tree"}))
+      ->group(group);
+  command
+      ->add_option("--scope", flags->scope,
+                   "What to price: step (the whole training step of the whole model) or attention (one attention "
+                   "layer's forward and backward, what `run` executes)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"step", "attention"}))
       ->group(group);
   command->add_option("--memory-fraction", flags->memory_fraction, "Share of GPU memory a plan may use")
       ->capture_default_str()

@@ -99,6 +99,32 @@ CalibrationPoint parse_point(const std::string& source, const YAML::Node& node) 
   return p;
 }
 
+// `gemm:` or `hbm:` entries: {gpu, efficiency in (0, 1], source}.
+std::vector<EfficiencyPoint> parse_efficiencies(const std::string& source, const YAML::Node& root, const char* key) {
+  std::vector<EfficiencyPoint> out;
+  if (!root[key].IsDefined()) return out;
+  yaml::expect_sequence(source, root[key], key);
+  for (const YAML::Node& node : root[key]) {
+    yaml::check_keys(source, node, {"gpu", "efficiency", "source"}, fmt::format("{} entry", key));
+    EfficiencyPoint e;
+    e.gpu = yaml::get_string(source, node, "gpu");
+    if (e.gpu.empty()) yaml::fail(source, node["gpu"], "'gpu' must name a GPU model prefix such as H100");
+    e.efficiency = yaml::get_positive(source, node, "efficiency");
+    if (e.efficiency > 1) yaml::fail(source, node["efficiency"], "'efficiency' must be in (0, 1]");
+    e.source = yaml::get_string(source, node, "source", source);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// The longest prefix match among `list`, or nullptr.
+const EfficiencyPoint* match(const std::vector<EfficiencyPoint>& list, const std::string& gpu) {
+  const EfficiencyPoint* best = nullptr;
+  for (const EfficiencyPoint& e : list)
+    if (gpu_matches(e.gpu, gpu) && (!best || e.gpu.size() > best->gpu.size())) best = &e;
+  return best;
+}
+
 // Key of one throughput curve: points that differ only in block size.
 using CurveKey = std::tuple<std::string, KernelOp, DType, int>;
 CurveKey curve_key(const CalibrationPoint& p) {
@@ -123,6 +149,16 @@ Calibration Calibration::defaults() {
        "assumption: forward figure x 0.864, the FlashAttention-2 backward/forward ratio on A100"},
   };
   Calibration c;
+  c.gemm_ = {
+      {"A100", 0.87, "maximum achievable matmul FLOPS, bf16: 271.2 of 312 TF/s (stas00/ml-engineering, MAMF table)"},
+      {"H100", 0.80, "maximum achievable matmul FLOPS, bf16: 794.5 of 989 TF/s (stas00/ml-engineering, MAMF table)"},
+      {"H200", 0.80, "maximum achievable matmul FLOPS: the MAMF table gives H200 as H100 (794.5 of 989 TF/s)"},
+  };
+  c.hbm_ = {
+      {"A100", 0.87, "device copy 1355 of 1555 GB/s on A100-40GB (docs/calibration.md)"},
+      {"H100", 0.90, "fused memory-bound kernels at 3.0 of 3.35 TB/s on H100 (QuACK, docs/calibration.md)"},
+      {"H200", 0.90, "assumption: the H100 share (no H200 measurement found)"},
+  };
   for (const Curve& curve : curves) {
     if (std::string(curve.gpu) == "V100") {
       add_curve(c.points_, curve, DType::FP16);  // Volta has no BF16
@@ -136,7 +172,8 @@ Calibration Calibration::defaults() {
 Calibration Calibration::parse(const std::string& yaml_text, const std::string& source) {
   const YAML::Node root = yaml::parse(yaml_text, source);
   if (!root.IsDefined() || root.IsNull()) throw InputError(source, 1, "empty calibration file");
-  yaml::check_keys(source, root, {"keep_defaults", "fallback_efficiency", "compute_slowdown_under_comm", "points"},
+  yaml::check_keys(source, root,
+                   {"keep_defaults", "fallback_efficiency", "compute_slowdown_under_comm", "points", "gemm", "hbm"},
                    "calibration file");
   Calibration c;
   c.fallback_efficiency_ = yaml::get_positive(source, root, "fallback_efficiency", c.fallback_efficiency_);
@@ -162,8 +199,17 @@ Calibration Calibration::parse(const std::string& yaml_text, const std::string& 
     }
   }
 
+  const bool keep = yaml::get_bool(source, root, "keep_defaults", true);
+  for (auto [key, list] : {std::pair{"gemm", &c.gemm_}, std::pair{"hbm", &c.hbm_}}) {
+    std::vector<EfficiencyPoint> given = parse_efficiencies(source, root, key);
+    if (keep)
+      for (const EfficiencyPoint& d : key == std::string("gemm") ? defaults().gemm_ : defaults().hbm_)
+        if (std::none_of(given.begin(), given.end(), [&](const auto& g) { return lower(g.gpu) == lower(d.gpu); }))
+          given.push_back(d);
+    *list = std::move(given);
+  }
   // A curve in the file replaces the default curve with the same GPU, op, dtype and head_dim.
-  if (yaml::get_bool(source, root, "keep_defaults", true)) {
+  if (keep) {
     std::set<CurveKey> replaced;
     for (const auto& p : file_points)
       replaced.insert(curve_key(p));
@@ -173,6 +219,36 @@ Calibration Calibration::parse(const std::string& yaml_text, const std::string& 
   for (auto& p : file_points)
     c.points_.push_back(std::move(p));
   return c;
+}
+
+double Calibration::gemm_efficiency(const std::string& gpu, int64_t m, int64_t n, int64_t k, bool* fallback) const {
+  const EfficiencyPoint* ceiling = match(gemm_, gpu);
+  if (fallback) *fallback = ceiling == nullptr;
+  const double top = ceiling ? ceiling->efficiency : fallback_efficiency_;
+  // Size curve, as a share of the ceiling, from the H100 square-GEMM sweep (docs/calibration.md):
+  // 2*1024^3 FLOPs at 0.18 of peak, 2*2048^3 at 0.68, 2*4096^3 and above at the 0.80 ceiling.
+  static constexpr std::pair<double, double> kSize[] = {{31.0, 0.18 / 0.80}, {34.0, 0.68 / 0.80}, {37.0, 1.0}};
+  const double x = std::log2(std::max(1.0, 2.0 * double(m) * double(n) * double(k)));
+  double share = kSize[0].second;
+  if (x >= kSize[2].first) {
+    share = 1.0;
+  } else if (x > kSize[0].first) {
+    const auto& [x0, y0] = x <= kSize[1].first ? kSize[0] : kSize[1];
+    const auto& [x1, y1] = x <= kSize[1].first ? kSize[1] : kSize[2];
+    share = y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+  } else {
+    // Below the sweep's smallest size, throughput falls with the work (a fixed launch cost).
+    share = kSize[0].second * std::exp2(x - kSize[0].first);
+  }
+  // An FFN width of 10922 instead of 10944 ran at 272.7 instead of 398.4 TF/s on H100.
+  const double aligned = (n % 64 == 0 && k % 64 == 0) ? 1.0 : 272.7 / 398.4;
+  return top * share * aligned;
+}
+
+double Calibration::hbm_efficiency(const std::string& gpu, bool* fallback) const {
+  const EfficiencyPoint* e = match(hbm_, gpu);
+  if (fallback) *fallback = e == nullptr;
+  return e ? e->efficiency : 0.8;
 }
 
 Calibration Calibration::load(const std::string& path) {

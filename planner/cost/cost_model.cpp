@@ -10,6 +10,7 @@
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
+#include <wallfacer/cost/compute_time.hpp>
 #include <wallfacer/cost/network.hpp>
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
@@ -25,55 +26,18 @@ constexpr const char* kLog = "cost";
 struct OpPricer {
   const Schedule& schedule;
   detail::NetworkPricer& network;
-  KernelCurve forward_curve, backward_curve;
-  double hbm_bytes_per_s = 0;
-
-  std::vector<int64_t> token_counts;  // by token-set id, -1 until needed
-
-  int64_t tokens_of(int32_t id) {
-    if (token_counts.size() <= size_t(id)) token_counts.resize(schedule.tokens.size(), -1);
-    int64_t& count = token_counts[size_t(id)];
-    if (count < 0) count = token_count(schedule.tokens.get(id));
-    return count;
-  }
-
-  // Throughput of the last block shape asked for (programs repeat shapes).
-  struct LastShape {
-    OpKind kind = OpKind::Copy;
-    int64_t q = -1, k = -1;
-    double tflops = 0;
-  } last;
-
-  double compute_seconds(const Op& op) {
-    if (op.flops <= 0) return 0;
-    const int64_t q = tokens_of(op.tok[0]), k = tokens_of(op.tok[1]);
-    if (op.kind != last.kind || q != last.q || k != last.k) {
-      const KernelCurve& curve = op.kind == OpKind::AttnFwd ? forward_curve : backward_curve;
-      last = {op.kind, q, k, curve.tflops(q, k)};
-    }
-    return last.tflops > 0 ? op.flops / (last.tflops * 1e12) : 0;
-  }
-
-  // BwdPrep and Copy are memory-bound: BwdPrep reads O and dO (op.bytes), Copy reads and writes
-  // op.bytes.
-  double memory_seconds(const Op& op) const {
-    if (hbm_bytes_per_s <= 0) return 0;
-    return (op.kind == OpKind::Copy ? 2.0 : 1.0) * double(op.bytes) / hbm_bytes_per_s;
-  }
+  ComputeTimer compute;
 
   double seconds(const Op& op, const RankProgram& program) {
     switch (op.kind) {
-      case OpKind::AttnFwd:
-      case OpKind::AttnBwd:
-        return compute_seconds(op);
-      case OpKind::BwdPrep:
-      case OpKind::Copy:
-        return memory_seconds(op);
       case OpKind::Send:
         return network.p2p_seconds(op.flow_set, program.rank, op.peer, op.bytes);
       case OpKind::Recv:
         return network.p2p_seconds(op.flow_set, op.peer, program.rank, op.bytes);
-      default: {
+      case OpKind::AllGather:
+      case OpKind::ReduceScatter:
+      case OpKind::AllToAll:
+      case OpKind::AllReduce: {
         if (op.coll < 0) return 0;
         if (op.kind == OpKind::AllToAll) return network.all_to_all_seconds(program, op, schedule.tokens, schedule.dims);
         const CollectiveSpec& spec = program.collectives[size_t(op.coll)];
@@ -81,6 +45,8 @@ struct OpPricer {
           return network.tree_all_reduce_seconds(spec.group, spec.elements);
         return network.collective_seconds(op.kind, spec.group, op.bytes);
       }
+      default:
+        return compute.seconds(op, schedule.tokens);
     }
   }
 };
@@ -111,6 +77,8 @@ Prediction CostBreakdown::to_prediction() const {
   p.p2p_bytes_backward = volume.p2p_backward;
   p.collective_bytes_forward = volume.collective_forward;
   p.collective_bytes_backward = volume.collective_backward;
+  p.attention_ms = attention_ms;
+  p.tokens_per_s = tokens_per_s;
   p.memory_GiB = memory.total_GiB;
   p.mfu = mfu;
   return p;
@@ -185,6 +153,7 @@ void CostModel::build_timed(const Plan& plan, Schedule& schedule, int max_ranks)
 }
 
 CostBreakdown CostModel::evaluate(const Plan& plan) const {
+  if (plan.scope == Scope::Step) return evaluate_step(plan);
   Schedule schedule;
   build_timed(plan, schedule);
   return evaluate(plan, schedule);
@@ -222,17 +191,9 @@ CostBreakdown CostModel::evaluate_times(const Plan& plan, const Schedule& schedu
 CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& prepared) const {
   const Schedule& schedule = prepared.schedule_;
   WF_ASSERT(prepared.shape_->size() == schedule.ranks.size(), "the schedule changed after its timing was prepared");
-  const GpuModel& gpu = topology_.gpu();
-  const DType dtype = plan.workload.dtype;
-  const double peak = kernel_peak_tflops(gpu, dtype);
+  const double peak = kernel_peak_tflops(topology_.gpu(), plan.workload.dtype);
   detail::NetworkPricer network(topology_, plan, schedule.flow_sets, tree_prices_.get());
-  OpPricer pricer{schedule,
-                  network,
-                  calibration_.curve(gpu.name, KernelOp::AttnFwd, dtype, plan.workload.head_dim, peak),
-                  calibration_.curve(gpu.name, KernelOp::AttnBwd, dtype, plan.workload.head_dim, peak),
-                  gpu.hbm_GBps * 1e9,
-                  {},
-                  {}};
+  OpPricer pricer{schedule, network, ComputeTimer(topology_.gpu(), calibration_, plan.workload)};
   std::vector<std::vector<double>> duration(schedule.ranks.size());
   for (size_t p = 0; p < schedule.ranks.size(); ++p) {
     const RankProgram& program = schedule.ranks[p];

@@ -69,6 +69,54 @@ MemoryEstimate CostModel::memory(const Plan& plan, const Schedule& schedule) con
   return m;
 }
 
+namespace {
+
+// Elements per row (token of one sequence) a layer keeps for its backward (docs/step.md): the
+// layer input, norm outputs, Q, K, V, attention output, the residual, the MLP's inputs and
+// activation; selective recomputation drops the norm and activation outputs, full keeps the input.
+double stored_elements_per_row(const Workload& w, Checkpointing mode) {
+  const double H = double(w.hidden), Hkv = double(w.kv_width()), F = double(w.ffn);
+  const double mlp = w.gated_ffn ? 3 * F : 2 * F;  // gate, up, activation (GELU: up, activation)
+  switch (mode) {
+    case Checkpointing::None:
+      return 6 * H + 2 * Hkv + mlp;
+    case Checkpointing::Selective:
+      return 4 * H + 2 * Hkv + mlp - F;
+    case Checkpointing::Full:
+      return H;
+  }
+  return 0;
+}
+
+}  // namespace
+
+MemoryEstimate step_memory(const Plan& plan, const Schedule& attention) {
+  const Workload& w = plan.workload;
+  MemoryEstimate m;
+  m.model_state_GiB = model_state_bytes(w, plan.num_ranks()) / kGiB;
+  // Rows of the busiest rank: its own tokens times its sequences.
+  double rows = 0, buffers = 0;
+  for (const RankProgram& program : attention.ranks) {
+    int64_t token_heads = 0;
+    for (const Binding& b : program.inputs)
+      if (b.field == Field::Q) token_heads += token_count(attention.tokens.get(b.tokens)) * b.heads.size();
+    rows = std::max(rows, double(token_heads) / std::max(1, w.heads) * rows_of(program));
+    buffers = std::max(buffers, buffer_bytes(attention.dims, program));
+  }
+  const double e = bytes_of(w.dtype);
+  const double lse = w.checkpointing == Checkpointing::Full ? 0 : 4.0 * w.heads;  // fp32 per head
+  m.activations_GiB = w.layers * rows * (e * stored_elements_per_row(w, w.checkpointing) + lse) / kGiB;
+  m.attention_GiB = buffers / kGiB;
+  // The largest transient on top: the logits and their fp32 gradient at the head, or one layer's
+  // recomputed activations inside a fully checkpointed backward.
+  const double logits = rows * double(w.vocab) * (e + 4);
+  const double recomputed =
+      w.checkpointing == Checkpointing::Full ? rows * e * stored_elements_per_row(w, Checkpointing::None) : 0;
+  m.working_GiB = std::max(logits, recomputed) / kGiB;
+  m.total_GiB = m.model_state_GiB + m.activations_GiB + m.attention_GiB + m.working_GiB;
+  return m;
+}
+
 PaperMemoryTerms paper_memory_terms(const Plan& plan, const Schedule& schedule) {
   PaperMemoryTerms t;
   t.model_state_bytes = model_state_bytes(plan.workload, plan.num_ranks());

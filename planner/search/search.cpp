@@ -304,6 +304,20 @@ struct Searcher {
     }
   }
 
+  // Prices every feasible candidate as a whole step (its attention order kept) and checks the
+  // step's memory; pruned and screened candidates are priced in full.
+  void price_steps() {
+    for (Work& w : work) {
+      Candidate& c = w.candidate;
+      if (!c.feasible || c.plan.ranks.empty()) continue;
+      c.plan.scope = Scope::Step;
+      c.cost = model.evaluate_step(c.plan);
+      c.pruned = false;
+      c.reason.clear();
+      check_memory(c, budget_GiB);
+    }
+  }
+
   SearchResult ranked() {
     for (Work& w : work)
       if (w.candidate.feasible) w.candidate.plan.prediction = w.candidate.cost.to_prediction();
@@ -350,6 +364,7 @@ SearchResult search_plans(const Topology& topology, const Workload& workload, co
   }
   s.price_all();
   if (screening) s.rescue_screened();
+  if (options.scope == Scope::Step) s.price_steps();
   return s.ranked();
 }
 

@@ -69,9 +69,10 @@ TEST_P(SimulateCommand, SimulateTopRanksByTimeAndSimulateAgrees) {
   for (const std::string& strategy : kStrategies) {
     const std::string what = GetParam() + " " + strategy;
     const auto plan_file = scratch(GetParam() + "-" + strategy + ".yaml");
-    const test::CliResult planned = test::run_cli("plan " + topology_args() + " " + kWorkload + " --strategy " +
-                                                      strategy + " --simulate-top 3 --json --out " + plan_file.string(),
-                                                  "2>/dev/null");
+    const test::CliResult planned =
+        test::run_cli("plan " + topology_args() + " " + kWorkload + " --strategy " + strategy +
+                          " --scope attention --simulate-top 3 --json --out " + plan_file.string(),
+                      "2>/dev/null");
     const json ranking = json::parse(planned.output, nullptr, false);
     ASSERT_FALSE(ranking.is_discarded()) << what << ": " << planned.output;
     if (planned.status == 1) {  // allowed only when nothing is feasible, each with its reason

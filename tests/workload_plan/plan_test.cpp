@@ -133,7 +133,7 @@ TEST(PlanRoundTrip, EveryStrategyAndGroupKind) {
 TEST(PlanFile, DocumentedLayout) {
   const std::string text = plan_to_yaml(sample_plan());
   EXPECT_NE(text.find("\nformat_version: 2\n"), std::string::npos);
-  EXPECT_NE(text.find("\nscope: step\n"), std::string::npos);
+  EXPECT_NE(text.find("\nscope: attention\n"), std::string::npos);
   EXPECT_NE(text.find("\ntopology: {name: two-node, hash: \"0f3a9c21d4e5b687\", nodes: 2}\n"), std::string::npos);
   EXPECT_NE(text.find("\nstrategy: wallfacer\n"), std::string::npos);
   EXPECT_NE(text.find("\n  - {rank: 5, gpu: 5, node: 1, local_gpu: 1, nic: n1/nic1}\n"), std::string::npos);

@@ -40,6 +40,14 @@ class KernelCurve {
   bool fallback_ = false;
 };
 
+// Share of the dense peak a large, aligned GEMM reaches on a GPU model (prefix match), and share
+// of the HBM bandwidth memory-bound kernels reach (docs/calibration.md).
+struct EfficiencyPoint {
+  std::string gpu;
+  double efficiency = 0;
+  std::string source;
+};
+
 class Calibration {
  public:
   static Calibration defaults();
@@ -56,8 +64,18 @@ class Calibration {
   double compute_slowdown_under_comm() const { return comm_slowdown_; }
   const std::vector<CalibrationPoint>& points() const { return points_; }
 
+  // Achieved share of the dense peak of an m x n x k GEMM: the GPU's large-GEMM ceiling times the
+  // size curve of docs/calibration.md (small products leave SMs idle), times the misalignment
+  // factor when n or k is not a multiple of 64. `fallback` is set when no ceiling matches the GPU.
+  double gemm_efficiency(const std::string& gpu, int64_t m, int64_t n, int64_t k, bool* fallback = nullptr) const;
+  // Achieved share of the HBM bandwidth for memory-bound kernels.
+  double hbm_efficiency(const std::string& gpu, bool* fallback = nullptr) const;
+  const std::vector<EfficiencyPoint>& gemm_ceilings() const { return gemm_; }
+  const std::vector<EfficiencyPoint>& hbm_efficiencies() const { return hbm_; }
+
  private:
   std::vector<CalibrationPoint> points_;
+  std::vector<EfficiencyPoint> gemm_, hbm_;
   double fallback_efficiency_ = 0.5;
   double comm_slowdown_ = 1.0;
 };

@@ -28,6 +28,7 @@ struct MemoryEstimate {
   double model_state_GiB = 0;  // weights, gradients, optimizer state (ZeRO-sharded)
   double activations_GiB = 0;  // checkpoints of all layers (WallFacer Eq. 8-10 model)
   double attention_GiB = 0;    // the schedule's buffers at their capacity (replicas, double buffers)
+  double working_GiB = 0;      // step scope: the largest transient (logits, a recomputed layer)
   double total_GiB = 0;
 };
 
@@ -42,12 +43,16 @@ struct CostOptions {
 
 struct CostBreakdown {
   double forward_ms = 0, backward_ms = 0, step_ms = 0;
+  double attention_ms = 0;     // step scope: the attention layer alone (its own schedule) x layers
+  double tokens_per_s = 0;     // step scope: tokens of the step / step time
   double compute_ms = 0;       // busiest rank's compute stream, forward + backward
   double exposed_comm_ms = 0;  // step minus compute on the critical rank
   CommVolume volume;
   MemoryEstimate memory;
   double attention_flops = 0;  // whole layer, all ranks (docs/algorithms.md §1.3)
-  double mfu = 0;              // attention_flops / (step time * ranks * peak)
+  double model_flops = 0;      // step scope: step_model_flops (docs/step.md)
+  double mfu = 0;              // attention_flops (step scope: model_flops) / (step time * ranks * peak)
+  int layers_timed = 0;        // step scope: layers unrolled for timing (docs/cost-model.md)
   Prediction to_prediction() const;
 };
 
@@ -96,6 +101,9 @@ class CostModel {
   // the plan it was prepared with).
   CostBreakdown evaluate_times(const Plan& plan, const PreparedTiming& prepared) const;
   MemoryEstimate memory(const Plan& plan, const Schedule& schedule) const;
+  // The whole step of `plan` (its scope must be Step): times a few unrolled layers and extends them
+  // to the model's depth where the layers are periodic, else times every layer (docs/cost-model.md).
+  CostBreakdown evaluate_step(const Plan& plan) const;
   const Topology& topology() const { return topology_; }
   const Calibration& calibration() const { return calibration_; }
   const CostOptions& options() const { return options_; }
@@ -125,6 +133,10 @@ std::string dtype_issue(const GpuModel& gpu, DType dtype);
 // `ranks` GPUs (data-parallel x sequence-parallel) by ZeRO stage: 0 none, 1 optimizer state,
 // 2 + gradients, 3 + weights.
 double model_state_bytes(const Workload& workload, int ranks);
+// Memory of a whole step (docs/step.md): model state by ZeRO stage, every layer's stored
+// activations by checkpointing mode, one layer's attention buffers (from the attention schedule
+// of the ranks given) and the largest transient.
+MemoryEstimate step_memory(const Plan& plan, const Schedule& attention);
 // Model state and checkpointed activations of a plan on `ranks` GPUs, without the attention
 // buffers (those need the schedule).
 MemoryEstimate base_memory(const Workload& workload, int ranks);

@@ -150,7 +150,9 @@ struct Plan {
   // Files are always written in the current version, and a plan read from any version holds it.
   static constexpr int kFormatVersion = 2;
   int format_version = kFormatVersion;
-  Scope scope = Scope::Step;
+  // What the plan's consumers price and replay. make_plan leaves the attention layer (what the
+  // runtime executes); `wallfacer plan` sets the step unless told --scope attention.
+  Scope scope = Scope::Attention;
   std::string topology_name;
   std::string topology_hash;
   int topology_nodes = 0;

@@ -32,6 +32,10 @@ struct SearchOptions {
   int screen_ties = 8;  // candidates of one strategy tied for its best estimate that are bounded
   // Every all-reduce (over groups of three or more) as this algorithm; empty: chosen per group.
   std::optional<AllReduceAlgorithm> all_reduce;
+  // What the ranking prices. Step: strategies, parameters and GPU orders are searched on the
+  // attention layer as before, then every feasible candidate is priced as a whole step in its
+  // chosen order and the ranking is by whole-step time within the step's memory.
+  Scope scope = Scope::Attention;
 };
 
 struct Candidate {

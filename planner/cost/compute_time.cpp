@@ -1,0 +1,65 @@
+// Compute-op durations (compute_time.hpp).
+#include <wallfacer/cost/compute_time.hpp>
+
+#include <fmt/format.h>
+
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/cost/cost_model.hpp>
+
+namespace wallfacer {
+
+ComputeTimer::ComputeTimer(const GpuModel& gpu, const Calibration& calibration, const Workload& workload)
+    : gpu_name_(gpu.name),
+      calibration_(calibration),
+      peak_tflops_(kernel_peak_tflops(gpu, workload.dtype)),
+      hbm_bytes_per_s(gpu.hbm_GBps * 1e9),
+      pointwise_bytes_per_s_(gpu.hbm_GBps * 1e9 * calibration.hbm_efficiency(gpu.name)),
+      forward_(calibration.curve(gpu.name, KernelOp::AttnFwd, workload.dtype, workload.head_dim, peak_tflops_)),
+      backward_(calibration.curve(gpu.name, KernelOp::AttnBwd, workload.dtype, workload.head_dim, peak_tflops_)) {}
+
+double ComputeTimer::attention_seconds(const Op& op, const TokenSetPool& tokens) {
+  if (op.flops <= 0) return 0;
+  const int64_t q = token_count(tokens.get(op.tok[0])), k = token_count(tokens.get(op.tok[1]));
+  LastShape& last = last_attention_;
+  if (op.kind != last.kind || q != last.a || k != last.b) {
+    const double tflops = (op.kind == OpKind::AttnFwd ? forward_ : backward_).tflops(q, k);
+    if (!(tflops > 0)) throw InputError(fmt::format("calibration gives {} TFLOP/s for a {}x{} block", tflops, q, k));
+    last = {op.kind, q, k, -1, 1.0 / (tflops * 1e12)};
+  }
+  return op.flops * last.per_unit;
+}
+
+double ComputeTimer::gemm_seconds(const Op& op) {
+  LastShape& last = last_gemm_;
+  if (op.gemm[0] != last.a || op.gemm[1] != last.b || op.gemm[2] != last.c) {
+    bool fallback = false;
+    const double efficiency = calibration_.gemm_efficiency(gpu_name_, op.gemm[0], op.gemm[1], op.gemm[2], &fallback);
+    gemm_fallback_ = gemm_fallback_ || fallback;
+    const double tflops = efficiency * peak_tflops_;
+    if (!(tflops > 0))
+      throw InputError(fmt::format("calibration gives {} TFLOP/s for a GEMM on {}", tflops, gpu_name_));
+    last = {OpKind::Gemm, op.gemm[0], op.gemm[1], op.gemm[2], 1.0 / (tflops * 1e12)};
+  }
+  return op.flops * last.per_unit;
+}
+
+double ComputeTimer::seconds(const Op& op, const TokenSetPool& tokens) {
+  switch (op.kind) {
+    case OpKind::AttnFwd:
+    case OpKind::AttnBwd:
+      return attention_seconds(op, tokens);
+    case OpKind::Gemm:
+      return gemm_seconds(op);
+    case OpKind::Pointwise:
+      return pointwise_bytes_per_s_ > 0 ? double(op.bytes) / pointwise_bytes_per_s_ : 0;
+    case OpKind::BwdPrep:
+    case OpKind::Copy:
+      // BwdPrep reads its rows once (op.bytes), Copy reads and writes them.
+      if (hbm_bytes_per_s <= 0) return 0;
+      return (op.kind == OpKind::Copy ? 2.0 : 1.0) * double(op.bytes) / hbm_bytes_per_s;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace wallfacer

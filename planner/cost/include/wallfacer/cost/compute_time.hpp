@@ -1,0 +1,43 @@
+// How long one compute op runs on a GPU, shared by the cost model and the simulator so that both
+// price the same op the same way: attention blocks from the calibrated kernel curves, GEMMs from
+// the GPU's large-GEMM ceiling and the size curve, memory-bound ops from the achieved HBM
+// bandwidth (docs/calibration.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <wallfacer/cost/calibration.hpp>
+#include <wallfacer/plan/workload.hpp>
+#include <wallfacer/schedule/schedule.hpp>
+#include <wallfacer/topology/topology.hpp>
+
+namespace wallfacer {
+
+class ComputeTimer {
+ public:
+  ComputeTimer(const GpuModel& gpu, const Calibration& calibration, const Workload& workload);
+  // Seconds of a compute-stream op (AttnFwd, AttnBwd, BwdPrep, Copy, Gemm, Pointwise); 0 for
+  // the other kinds. Throws InputError when the calibration gives no positive throughput.
+  double seconds(const Op& op, const TokenSetPool& tokens);
+  double peak_tflops() const { return peak_tflops_; }
+  // Whether some priced op fell back to an assumed efficiency (no calibration for this GPU).
+  bool used_gemm_fallback() const { return gemm_fallback_; }
+
+ private:
+  double attention_seconds(const Op& op, const TokenSetPool& tokens);
+  double gemm_seconds(const Op& op);
+
+  std::string gpu_name_;
+  const Calibration& calibration_;
+  double peak_tflops_ = 0, hbm_bytes_per_s = 0, pointwise_bytes_per_s_ = 0;
+  KernelCurve forward_, backward_;
+  bool gemm_fallback_ = false;
+  struct LastShape {  // programs repeat shapes: remember the last one asked for
+    OpKind kind = OpKind::Copy;
+    int64_t a = -1, b = -1, c = -1;
+    double per_unit = 0;
+  } last_attention_, last_gemm_;
+};
+
+}  // namespace wallfacer
