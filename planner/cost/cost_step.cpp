@@ -1,10 +1,8 @@
 // The whole-step cost (cost_model.hpp, docs/cost-model.md "The whole step"): the timed ranks'
-// step templates are unrolled to a few layers and timed like any schedule; where each added layer
-// adds the same time, the step is extended to the model's depth, otherwise every layer is timed.
+// step templates are unrolled to every layer and timed like any schedule.
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <set>
 
 #include <wallfacer/core/errors.hpp>
@@ -14,15 +12,6 @@
 #include <wallfacer/schedule/strategy.hpp>
 
 namespace wallfacer {
-namespace {
-
-// Layers unrolled to test periodicity: the step of n+1 layers minus the step of n, for the last
-// two n, must agree to this relative tolerance for the extension to be used.
-constexpr int kProbeLayers = 4;
-constexpr double kPeriodTolerance = 1e-9;
-
-}  // namespace
-
 CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   WF_ASSERT(plan.scope == Scope::Step, "evaluate_step needs a plan of step scope");
   const Workload& w = plan.workload;
@@ -47,39 +36,12 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
     return c;
   };
 
-  CostBreakdown cost;
+  // Every layer is timed: a few timed layers extended linearly were tried, and the per-layer
+  // increment of the list schedule keeps changing for many layers where the backward's gradient
+  // buckets queue up behind the strategy's collectives (docs/cost-model.md).
   const int L = w.layers;
-  if (L <= kProbeLayers) {
-    cost = time_layers(L);
-    cost.layers_timed = L;
-  } else {
-    const CostBreakdown a = time_layers(kProbeLayers - 2), b = time_layers(kProbeLayers - 1),
-                        c = time_layers(kProbeLayers);
-    const double d1 = b.step_ms - a.step_ms, d2 = c.step_ms - b.step_ms;
-    const double df = c.forward_ms - b.forward_ms;
-    if (std::abs(d1 - d2) <= kPeriodTolerance * c.step_ms &&
-        std::abs((b.forward_ms - a.forward_ms) - df) <= kPeriodTolerance * c.step_ms) {
-      const int more = L - kProbeLayers;
-      cost = c;
-      cost.step_ms = c.step_ms + more * d2;
-      cost.forward_ms = c.forward_ms + more * df;
-      cost.compute_ms = c.compute_ms + more * (c.compute_ms - b.compute_ms);
-      auto extend = [&](int64_t CommVolume::*field) {
-        cost.volume.*field = c.volume.*field + more * (c.volume.*field - b.volume.*field);
-      };
-      for (auto field :
-           {&CommVolume::p2p_forward, &CommVolume::p2p_backward, &CommVolume::collective_forward,
-            &CommVolume::collective_backward, &CommVolume::messages_forward, &CommVolume::messages_backward})
-        extend(field);
-      cost.exposed_comm_ms = std::max(0.0, c.exposed_comm_ms + more * (d2 - (c.compute_ms - b.compute_ms)));
-      cost.layers_timed = kProbeLayers;
-    } else {
-      WF_LOG_DEBUG("cost", "{}: layers not periodic ({} vs {} ms per layer), timing all {}", to_string(plan.strategy),
-                   d1, d2, L);
-      cost = time_layers(L);
-      cost.layers_timed = L;
-    }
-  }
+  CostBreakdown cost = time_layers(L);
+  cost.layers_timed = L;
   cost.backward_ms = cost.step_ms - cost.forward_ms;
   cost.memory = step_memory(plan, attention);
   // The attention alone: its own schedule's step, once per layer.

@@ -362,7 +362,6 @@ class StepTemplateBuilder {
     const int32_t mlp_wgrad = writer_.gemm(StepOp::MlpUp, GemmPart::WeightGrad, s.H, s.F, s.m);
     writer_.pointwise(StepOp::Norm, 3 * s.m * s.H * s.e);
     writer_.pointwise(StepOp::Residual, 3 * s.m * s.H * s.e);
-    sync_gradients(s.mlp_matrices() * s.H * s.F + s.H, {mlp_wgrad});
     Producers p;
     p.dO = writer_.gemm(StepOp::OutProj, GemmPart::DataGrad, s.m, s.H, s.H);
     writer_.gemm(StepOp::OutProj, GemmPart::WeightGrad, s.H, s.H, s.m);
@@ -378,6 +377,9 @@ class StepTemplateBuilder {
     const int32_t attn_wgrad = writer_.gemm(StepOp::VProj, GemmPart::WeightGrad, s.H, s.Hkv, s.m);
     writer_.pointwise(StepOp::Norm, 3 * s.m * s.H * s.e);
     writer_.pointwise(StepOp::Residual, 3 * s.m * s.H * s.e);
+    // Gradient buckets share the collective stream with the strategy's collectives, so they are
+    // queued behind the layer's attention backward, not ahead of it (docs/step.md).
+    sync_gradients(s.mlp_matrices() * s.H * s.F + s.H, {mlp_wgrad});
     sync_gradients(w_.attention_parameters_per_layer() + s.H, {attn_wgrad});
   }
 

@@ -52,7 +52,7 @@ struct CostBreakdown {
   double attention_flops = 0;  // whole layer, all ranks (docs/algorithms.md §1.3)
   double model_flops = 0;      // step scope: step_model_flops (docs/step.md)
   double mfu = 0;              // attention_flops (step scope: model_flops) / (step time * ranks * peak)
-  int layers_timed = 0;        // step scope: layers unrolled for timing (docs/cost-model.md)
+  int layers_timed = 0;        // step scope: layers unrolled for timing (all of them)
   Prediction to_prediction() const;
 };
 
@@ -101,8 +101,8 @@ class CostModel {
   // the plan it was prepared with).
   CostBreakdown evaluate_times(const Plan& plan, const PreparedTiming& prepared) const;
   MemoryEstimate memory(const Plan& plan, const Schedule& schedule) const;
-  // The whole step of `plan` (its scope must be Step): times a few unrolled layers and extends them
-  // to the model's depth where the layers are periodic, else times every layer (docs/cost-model.md).
+  // The whole step of `plan` (its scope must be Step): the timed ranks' step templates unrolled to
+  // every layer and timed (docs/cost-model.md).
   CostBreakdown evaluate_step(const Plan& plan) const;
   const Topology& topology() const { return topology_; }
   const Calibration& calibration() const { return calibration_; }
