@@ -1,5 +1,6 @@
-// Schedule checker: structure, block coverage, buffer contents and hazards, point-to-point
-// matching, collective agreement, deadlock freedom and output coverage (docs/checker.md).
+// Schedule checker: structure, buffer contents and hazards, point-to-point matching, collective
+// agreement and deadlock freedom (docs/checker.md). Layers, block and binding coverage and the
+// whole-step ops are in checker_step.cpp.
 #include <wallfacer/check/checker.hpp>
 
 #include <fmt/format.h>
@@ -7,137 +8,32 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <set>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
-#include "checker_detail.hpp"
+#include "checker_impl.hpp"
 
-namespace wallfacer {
-namespace {
-
-using namespace detail::check;
-
-constexpr size_t kMaxErrors = 20;
-using Clock = std::array<int32_t, kNumStreams>;
-
-bool has(FieldMask mask, Field f) {
-  return (mask & field_bit(f)) != 0;
-}
-
-int32_t head_overlap(HeadRange a, HeadRange b) {
-  return std::max(0, std::min(a.end, b.end) - std::max(a.begin, b.begin));
-}
-bool within(HeadRange inner, HeadRange outer) {
-  return inner.begin >= outer.begin && inner.end <= outer.end;
-}
-
-// One buffer access of an op: what it reads or writes and where its row layout comes from.
-enum class Mode { Read, Write, Accumulate };
-struct Access {
-  int32_t buf = -1;
-  FieldMask fields = 0;
-  int32_t tokens = -1;  // pool id; -1: no token axis (WeightGrad)
-  Mode mode = Mode::Read;
-  int32_t layout_buf = -1;  // Accumulate: an accumulator never overwritten mirrors this buffer's rows
-  HeadRange heads;          // heads the op touches; empty: the whole buffer
-};
-
-// At most four accesses per op, kept off the heap: one list per op of a million-op schedule.
-class Accesses {
- public:
-  Accesses(std::initializer_list<Access> list) : size_(list.size()) {
-    std::copy(list.begin(), list.end(), items_.begin());
-  }
-  const Access* begin() const { return items_.data(); }
-  const Access* end() const { return items_.data() + size_; }
-
- private:
-  std::array<Access, 4> items_{};
-  size_t size_ = 0;
-};
-
-// The rows one buffer holds (docs/schedule.md): one token list for all its fields, which fields
-// hold data, and, for an accumulator never overwritten, the partner buffer whose rows it mirrors.
-struct BufferRows {
-  int32_t list = -1;  // pool id; -1: none of its own
-  FieldMask valid = 0;
-  int32_t mirror = -1;
-};
-
-struct FieldState {  // last write and last read per stream of one (buffer, field), for hazards
-  int32_t write_op = -1, write_pos = 0;
-  Stream write_stream = Stream::Compute;
-  std::array<int32_t, kNumStreams> read_op{-1, -1, -1, -1}, read_pos{0, 0, 0, 0};
-};
-
-// One coverage rectangle: an op's batch x heads x query range x key range.
-struct Rect {
-  int32_t rank, op;
-  HeadRange heads;
-  TokenRange q, k;
-};
-
-class Checker {
- public:
-  Checker(const Plan& plan, const Schedule& schedule) : plan_(plan), sched_(schedule), dims_(schedule.dims) {}
-  CheckReport run();
-
- private:
-  template <typename... Args>
-  void error(fmt::format_string<Args...> f, Args&&... args) {
-    if (report_.errors.size() < kMaxErrors) report_.errors.push_back(fmt::format(f, std::forward<Args>(args)...));
-    ++error_count_;
-  }
-  std::string where(int rank, int32_t i) const;
-  const TokenSet& norm(int32_t id) const { return norm_[size_t(id)]; }
-  int64_t count(int32_t id) const { return counts_[size_t(id)]; }
-  int member_index(int rank, int32_t group) const;
-
-  bool check_structure();
-  bool check_op_structure(const RankProgram& prog, int32_t i);
-  std::string collective_structure_problem(const RankProgram& prog, const Op& op) const;
-  void check_token_pool();
-  void check_compute_op(const RankProgram& prog, int32_t i);
-  void check_coverage();
-  void check_coverage_slice(int b0, int b1, Phase phase);
-  void report_cell(Phase phase, int b0, int b1, const std::vector<Rect>& rects, HeadRange h, TokenRange q, TokenRange k,
-                   int32_t covered, bool detail);
-  Accesses accesses(const RankProgram& prog, int32_t i) const;
-  void check_dataflow(const RankProgram& prog);
-  void check_access(const RankProgram& prog, int32_t i, const Access& a, std::vector<BufferRows>& bufs);
-  void check_hazard(const RankProgram& prog, int32_t i, const Access& a, const Clock& clock, int32_t pos,
-                    std::vector<FieldState>& states);
-  void check_p2p();
-  void check_pair(int send_rank, int32_t send_op, int recv_rank, int32_t recv_op);
-  void check_collectives();
-  void check_collective_semantics(const CollectiveSpec& spec, const std::string& label);
-  void check_deadlock();
-  void check_bindings();
-  void check_binding_cover(Field field, bool outputs);
-
-  const Plan& plan_;
-  const Schedule& sched_;
-  const ScheduleDims& dims_;
-  CheckReport report_;
-  size_t error_count_ = 0;
-  std::vector<TokenSet> norm_;
-  std::vector<int64_t> counts_;
-  std::vector<std::vector<std::pair<int32_t, int32_t>>> memberships_;  // rank -> (group, index)
-  Rendezvous rv_;  // global op ids, send/receive partners, collective instances
-  bool has_backward_ = false;
-};
+namespace wallfacer::detail::check {
 
 std::string Checker::where(int rank, int32_t i) const {
-  const Op& op = sched_.ranks[size_t(rank)].ops[size_t(i)];
+  const RankProgram& prog = sched_.ranks[size_t(rank)];
+  const Op& op = prog.ops[size_t(i)];
   std::string s = fmt::format("rank {} op {} ({}", rank, i, to_string(op.kind));
+  if (op.kind == OpKind::Gemm) {
+    s += fmt::format(" {} {}", to_string(op.label), to_string(op.part));
+  } else if (op.label != StepOp::None) {
+    s += fmt::format(" {}", to_string(op.label));
+  }
   if (op.kind == OpKind::Send) s += fmt::format(" to {} tag {}", op.peer, op.tag);
   if (op.kind == OpKind::Recv) s += fmt::format(" from {} tag {}", op.peer, op.tag);
-  if (is_collective(op.kind) && op.coll >= 0 && size_t(op.coll) < sched_.ranks[size_t(rank)].collectives.size()) {
-    int32_t g = sched_.ranks[size_t(rank)].collectives[size_t(op.coll)].group;
+  if (is_collective(op.kind) && op.coll >= 0 && size_t(op.coll) < prog.collectives.size()) {
+    int32_t g = prog.collectives[size_t(op.coll)].group;
     if (g >= 0 && g < int32_t(plan_.groups.size())) s += " on " + plan_.groups[size_t(g)].name;
   }
   if (op.step >= 0) s += fmt::format(", step {}", op.step);
+  if (op.flags & kOpRecompute) s += ", recomputed";
+  const int layer = layer_of_buffer(rank, op.buf[0]);
+  if (layer >= 0) s += ", layer " + layer_name(layer);
   return s + ")";
 }
 
@@ -155,6 +51,7 @@ CheckReport Checker::run() {
     start = now;
   };
   if (check_structure()) {
+    find_layers();
     lap("structure");
     check_coverage();
     lap("coverage");
@@ -239,7 +136,7 @@ struct OpShape {
   int buffers = 1, tokens = 1;
   Stream stream = Stream::Compute;
 };
-OpShape shape_of(const Op& op) {
+OpShape shape_of(const RankProgram& prog, const Op& op) {
   switch (op.kind) {
     case OpKind::AttnFwd:
       return {3, 2, Stream::Compute};
@@ -253,10 +150,15 @@ OpShape shape_of(const Op& op) {
       return {1, 1, Stream::Send};
     case OpKind::Recv:
       return {1, 1, Stream::Recv};
-    case OpKind::AllReduce:
-      return {1, 0, Stream::Collective};
-    default:
-      return {2, 0, Stream::Collective};
+    case OpKind::Gemm:
+    case OpKind::Pointwise:
+      return {0, 0, Stream::Compute};
+    default: {  // collectives; flat ones (AllReduce included) work in place on buffer [0]
+      const bool known = op.coll >= 0 && size_t(op.coll) < prog.collectives.size();
+      const bool flat =
+          op.kind == OpKind::AllReduce || (known && is_flat_collective(prog.collectives[size_t(op.coll)]));
+      return {flat ? 1 : 2, 0, Stream::Collective};
+    }
   }
 }
 
@@ -266,7 +168,7 @@ bool Checker::check_op_structure(const RankProgram& prog, int32_t i) {
     error("rank {} op {} ({}): {}", prog.rank, i, to_string(op.kind), what);
     return false;
   };
-  const OpShape shape = shape_of(op);
+  const OpShape shape = shape_of(prog, op);
   if (op.stream != shape.stream)
     return bad(fmt::format("runs on the {} stream, expected {}", to_string(op.stream), to_string(shape.stream)));
   for (int b = 0; b < shape.buffers; ++b)
@@ -281,6 +183,12 @@ bool Checker::check_op_structure(const RankProgram& prog, int32_t i) {
   if ((op.kind == OpKind::Send || op.kind == OpKind::Recv) &&
       (op.peer < 0 || op.peer >= plan_.num_ranks() || op.peer == prog.rank))
     return bad(fmt::format("peer {} is not another rank", op.peer));
+  if (is_step_compute(op.kind)) {
+    ++(op.kind == OpKind::Gemm ? report_.gemms : report_.pointwise);
+    const std::string problem = step_compute_problem(op);
+    if (!problem.empty()) error("{}: {}", where(prog.rank, i), problem);  // sizes only: later stages can run
+    return true;
+  }
   if (!is_collective(op.kind)) return true;
   const std::string problem = collective_structure_problem(prog, op);
   return problem.empty() || bad(problem);
@@ -293,12 +201,10 @@ std::string Checker::collective_structure_problem(const RankProgram& prog, const
   if (spec.group < 0 || size_t(spec.group) >= plan_.groups.size()) return fmt::format("unknown group {}", spec.group);
   if (member_index(prog.rank, spec.group) < 0)
     return fmt::format("rank is not a member of group {}", plan_.groups[size_t(spec.group)].name);
-  if (op.kind == OpKind::AllReduce) {
-    const AllReduceAlgorithm planned = plan_.groups[size_t(spec.group)].all_reduce;
-    if (spec.algorithm == planned) return "";
-    return fmt::format("all-reduce runs as a {} but the plan gives group {} a {}", to_string(spec.algorithm),
-                       plan_.groups[size_t(spec.group)].name, to_string(planned));
-  }
+  if (is_flat_collective(spec)) return flat_collective_problem(prog, op);
+  if ((spec.fields & kFlatFields) != 0)
+    return fmt::format("a {} of {} needs a positive element count, not {}", to_string(spec.kind),
+                       fields_to_string(spec.fields), spec.elements);
   const size_t m = plan_.groups[size_t(spec.group)].ranks.size();
   if (spec.in_tokens.size() != m || spec.out_tokens.size() != m || spec.in_heads.size() != m ||
       spec.out_heads.size() != m)
@@ -307,101 +213,6 @@ std::string Checker::collective_structure_problem(const RankProgram& prog, const
     for (int32_t id : {spec.in_tokens[j], spec.out_tokens[j]})
       if (id < 0 || size_t(id) >= sched_.tokens.size()) return fmt::format("token set id {} unknown", id);
   return "";
-}
-
-// ---- (a) block coverage -----------------------------------------------------------------------
-
-void Checker::check_compute_op(const RankProgram& prog, int32_t i) {
-  const Op& op = prog.ops[size_t(i)];
-  const TokenSet& q = sched_.tokens.get(op.tok[0]);
-  const TokenSet& k = sched_.tokens.get(op.tok[1]);
-  if (op.heads.begin < 0 || op.heads.end > dims_.heads || op.heads.size() <= 0)
-    return error("{}: heads [{}, {}) outside [0, {})", where(prog.rank, i), op.heads.begin, op.heads.end, dims_.heads);
-  if (op.mask == Mask::Causal && !dims_.causal)
-    return error("{}: causal mask in a full-attention schedule", where(prog.rank, i));
-  int64_t live = 0, all = 0;
-  for (const TokenRange& qr : q)
-    for (const TokenRange& kr : k) {
-      all += qr.size() * kr.size();
-      live += causal_pairs(qr, kr);
-    }
-  if (op.mask == Mask::None) {
-    if (dims_.causal && live != all)
-      error("{}: computes {} pairs the causal mask excludes (no Mask::Causal)", where(prog.rank, i), all - live);
-    live = all;
-  }
-  if (live == 0) return error("{}: block has no live (query, key) pairs", where(prog.rank, i));
-  double expect = 4.0 * (prog.batch_end - prog.batch_begin) * double(live) * op.heads.size() * dims_.head_dim *
-                  (op.phase == Phase::Backward ? 2.5 : 1.0);
-  if (std::abs(op.flops - expect) > 1e-9 * expect)
-    error("{}: flops {} differ from the block's exact count {}", where(prog.rank, i), op.flops, expect);
-}
-
-void Checker::check_coverage() {
-  std::set<int> bounds{0, dims_.batch};
-  for (const RankProgram& prog : sched_.ranks) {
-    bounds.insert(prog.batch_begin);
-    bounds.insert(prog.batch_end);
-    for (int32_t i = 0; i < int32_t(prog.ops.size()); ++i) {
-      const Op& op = prog.ops[size_t(i)];
-      if (op.kind != OpKind::AttnFwd && op.kind != OpKind::AttnBwd) continue;
-      (op.kind == OpKind::AttnFwd ? report_.forward_blocks : report_.backward_blocks)++;
-      if (op.kind == OpKind::AttnBwd) has_backward_ = true;
-      if ((op.kind == OpKind::AttnFwd) != (op.phase == Phase::Forward))
-        error("{}: phase is {}", where(prog.rank, i), to_string(op.phase));
-      check_compute_op(prog, i);
-    }
-  }
-  std::vector<int> b(bounds.begin(), bounds.end());
-  for (size_t s = 0; s + 1 < b.size(); ++s) {
-    check_coverage_slice(b[s], b[s + 1], Phase::Forward);
-    if (has_backward_) check_coverage_slice(b[s], b[s + 1], Phase::Backward);
-  }
-}
-
-// Counts how often each cell of the grid of distinct head and token boundaries is computed
-// (count_cover): O(rectangles + cells), never per token pair.
-void Checker::check_coverage_slice(int b0, int b1, Phase phase) {
-  std::vector<Rect> rects;
-  const OpKind kind = phase == Phase::Forward ? OpKind::AttnFwd : OpKind::AttnBwd;
-  for (const RankProgram& prog : sched_.ranks) {
-    if (prog.batch_begin > b0 || prog.batch_end < b1) continue;
-    for (int32_t i = 0; i < int32_t(prog.ops.size()); ++i) {
-      const Op& op = prog.ops[size_t(i)];
-      if (op.kind != kind || op.heads.begin < 0 || op.heads.end > dims_.heads || op.heads.size() <= 0) continue;
-      for (const TokenRange& q : sched_.tokens.get(op.tok[0]))
-        for (const TokenRange& k : sched_.tokens.get(op.tok[1]))
-          rects.push_back({prog.rank, i, op.heads, q, k});
-    }
-  }
-  std::vector<Box> boxes;
-  boxes.reserve(rects.size());
-  for (const Rect& r : rects)
-    boxes.push_back({{r.heads.begin, r.q.begin, r.k.begin}, {r.heads.end, r.q.end, r.k.end}});
-  int reported = 0;
-  count_cover(boxes, {dims_.heads, dims_.seq, dims_.seq}, [&](const GridCell& c) {
-    // Dead cells may be counted by causal blocks that skip them; unmasked blocks over dead pairs
-    // are reported per op.
-    bool live = !dims_.causal || c.lo[2] < c.hi[1];
-    if (live && c.count != 1)
-      report_cell(phase, b0, b1, rects, {int32_t(c.lo[0]), int32_t(c.hi[0])}, {c.lo[1], c.hi[1]}, {c.lo[2], c.hi[2]},
-                  c.count, reported++ < 5);
-  });
-}
-
-void Checker::report_cell(Phase phase, int b0, int b1, const std::vector<Rect>& rects, HeadRange h, TokenRange q,
-                          TokenRange k, int32_t covered, bool detail) {
-  std::string by;
-  if (detail && covered > 1) {
-    for (const Rect& r : rects) {
-      if (head_overlap(r.heads, h) > 0 && r.q.begin <= q.begin && r.q.end >= q.end && r.k.begin <= k.begin &&
-          r.k.end >= k.end)
-        by += (by.empty() ? ": by " : ", ") + where(r.rank, r.op);
-    }
-  }
-  const char* what = covered == 0 ? "missing block" : "block computed more than once";
-  error("{} ({}): batch [{}, {}) heads [{}, {}) queries [{}, {}) x keys [{}, {}) computed {} times, needed once{}",
-        what, to_string(phase), b0, b1, h.begin, h.end, q.begin, q.end, k.begin, k.end, covered, by);
 }
 
 // ---- buffer contents and hazards -------------------------------------------------------------
@@ -451,12 +262,15 @@ Accesses Checker::accesses(const RankProgram& prog, int32_t i) const {
       return {reads(op.buf[0], op.fields, op.tok[0])};
     case OpKind::Recv:
       return {writes(op.buf[0], op.fields, op.tok[0])};
-    case OpKind::AllReduce: {
-      FieldMask f = prog.collectives[size_t(op.coll)].fields;
-      return {accumulates(op.buf[0], f ? f : field_bit(Field::WeightGrad), -1, op.buf[0])};
-    }
+    case OpKind::Gemm:
+    case OpKind::Pointwise:
+      return {};  // no attention buffer
     default: {
       const CollectiveSpec& spec = prog.collectives[size_t(op.coll)];
+      // Flat collectives (AllReduce, gradient reduce-scatters, parameter gathers) read and write
+      // their vector in place.
+      if (is_flat_collective(spec))
+        return {accumulates(op.buf[0], spec.fields ? spec.fields : field_bit(Field::WeightGrad), -1, op.buf[0])};
       size_t me = size_t(member_index(prog.rank, spec.group));
       return {reads(op.buf[0], spec.fields, spec.in_tokens[me], spec.in_heads[me]),
               writes(op.buf[1], spec.fields, spec.out_tokens[me], spec.out_heads[me])};
@@ -529,18 +343,23 @@ void Checker::check_hazard(const RankProgram& prog, int32_t i, const Access& a, 
   }
 }
 
-// One pass in program order. Each op's clock holds, per stream, the position of the last op of
-// that stream known to have completed before it starts (deps point backwards, so one pass does).
-void Checker::check_dataflow(const RankProgram& prog) {
-  const size_t nb = prog.buffers.size();
-  std::vector<BufferRows> bufs(nb);
+// Every buffer with a head axis has a head range inside the heads of its fields' class.
+void Checker::check_buffer_decls(const RankProgram& prog) {
   for (const BufferDecl& b : prog.buffers) {
-    if (b.fields == field_bit(Field::WeightGrad)) continue;  // no head or token axis
+    if ((b.fields & ~kFlatFields) == 0) continue;  // flat vectors: no head or token axis
     bool kv =
         (b.fields & (field_bit(Field::K) | field_bit(Field::V) | field_bit(Field::dK) | field_bit(Field::dV))) != 0;
     if (b.heads.begin < 0 || b.heads.end > (kv ? dims_.kv_heads : dims_.heads) || b.heads.size() <= 0)
       error("rank {}: buffer {} has heads [{}, {}) out of range", prog.rank, b.name, b.heads.begin, b.heads.end);
   }
+}
+
+// One pass in program order. Each op's clock holds, per stream, the position of the last op of
+// that stream known to have completed before it starts (deps point backwards, so one pass does).
+void Checker::check_dataflow(const RankProgram& prog) {
+  const size_t nb = prog.buffers.size();
+  check_buffer_decls(prog);
+  std::vector<BufferRows> bufs(nb);
   for (const Binding& in : prog.inputs) {
     if (in.buf < 0 || size_t(in.buf) >= nb || in.tokens >= int32_t(sched_.tokens.size())) {
       error("rank {}: input binding of {} names an unknown buffer or token set", prog.rank, to_string(in.field));
@@ -574,8 +393,13 @@ void Checker::check_dataflow(const RankProgram& prog) {
     done[size_t(i)] = clock;
     last[size_t(s)] = i;
   }
+  check_outputs_held(prog, bufs);
+}
+
+// Outputs name fields that hold data and tokens the buffer holds after the last op.
+void Checker::check_outputs_held(const RankProgram& prog, const std::vector<BufferRows>& bufs) {
   for (const Binding& out : prog.outputs) {
-    if (out.buf < 0 || size_t(out.buf) >= nb || out.tokens >= int32_t(sched_.tokens.size())) {
+    if (out.buf < 0 || size_t(out.buf) >= prog.buffers.size() || out.tokens >= int32_t(sched_.tokens.size())) {
       error("rank {}: output binding of {} names an unknown buffer or token set", prog.rank, to_string(out.field));
       continue;
     }
@@ -589,43 +413,60 @@ void Checker::check_dataflow(const RankProgram& prog) {
 
 // ---- (b) point-to-point matching --------------------------------------------------------------
 
+namespace {
+using P2pKey = std::pair<uint64_t, int32_t>;  // ((peer, tag), op index)
+uint64_t p2p_key(int32_t peer, int32_t tag) {
+  return (uint64_t(uint32_t(peer)) << 32) | uint32_t(tag);
+}
+}  // namespace
+
+// A tag may repeat (every unrolled layer runs the same messages): the k-th send from s to d with
+// tag t in s's program order matches the k-th receive on d from s with tag t (FIFO, as in MPI).
 void Checker::check_p2p() {
-  // Per source rank, its sends sorted by (destination, tag): receives look their send up there,
-  // which keeps the work per rank and cache-friendly.
-  const size_t ranks = sched_.ranks.size();
-  auto key = [](int32_t peer, int32_t tag) { return (uint64_t(uint32_t(peer)) << 32) | uint32_t(tag); };
-  std::vector<std::vector<std::pair<uint64_t, int32_t>>> sends(ranks);
+  // Per source rank, its sends sorted by (destination, tag, program order): receives look their
+  // send up there, which keeps the work per rank and cache-friendly.
+  std::vector<std::vector<P2pKey>> sends(sched_.ranks.size());
   for (const RankProgram& prog : sched_.ranks) {
     auto& list = sends[size_t(prog.rank)];
     for (int32_t i = 0; i < int32_t(prog.ops.size()); ++i)
       if (prog.ops[size_t(i)].kind == OpKind::Send)
-        list.push_back({key(prog.ops[size_t(i)].peer, prog.ops[size_t(i)].tag), i});
+        list.push_back({p2p_key(prog.ops[size_t(i)].peer, prog.ops[size_t(i)].tag), i});
     std::sort(list.begin(), list.end());
-    for (size_t k = 1; k < list.size(); ++k)
-      if (list[k].first == list[k - 1].first)
-        error("{}: a second send with the same (peer, tag)", where(prog.rank, list[k].second));
     report_.sends += int64_t(list.size());
   }
   rv_.partner.assign(size_t(rv_.offset.back()), -1);
   for (const RankProgram& prog : sched_.ranks)
-    for (int32_t i = 0; i < int32_t(prog.ops.size()); ++i) {
-      const Op& op = prog.ops[size_t(i)];
-      if (op.kind != OpKind::Recv) continue;
-      const auto& list = sends[size_t(op.peer)];
-      const uint64_t k = key(prog.rank, op.tag);
-      auto it = std::lower_bound(list.begin(), list.end(), std::pair<uint64_t, int32_t>{k, -1});
-      if (it == list.end() || it->first != k) {
-        error("{}: no matching send", where(prog.rank, i));
-      } else if (rv_.partner[size_t(rv_.offset[size_t(op.peer)] + it->second)] >= 0) {
-        error("{}: a second receive with the same (peer, tag)", where(prog.rank, i));
-      } else {
-        check_pair(op.peer, it->second, prog.rank, i);
-      }
-    }
+    match_receives(prog, sends);
   for (const RankProgram& prog : sched_.ranks)
     for (const auto& [k, i] : sends[size_t(prog.rank)])
       if (rv_.partner[size_t(rv_.offset[size_t(prog.rank)] + i)] < 0)
         error("{}: no matching receive on rank {}", where(prog.rank, i), prog.ops[size_t(i)].peer);
+}
+
+// Pairs the receives of one rank, per (source, tag) in program order, with that source's sends.
+void Checker::match_receives(const RankProgram& prog, const std::vector<std::vector<P2pKey>>& sends) {
+  std::vector<P2pKey> recvs;
+  for (int32_t i = 0; i < int32_t(prog.ops.size()); ++i)
+    if (prog.ops[size_t(i)].kind == OpKind::Recv)
+      recvs.push_back({p2p_key(prog.ops[size_t(i)].peer, prog.ops[size_t(i)].tag), i});
+  std::sort(recvs.begin(), recvs.end());
+  for (size_t first = 0, n = 0; first < recvs.size(); first += n) {
+    n = 1;
+    while (first + n < recvs.size() && recvs[first + n].first == recvs[first].first)
+      ++n;
+    const Op& op = prog.ops[size_t(recvs[first].second)];
+    const auto& list = sends[size_t(op.peer)];
+    const uint64_t k = p2p_key(prog.rank, op.tag);
+    auto it = std::lower_bound(list.begin(), list.end(), P2pKey{k, -1});
+    size_t matched = 0;
+    while (matched < n && it + ptrdiff_t(matched) != list.end() && it[ptrdiff_t(matched)].first == k) {
+      check_pair(op.peer, it[ptrdiff_t(matched)].second, prog.rank, recvs[first + matched].second);
+      ++matched;
+    }
+    for (size_t j = matched; j < n; ++j)
+      error("{}: no matching send (rank {} sends {} messages with tag {} to rank {}, which receives {})",
+            where(prog.rank, recvs[first + j].second), op.peer, matched, op.tag, prog.rank, n);
+  }
 }
 
 // A matched send (rank s, op i) and receive (rank r, op j): same payload on both sides.
@@ -690,20 +531,23 @@ void Checker::check_collectives() {
       for (size_t m = 0; m < group.ranks.size() && k < ops[g][m].size(); ++m) {
         const RankProgram& prog = sched_.ranks[size_t(group.ranks[m])];
         int32_t i = ops[g][m][k];
-        if (!same_spec(prog.collectives[size_t(prog.ops[size_t(i)].coll)], spec))
+        const CollectiveSpec& mine = prog.collectives[size_t(prog.ops[size_t(i)].coll)];
+        if (!same_spec(mine, spec))
           error("group {}: call {} differs between members: {} vs {}", group.name, k, label, where(prog.rank, i));
+        if (is_flat_collective(mine)) check_flat_bytes(prog, i);
         rv_.instance_of[size_t(rv_.offset[size_t(prog.rank)] + i)] = int32_t(rv_.instances.size());
         members.push_back(rv_.offset[size_t(prog.rank)] + i);
       }
       rv_.instances.push_back(std::move(members));
       check_collective_semantics(spec, label);
+      report_.flat_collectives += is_flat_collective(spec) ? 1 : 0;
     }
     report_.collectives += int64_t(calls);
   }
 }
 
 void Checker::check_collective_semantics(const CollectiveSpec& spec, const std::string& label) {
-  if (spec.kind == OpKind::AllReduce) {
+  if (is_flat_collective(spec)) {  // no token lists: a vector of `elements` values
     if (spec.elements <= 0) error("{}: all-reduce of {} elements", label, spec.elements);
     return;
   }
@@ -739,49 +583,15 @@ void Checker::check_deadlock() {
           where(blocked[0].rank, blocked[0].op));
 }
 
-// ---- (f) inputs and outputs ---------------------------------------------------------------------
+}  // namespace wallfacer::detail::check
 
-void Checker::check_bindings() {
-  for (Field f : {Field::Q, Field::K, Field::V})
-    check_binding_cover(f, false);
-  for (Field f : {Field::O, Field::Lse})
-    check_binding_cover(f, true);
-  if (has_backward_) {
-    check_binding_cover(Field::dO, false);
-    for (Field f : {Field::dQ, Field::dK, Field::dV})
-      check_binding_cover(f, true);
-  }
-}
-
-// Bindings of one field over all ranks must cover every (batch, token, head) exactly once.
-void Checker::check_binding_cover(Field field, bool outputs) {
-  const int heads = is_query_class(field) ? dims_.heads : dims_.kv_heads;
-  std::vector<Box> boxes;
-  for (const RankProgram& prog : sched_.ranks)
-    for (const Binding& bind : outputs ? prog.outputs : prog.inputs) {
-      if (bind.field != field || bind.tokens < 0 || bind.tokens >= int32_t(sched_.tokens.size())) continue;
-      if (bind.heads.begin < 0 || bind.heads.end > heads || bind.heads.size() <= 0) {
-        error("rank {}: {} binding of {} has heads [{}, {}) outside [0, {})", prog.rank, outputs ? "output" : "input",
-              to_string(field), bind.heads.begin, bind.heads.end, heads);
-        continue;
-      }
-      for (const TokenRange& t : sched_.tokens.get(bind.tokens))
-        boxes.push_back({{prog.batch_begin, bind.heads.begin, t.begin}, {prog.batch_end, bind.heads.end, t.end}});
-    }
-  count_cover(boxes, {dims_.batch, heads, dims_.seq}, [&](const GridCell& c) {
-    if (c.count != 1)
-      error("{} {}: batch [{}, {}) heads [{}, {}) tokens [{}, {}) bound {} times, needed once",
-            outputs ? "output" : "input", to_string(field), c.lo[0], c.hi[0], c.lo[1], c.hi[1], c.lo[2], c.hi[2],
-            c.count);
-  });
-}
-
-}  // namespace
+namespace wallfacer {
 
 CheckReport check_schedule(const Plan& plan, const Schedule& schedule) {
-  CheckReport report = Checker(plan, schedule).run();
-  WF_LOG_DEBUG("checker", "{} ops, {} sends, {} collectives, {}+{} blocks: {}", report.ops, report.sends,
-               report.collectives, report.forward_blocks, report.backward_blocks, report.ok ? "ok" : "FAILED");
+  CheckReport report = detail::check::Checker(plan, schedule).run();
+  WF_LOG_DEBUG("checker", "{} ops, {} sends, {} collectives, {}+{}+{} blocks, {} layers: {}", report.ops, report.sends,
+               report.collectives, report.forward_blocks, report.backward_blocks, report.recomputed_blocks,
+               report.layers, report.ok ? "ok" : "FAILED");
   return report;
 }
 

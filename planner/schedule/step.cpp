@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/schedule/strategy.hpp>
@@ -244,16 +245,21 @@ class StepTemplateBuilder {
   // Copies attention ops [begin, end) into the template. Dependencies inside the range follow
   // `map` (filled here); dependencies before it follow `earlier` (the forward copy, for the
   // backward). Ops that read an input-bound buffer also wait for the projection producing it.
+  // The first copied op of each stream also waits for `first_waits`.
   std::vector<int32_t> splice(uint32_t begin, uint32_t end, const std::vector<int32_t>* earlier,
-                              const Producers& producers, uint8_t flags, std::optional<Phase> phase) {
+                              const Producers& producers, uint8_t flags, std::optional<Phase> phase,
+                              const std::vector<int32_t>& first_waits = {}) {
     const RankProgram& src = a_.program;
     std::vector<int32_t> map(src.ops.size(), -1);
     if (earlier) map = *earlier;
     std::vector<int32_t> deps;
+    bool stream_started[kNumStreams] = {false, false, false, false};
     for (uint32_t i = begin; i < end; ++i) {
       if (a_.dropped[i]) continue;
       Op op = src.ops[i];
       deps.clear();
+      if (!std::exchange(stream_started[int(op.stream)], true))
+        deps.insert(deps.end(), first_waits.begin(), first_waits.end());
       for (const int32_t* d = src.deps_begin(op); d != src.deps_end(op); ++d) {
         WF_ASSERT(map[size_t(*d)] >= 0,
                   fmt::format("attention op {} waits for op {}, which the step does not hold", i, *d));
@@ -301,8 +307,13 @@ class StepTemplateBuilder {
     p.k = writer_.pointwise(StepOp::Rope, 2 * s.m * s.Hkv * s.e);
     p.v = writer_.gemm(StepOp::VProj, GemmPart::Forward, s.m, s.Hkv, s.H);
     const uint32_t begin = writer_.size();
-    std::vector<int32_t> map = splice(0, a_.split, nullptr, p, flags, phase);
-    writer_.gemm(StepOp::OutProj, GemmPart::Forward, s.m, s.H, s.H, writer_.last_per_stream(begin, writer_.size()));
+    // A recomputation overwrites the buffers of its layer's forward attention: it starts on each
+    // stream once that forward has finished there (receives into its buffers included).
+    std::vector<int32_t> map =
+        splice(0, a_.split, nullptr, p, flags, phase, flags ? forward_attention_last_ : std::vector<int32_t>{});
+    const std::vector<int32_t> last = writer_.last_per_stream(begin, writer_.size());
+    if (!flags) forward_attention_last_ = last;
+    writer_.gemm(StepOp::OutProj, GemmPart::Forward, s.m, s.H, s.H, last);
     writer_.pointwise(StepOp::Residual, 3 * s.m * s.H * s.e);
     writer_.pointwise(StepOp::Norm, 2 * s.m * s.H * s.e);
     if (s.gated) writer_.gemm(StepOp::MlpGate, GemmPart::Forward, s.m, s.F, s.H);
@@ -459,6 +470,7 @@ class StepTemplateBuilder {
   std::vector<int32_t> buffer_map_, coll_map_;
   std::vector<FieldMask> bound_;  // by attention buffer: fields bound as inputs
   std::vector<int32_t> forward_map_, recompute_map_;
+  std::vector<int32_t> forward_attention_last_;  // the layer forward's last attention op of each stream
 };
 
 }  // namespace

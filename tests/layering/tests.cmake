@@ -27,6 +27,7 @@ wallfacer_layering_probe(topology_impl_internal wallfacer::topology_internal "\"
 wallfacer_layering_probe(strategies_hidden wallfacer::planner "\"strategies/common.hpp\"" missing)
 wallfacer_layering_probe(strategies_internal wallfacer::schedule_internal "\"strategies/common.hpp\"" ok)
 wallfacer_layering_probe(checker_detail_hidden wallfacer::check "\"checker_detail.hpp\"" missing)
+wallfacer_layering_probe(checker_impl_hidden wallfacer::check "\"checker_impl.hpp\"" missing)
 wallfacer_layering_probe(executor_impl_hidden wallfacer::runtime "\"executor_impl.hpp\"" missing)
 wallfacer_layering_probe(replay_hidden wallfacer::simulator "\"replay.hpp\"" missing)
 # Stages see the stages before them and not those after.
