@@ -11,6 +11,7 @@
 #include <wallfacer/check/checker.hpp>
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include <wallfacer/search/search.hpp>
 #include <wallfacer/simulator/simulator.hpp>
@@ -222,9 +223,10 @@ void print_table(const Ranked& ranked, const Workload& workload, const Topology&
   if (int(rejected) > top) fmt::print("    ... {} more rejected\n", rejected - size_t(top));
 }
 
-// Builds the full schedule of the chosen plan and proves it correct; false when it is not.
+// Builds the full schedule of the chosen plan (its scope: every layer of the step, or the attention
+// layer) and proves it correct; false when it is not.
 bool check_plan(const Plan& plan, bool quiet) {
-  const Schedule schedule = build_schedule(plan);
+  const Schedule schedule = build_scope_schedule(plan);
   const CheckReport report = check_schedule(plan, schedule);
   if (!report.ok) {
     fmt::print(stderr, "check: the schedule of the best plan is broken:\n");
@@ -233,8 +235,9 @@ bool check_plan(const Plan& plan, bool quiet) {
     return false;
   }
   if (!quiet)
-    fmt::print("check: ok, {} ops ({} sends, {} collectives, {} forward and {} backward blocks) on {} ranks\n",
+    fmt::print("check: ok, {} ops ({} sends, {} collectives, {} forward and {} backward blocks{}) on {} ranks\n",
                report.ops, report.sends, report.collectives, report.forward_blocks, report.backward_blocks,
+               plan.scope == Scope::Step ? fmt::format(", {} GEMMs, {} layers", report.gemms, report.layers) : "",
                plan.num_ranks());
   return true;
 }
