@@ -30,7 +30,7 @@ inline bool within(HeadRange inner, HeadRange outer) {
   return inner.begin >= outer.begin && inner.end <= outer.end;
 }
 // Fields without a token or head axis: the flat gradient and parameter vectors of a whole step.
-inline constexpr FieldMask kFlatFields = field_mask({Field::WeightGrad, Field::Weight});
+inline constexpr FieldMask kFlatFields = field_mask({Field::WeightGrad, Field::Weight, Field::Activation});
 
 // One buffer access of an op: what it reads or writes and where its row layout comes from.
 enum class Mode { Read, Write, Accumulate };

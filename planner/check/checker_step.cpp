@@ -120,8 +120,9 @@ std::string Checker::flat_collective_problem(const RankProgram& prog, const Op& 
                        group.name, to_string(group.all_reduce));
   }
   if (spec.kind == OpKind::AllToAll) return "an all-to-all cannot move flat vectors (WeightGrad, Weight)";
-  if (spec.fields != field_bit(Field::WeightGrad) && spec.fields != field_bit(Field::Weight))
-    return fmt::format("a flat {} moves one of WeightGrad and Weight, not {}", to_string(spec.kind),
+  if (spec.fields != field_bit(Field::WeightGrad) && spec.fields != field_bit(Field::Weight) &&
+      spec.fields != field_bit(Field::Activation))
+    return fmt::format("a flat {} moves one of WeightGrad, Weight and Activation, not {}", to_string(spec.kind),
                        fields_to_string(spec.fields));
   if (!spec.in_tokens.empty() || !spec.out_tokens.empty() || !spec.in_heads.empty() || !spec.out_heads.empty())
     return fmt::format("a flat {} of {} lists tokens or heads", to_string(spec.kind), fields_to_string(spec.fields));
@@ -138,7 +139,7 @@ void Checker::check_flat_bytes(const RankProgram& prog, int32_t i) {
   if (p > 1 && spec.kind == OpKind::AllReduce) {
     expect = 2 * (p - 1) * spec.elements * 4 / p;
   } else if (p > 1) {
-    expect = (p - 1) * spec.elements * (has(spec.fields, Field::Weight) ? dims_.elem_bytes : 4) / p;
+    expect = (p - 1) * spec.elements * (has(spec.fields, Field::WeightGrad) ? 4 : dims_.elem_bytes) / p;
   }
   if (op.bytes != expect)
     error("{}: sends {} bytes, but {} elements of {} over {} members are {} bytes", where(prog.rank, i), op.bytes,

@@ -31,15 +31,16 @@ constexpr NameTable<Placement, 5> kPlacementNames{{{Placement::Default, "default
                                                    {Placement::CollectIntra, "collect-intra"},
                                                    {Placement::P2PIntra, "p2p-intra"}}};
 
-constexpr NameTable<GroupKind, 9> kGroupKindNames{{{GroupKind::Ring, "ring"},
-                                                   {GroupKind::SubRing, "sub-ring"},
-                                                   {GroupKind::Team, "team"},
-                                                   {GroupKind::AllToAll, "all-to-all"},
-                                                   {GroupKind::Window, "window"},
-                                                   {GroupKind::InterWindow, "inter-window"},
-                                                   {GroupKind::Sequence, "sequence"},
-                                                   {GroupKind::Data, "data"},
-                                                   {GroupKind::World, "world"}}};
+constexpr NameTable<GroupKind, 10> kGroupKindNames{{{GroupKind::Ring, "ring"},
+                                                    {GroupKind::SubRing, "sub-ring"},
+                                                    {GroupKind::Team, "team"},
+                                                    {GroupKind::AllToAll, "all-to-all"},
+                                                    {GroupKind::Window, "window"},
+                                                    {GroupKind::InterWindow, "inter-window"},
+                                                    {GroupKind::Sequence, "sequence"},
+                                                    {GroupKind::Data, "data"},
+                                                    {GroupKind::World, "world"},
+                                                    {GroupKind::Tensor, "tensor"}}};
 
 constexpr NameTable<AllReduceAlgorithm, 2> kAllReduceNames{
     {{AllReduceAlgorithm::Ring, "ring"}, {AllReduceAlgorithm::Tree, "tree"}}};

@@ -138,11 +138,14 @@ Placement read_placement(const std::string& source, const YAML::Node& node, Stra
 
 StrategyParams read_params(const std::string& source, const YAML::Node& root, StrategyKind strategy) {
   const YAML::Node node = section(source, root, "params");
-  yaml::check_keys(source, node,
-                   {"sequence_parallel", "data_parallel", "team", "ulysses", "ring", "window", "placement"}, "params");
+  yaml::check_keys(
+      source, node,
+      {"sequence_parallel", "data_parallel", "tensor_parallel", "team", "ulysses", "ring", "window", "placement"},
+      "params");
   StrategyParams p;
   p.sequence_parallel = get_int_at_least(source, node, "sequence_parallel", 1);
   p.data_parallel = get_int_at_least(source, node, "data_parallel", 1);
+  if (node["tensor_parallel"].IsDefined()) p.tensor_parallel = get_int_at_least(source, node, "tensor_parallel", 1);
   const Placement placement = read_placement(source, node, strategy);
   const ContextPlacement context =
       placement == Placement::ContextFirst ? ContextPlacement::ContextFirst : ContextPlacement::HeadFirst;
@@ -294,11 +297,15 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source) {
   plan.strategy = parse_at(source, section(source, root, "strategy"), "strategy", parse_strategy);
   plan.params = read_params(source, root, plan.strategy);
   plan.ranks = read_ranks(source, root, plan.topology_nodes);
-  const int64_t p = int64_t(plan.params.sequence_parallel) * plan.params.data_parallel;
-  if (p != plan.num_ranks())
+  const int64_t p = int64_t(plan.params.sequence_parallel) * plan.params.data_parallel * plan.params.tensor_parallel;
+  if (p != plan.num_ranks()) {
     yaml::fail(source, root["params"],
-               fmt::format("sequence_parallel * data_parallel = {} * {} = {}, but the plan lists {} ranks",
-                           plan.params.sequence_parallel, plan.params.data_parallel, p, plan.num_ranks()));
+               fmt::format("sequence_parallel * data_parallel{} = {} * {}{} = {}, but the plan lists {} ranks",
+                           plan.params.tensor_parallel > 1 ? " * tensor_parallel" : "", plan.params.sequence_parallel,
+                           plan.params.data_parallel,
+                           plan.params.tensor_parallel > 1 ? fmt::format(" * {}", plan.params.tensor_parallel) : "", p,
+                           plan.num_ranks()));
+  }
   plan.groups = read_groups(source, root, plan.num_ranks());
   if (root["prediction"].IsDefined()) plan.prediction = read_prediction(source, root["prediction"]);
   return plan;

@@ -69,6 +69,7 @@ void write_workload(const Workload& w, std::ostream& out) {
 void write_params(const StrategyParams& p, std::ostream& out) {
   out << "params:\n";
   out << fmt::format("  sequence_parallel: {}\n  data_parallel: {}\n", p.sequence_parallel, p.data_parallel);
+  if (p.tensor_parallel > 1) out << fmt::format("  tensor_parallel: {}\n", p.tensor_parallel);
   if (const auto* k = std::get_if<UspKnobs>(&p.knobs))
     out << fmt::format("  ulysses: {}\n  ring: {}\n", k->ulysses, k->ring);
   if (const auto* k = std::get_if<DoubleRingKnobs>(&p.knobs))

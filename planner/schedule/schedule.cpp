@@ -34,6 +34,8 @@ const char* to_string(Field f) {
       return "WeightGrad";
     case Field::Weight:
       return "Weight";
+    case Field::Activation:
+      return "Activation";
   }
   return "?";
 }
@@ -186,7 +188,7 @@ bool is_step_compute(OpKind k) {
 }
 
 bool is_flat_collective(const CollectiveSpec& spec) {
-  const FieldMask flat = field_mask({Field::WeightGrad, Field::Weight});
+  const FieldMask flat = field_mask({Field::WeightGrad, Field::Weight, Field::Activation});
   return spec.kind == OpKind::AllReduce || ((spec.fields & flat) != 0 && spec.elements > 0);
 }
 
@@ -216,7 +218,8 @@ int64_t payload_bytes(const ScheduleDims& dims, FieldMask fields, int64_t tokens
   for (int i = 0; i < kNumFields; ++i) {
     if (!(fields & (1u << i))) continue;
     const auto f = static_cast<Field>(i);
-    if (f == Field::WeightGrad || f == Field::Weight) continue;  // not per token: flat collectives count elements
+    if (f == Field::WeightGrad || f == Field::Weight || f == Field::Activation)
+      continue;  // not per token: flat collectives count elements
     const int64_t width = is_per_row_scalar(f) ? 1 : dims.head_dim;
     const int64_t elem = (fp32 || is_per_row_scalar(f)) ? 4 : dims.elem_bytes;
     per_token_head += width * elem;

@@ -160,14 +160,22 @@ class TemplateWriter {
   int32_t flat_buffers_[2] = {-1, -1};
 };
 
-// Sizes of the layer's matrices and of the rows one rank works on (docs/step.md).
+// Sizes of the layer's matrices and of the rows one rank works on (docs/step.md). With tensor
+// parallelism T, a rank holds 1/T of every matrix (h, hkv, f, v) and the sequence-parallel part of
+// the layer (norms, residuals, embedding) works on m / T rows.
 struct Shape {
-  int64_t m = 0;           // rows: the rank's tokens x sequences
-  int64_t H = 0, Hkv = 0;  // query and key/value widths
+  int64_t m = 0;           // rows of the products: the rank's tokens x sequences
+  int64_t H = 0, Hkv = 0;  // query and key/value widths of the model
   int64_t F = 0, V = 0;    // MLP inner size, vocabulary
   int64_t e = 2;           // bytes per element of the dtype
   bool gated = true;
+  int64_t T = 1;  // tensor parallel degree
   int64_t mlp_matrices() const { return gated ? 3 : 2; }
+  int64_t h() const { return H / T; }
+  int64_t hkv() const { return Hkv / T; }
+  int64_t f() const { return F / T; }
+  int64_t v() const { return V / T; }
+  int64_t rows() const { return m / T; }  // sequence-parallel rows
 };
 
 // The layer forward's producers that the spliced attention waits for.
@@ -184,8 +192,10 @@ class StepTemplateBuilder {
         a_(std::move(attention)),
         out_(),
         writer_(plan, out_.program, pool, detail::dims_of(plan.workload)) {
-    shape_ = {a_.tokens, w_.q_width(), w_.kv_width(), w_.ffn, w_.vocab, bytes_of(w_.dtype), w_.gated_ffn};
-    world_ = plan.num_ranks();
+    const int T = plan.params.tensor_parallel;
+    shape_ = {a_.tokens, w_.q_width(), w_.kv_width(), w_.ffn, w_.vocab, bytes_of(w_.dtype), w_.gated_ffn, T};
+    world_ = plan.num_ranks() / T;
+    if (T > 1) tensor_group_ = plan.find_group(fmt::format("tp{}", a_.program.rank / T));
   }
 
   StepTemplate build() {
@@ -290,22 +300,38 @@ class StepTemplateBuilder {
   void prologue() {
     writer_.set_phase(Phase::Forward);
     // Embedding lookup: read the rows of the table, write the activations.
-    writer_.pointwise(StepOp::Embedding, 2 * shape_.m * shape_.H * shape_.e);
+    writer_.pointwise(StepOp::Embedding, 2 * shape_.rows() * shape_.H * shape_.e);
   }
+
+  // Tensor parallel: gathers the m / T sequence-parallel rows of width H from the tensor group,
+  // or reduce-scatters a row-parallel product back to them. Nothing without tensor parallelism.
+  std::vector<int32_t> tensor_gather(std::vector<int32_t> after = {}) {
+    if (tensor_group_ < 0) return after;
+    return {writer_.flat(OpKind::AllGather, tensor_group_, Field::Activation, shape_.m * shape_.H, StepOp::TensorGather,
+                         after)};
+  }
+  int32_t tensor_scatter() {
+    if (tensor_group_ < 0) return -1;
+    const int32_t product = int32_t(writer_.size()) - 1;
+    return writer_.flat(OpKind::ReduceScatter, tensor_group_, Field::Activation, shape_.m * shape_.H,
+                        StepOp::TensorScatter, {product});
+  }
+  // The first op of the sequence-parallel part after a product: waits for its reduce-scatter.
+  std::vector<int32_t> after(int32_t op) const { return op >= 0 ? std::vector<int32_t>{op} : std::vector<int32_t>{}; }
 
   // One layer's forward (or its recomputation inside the backward); returns the attention map.
   std::vector<int32_t> layer_forward(uint8_t flags = 0, std::optional<Phase> phase = std::nullopt, bool whole = true) {
     const Shape& s = shape_;
     writer_.set_flags(flags);
     const int32_t gathered = w_.zero_stage == 3 && !flags ? gather_parameters(layer_parameters(), {}) : -1;
-    const std::vector<int32_t> after = gathered >= 0 ? std::vector<int32_t>{gathered} : std::vector<int32_t>{};
-    writer_.pointwise(StepOp::Norm, 2 * s.m * s.H * s.e, after);
+    writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e, after(gathered));
+    std::vector<int32_t> input = tensor_gather(after(gathered));
     Producers p;
-    writer_.gemm(StepOp::QProj, GemmPart::Forward, s.m, s.H, s.H, after);
-    p.q = writer_.pointwise(StepOp::Rope, 2 * s.m * s.H * s.e);
-    writer_.gemm(StepOp::KProj, GemmPart::Forward, s.m, s.Hkv, s.H);
-    p.k = writer_.pointwise(StepOp::Rope, 2 * s.m * s.Hkv * s.e);
-    p.v = writer_.gemm(StepOp::VProj, GemmPart::Forward, s.m, s.Hkv, s.H);
+    writer_.gemm(StepOp::QProj, GemmPart::Forward, s.m, s.h(), s.H, input);
+    p.q = writer_.pointwise(StepOp::Rope, 2 * s.m * s.h() * s.e);
+    writer_.gemm(StepOp::KProj, GemmPart::Forward, s.m, s.hkv(), s.H, input);
+    p.k = writer_.pointwise(StepOp::Rope, 2 * s.m * s.hkv() * s.e);
+    p.v = writer_.gemm(StepOp::VProj, GemmPart::Forward, s.m, s.hkv(), s.H, input);
     const uint32_t begin = writer_.size();
     // A recomputation overwrites the buffers of its layer's forward attention: it starts on each
     // stream once that forward has finished there (receives into its buffers included).
@@ -313,15 +339,16 @@ class StepTemplateBuilder {
         splice(0, a_.split, nullptr, p, flags, phase, flags ? forward_attention_last_ : std::vector<int32_t>{});
     const std::vector<int32_t> last = writer_.last_per_stream(begin, writer_.size());
     if (!flags) forward_attention_last_ = last;
-    writer_.gemm(StepOp::OutProj, GemmPart::Forward, s.m, s.H, s.H, last);
-    writer_.pointwise(StepOp::Residual, 3 * s.m * s.H * s.e);
-    writer_.pointwise(StepOp::Norm, 2 * s.m * s.H * s.e);
-    if (s.gated) writer_.gemm(StepOp::MlpGate, GemmPart::Forward, s.m, s.F, s.H);
-    writer_.gemm(StepOp::MlpUp, GemmPart::Forward, s.m, s.F, s.H);
-    writer_.pointwise(StepOp::Activation, (s.gated ? 3 : 2) * s.m * s.F * s.e);
+    writer_.gemm(StepOp::OutProj, GemmPart::Forward, s.m, s.H, s.h(), last);
+    writer_.pointwise(StepOp::Residual, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
+    writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e);
+    input = tensor_gather();
+    if (s.gated) writer_.gemm(StepOp::MlpGate, GemmPart::Forward, s.m, s.f(), s.H, input);
+    writer_.gemm(StepOp::MlpUp, GemmPart::Forward, s.m, s.f(), s.H, input);
+    writer_.pointwise(StepOp::Activation, (s.gated ? 3 : 2) * s.m * s.f() * s.e);
     if (whole) {
-      writer_.gemm(StepOp::MlpDown, GemmPart::Forward, s.m, s.H, s.F);
-      writer_.pointwise(StepOp::Residual, 3 * s.m * s.H * s.e);
+      writer_.gemm(StepOp::MlpDown, GemmPart::Forward, s.m, s.H, s.f());
+      writer_.pointwise(StepOp::Residual, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
     }
     writer_.set_flags(0);
     return map;
@@ -330,15 +357,16 @@ class StepTemplateBuilder {
   void head() {
     const Shape& s = shape_;
     writer_.set_phase(Phase::Forward);
-    writer_.pointwise(StepOp::Norm, 2 * s.m * s.H * s.e);
-    writer_.gemm(StepOp::LmHead, GemmPart::Forward, s.m, s.V, s.H);
-    // Softmax cross-entropy, fused with its backward: read the logits, write their fp32 gradient.
-    writer_.pointwise(StepOp::Loss, s.m * s.V * (s.e + 4));
+    writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e);
+    writer_.gemm(StepOp::LmHead, GemmPart::Forward, s.m, s.v(), s.H, tensor_gather());
+    // Softmax cross-entropy over the rank's vocabulary shard, fused with its backward: read the
+    // logits, write their fp32 gradient.
+    writer_.pointwise(StepOp::Loss, s.m * s.v() * (s.e + 4));
     writer_.set_phase(Phase::Backward);
-    writer_.gemm(StepOp::LmHead, GemmPart::DataGrad, s.m, s.H, s.V);
-    const int32_t wgrad = writer_.gemm(StepOp::LmHead, GemmPart::WeightGrad, s.H, s.V, s.m);
-    writer_.pointwise(StepOp::Norm, 3 * s.m * s.H * s.e);
-    sync_gradients(s.V * s.H + s.H, {wgrad});
+    writer_.gemm(StepOp::LmHead, GemmPart::DataGrad, s.m, s.H, s.v());
+    const int32_t wgrad = writer_.gemm(StepOp::LmHead, GemmPart::WeightGrad, s.H, s.v(), s.m);
+    writer_.pointwise(StepOp::Norm, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
+    sync_gradients(s.v() * s.H + s.H, {wgrad});
   }
 
   void recompute() {
@@ -350,10 +378,10 @@ class StepTemplateBuilder {
     }
     if (w_.checkpointing != Checkpointing::Selective) return;
     writer_.set_flags(kOpRecompute);
-    writer_.pointwise(StepOp::Norm, 2 * s.m * s.H * s.e);
-    writer_.pointwise(StepOp::Rope, 2 * s.m * (s.H + s.Hkv) * s.e);
-    writer_.pointwise(StepOp::Norm, 2 * s.m * s.H * s.e);
-    writer_.pointwise(StepOp::Activation, (s.gated ? 3 : 2) * s.m * s.F * s.e);
+    writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e);
+    writer_.pointwise(StepOp::Rope, 2 * s.m * (s.h() + s.hkv()) * s.e);
+    writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e);
+    writer_.pointwise(StepOp::Activation, (s.gated ? 3 : 2) * s.m * s.f() * s.e);
     writer_.set_flags(0);
   }
 
@@ -362,45 +390,47 @@ class StepTemplateBuilder {
     writer_.set_phase(Phase::Backward);
     if (w_.zero_stage == 3) gather_parameters(layer_parameters(), {});
     recompute();
-    writer_.gemm(StepOp::MlpDown, GemmPart::DataGrad, s.m, s.F, s.H);
-    writer_.gemm(StepOp::MlpDown, GemmPart::WeightGrad, s.F, s.H, s.m);
-    writer_.pointwise(StepOp::Activation, (s.gated ? 5 : 3) * s.m * s.F * s.e);
+    std::vector<int32_t> grad = tensor_gather();
+    writer_.gemm(StepOp::MlpDown, GemmPart::DataGrad, s.m, s.f(), s.H, grad);
+    writer_.gemm(StepOp::MlpDown, GemmPart::WeightGrad, s.f(), s.H, s.m, grad);
+    writer_.pointwise(StepOp::Activation, (s.gated ? 5 : 3) * s.m * s.f() * s.e);
     if (s.gated) {
-      writer_.gemm(StepOp::MlpGate, GemmPart::DataGrad, s.m, s.H, s.F);
-      writer_.gemm(StepOp::MlpGate, GemmPart::WeightGrad, s.H, s.F, s.m);
+      writer_.gemm(StepOp::MlpGate, GemmPart::DataGrad, s.m, s.H, s.f());
+      writer_.gemm(StepOp::MlpGate, GemmPart::WeightGrad, s.H, s.f(), s.m);
     }
-    writer_.gemm(StepOp::MlpUp, GemmPart::DataGrad, s.m, s.H, s.F);
-    const int32_t mlp_wgrad = writer_.gemm(StepOp::MlpUp, GemmPart::WeightGrad, s.H, s.F, s.m);
-    writer_.pointwise(StepOp::Norm, 3 * s.m * s.H * s.e);
-    writer_.pointwise(StepOp::Residual, 3 * s.m * s.H * s.e);
+    writer_.gemm(StepOp::MlpUp, GemmPart::DataGrad, s.m, s.H, s.f());
+    const int32_t mlp_wgrad = writer_.gemm(StepOp::MlpUp, GemmPart::WeightGrad, s.H, s.f(), s.m);
+    writer_.pointwise(StepOp::Norm, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
+    writer_.pointwise(StepOp::Residual, 3 * s.rows() * s.H * s.e);
+    grad = tensor_gather();
     Producers p;
-    p.dO = writer_.gemm(StepOp::OutProj, GemmPart::DataGrad, s.m, s.H, s.H);
-    writer_.gemm(StepOp::OutProj, GemmPart::WeightGrad, s.H, s.H, s.m);
+    p.dO = writer_.gemm(StepOp::OutProj, GemmPart::DataGrad, s.m, s.h(), s.H, grad);
+    writer_.gemm(StepOp::OutProj, GemmPart::WeightGrad, s.h(), s.H, s.m, grad);
     const uint32_t begin = writer_.size();
     const std::vector<int32_t>& forward = recompute_map_.empty() ? forward_map_ : recompute_map_;
     splice(a_.split, uint32_t(a_.program.ops.size()), &forward, p, 0, std::nullopt);
-    writer_.pointwise(StepOp::Rope, 2 * s.m * (s.H + s.Hkv) * s.e, writer_.last_per_stream(begin, writer_.size()));
-    writer_.gemm(StepOp::QProj, GemmPart::DataGrad, s.m, s.H, s.H);
-    writer_.gemm(StepOp::QProj, GemmPart::WeightGrad, s.H, s.H, s.m);
-    writer_.gemm(StepOp::KProj, GemmPart::DataGrad, s.m, s.H, s.Hkv);
-    writer_.gemm(StepOp::KProj, GemmPart::WeightGrad, s.H, s.Hkv, s.m);
-    writer_.gemm(StepOp::VProj, GemmPart::DataGrad, s.m, s.H, s.Hkv);
-    const int32_t attn_wgrad = writer_.gemm(StepOp::VProj, GemmPart::WeightGrad, s.H, s.Hkv, s.m);
-    writer_.pointwise(StepOp::Norm, 3 * s.m * s.H * s.e);
-    writer_.pointwise(StepOp::Residual, 3 * s.m * s.H * s.e);
+    writer_.pointwise(StepOp::Rope, 2 * s.m * (s.h() + s.hkv()) * s.e, writer_.last_per_stream(begin, writer_.size()));
+    writer_.gemm(StepOp::QProj, GemmPart::WeightGrad, s.H, s.h(), s.m);
+    writer_.gemm(StepOp::KProj, GemmPart::WeightGrad, s.H, s.hkv(), s.m);
+    const int32_t attn_wgrad = writer_.gemm(StepOp::VProj, GemmPart::WeightGrad, s.H, s.hkv(), s.m);
+    writer_.gemm(StepOp::QProj, GemmPart::DataGrad, s.m, s.H, s.h());
+    writer_.gemm(StepOp::KProj, GemmPart::DataGrad, s.m, s.H, s.hkv());
+    writer_.gemm(StepOp::VProj, GemmPart::DataGrad, s.m, s.H, s.hkv());
+    writer_.pointwise(StepOp::Norm, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
+    writer_.pointwise(StepOp::Residual, 3 * s.rows() * s.H * s.e);
     // Gradient buckets share the collective stream with the strategy's collectives, so they are
     // queued behind the layer's attention backward, not ahead of it (docs/step.md).
-    sync_gradients(s.mlp_matrices() * s.H * s.F + s.H, {mlp_wgrad});
-    sync_gradients(w_.attention_parameters_per_layer() + s.H, {attn_wgrad});
+    sync_gradients(s.mlp_matrices() * s.H * s.f() + s.H, {mlp_wgrad});
+    sync_gradients(w_.attention_parameters_per_layer() / s.T + s.H, {attn_wgrad});
   }
 
   void epilogue() {
     const Shape& s = shape_;
     writer_.set_phase(Phase::Backward);
-    const int32_t embedding = writer_.pointwise(StepOp::Embedding, 3 * s.m * s.H * s.e);
-    sync_gradients(s.V * s.H, {embedding});
+    const int32_t embedding = writer_.pointwise(StepOp::Embedding, 3 * s.rows() * s.H * s.e);
+    sync_gradients(s.v() * s.H, {embedding});
     // The optimizer waits for every gradient: after the last op of every stream.
-    const int64_t params = w_.parameter_count();
+    const int64_t params = w_.parameter_count() / s.T;
     const int64_t shard = w_.zero_stage >= 1 ? params / world_ : params;
     const int32_t step = writer_.pointwise(StepOp::Optimizer, kAdamBytesPerParameter * shard,
                                            writer_.last_per_stream(0, writer_.size()));
@@ -410,8 +440,10 @@ class StepTemplateBuilder {
   // Reads fp32 master weights, gradients and both moments, writes them back and the dtype copy.
   static constexpr int64_t kAdamBytesPerParameter = 4 * 4 + 3 * 4 + 2;
 
+  // The layer's parameters this rank holds (its tensor shard of every matrix, the norms whole).
   int64_t layer_parameters() const {
-    return w_.attention_parameters_per_layer() + shape_.mlp_matrices() * shape_.H * shape_.F + 2 * shape_.H;
+    return w_.attention_parameters_per_layer() / shape_.T + shape_.mlp_matrices() * shape_.H * shape_.f() +
+           2 * shape_.H;
   }
 
   // Cuts `elements` into buckets of about grad_bucket_MiB of `elem_bytes` values (kMaxBuckets at most).
@@ -466,7 +498,8 @@ class StepTemplateBuilder {
   StepTemplate out_;
   TemplateWriter writer_;
   Shape shape_;
-  int world_ = 1;
+  int world_ = 1;              // ranks a gradient is averaged over (data x sequence parallel)
+  int32_t tensor_group_ = -1;  // this rank's tensor group, -1 without tensor parallelism
   std::vector<int32_t> buffer_map_, coll_map_;
   std::vector<FieldMask> bound_;  // by attention buffer: fields bound as inputs
   std::vector<int32_t> forward_map_, recompute_map_;

@@ -17,6 +17,7 @@
 #include <wallfacer/topology/topology.hpp>
 #include "strategies/common.hpp"
 #include "strategies/strategy_impl.hpp"
+#include "tensor_parallel.hpp"
 
 namespace wallfacer {
 
@@ -94,7 +95,11 @@ const detail::StrategyImpl& impl_of(StrategyKind kind) {
 }  // namespace
 
 Feasibility check_feasible(StrategyKind strategy, const StrategyParams& params, const Workload& workload, int ranks) {
-  return impl_of(strategy).feasible(params, workload, ranks);
+  const int T = params.tensor_parallel;
+  if (T == 1) return impl_of(strategy).feasible(params, workload, ranks);
+  const Feasibility tensor = detail::tensor_feasibility(workload, T, ranks);
+  if (!tensor.ok) return tensor;
+  return impl_of(strategy).feasible(detail::slice_params(params), detail::slice_workload(workload, T), ranks / T);
 }
 
 std::vector<StrategyParams> enumerate_params(StrategyKind strategy, const Workload& workload, int ranks) {
@@ -102,7 +107,9 @@ std::vector<StrategyParams> enumerate_params(StrategyKind strategy, const Worklo
 }
 
 std::vector<CommGroup> make_groups(StrategyKind strategy, const StrategyParams& params, int ranks) {
-  return impl_of(strategy).groups(params, ranks);
+  const int T = std::max(1, params.tensor_parallel);
+  if (T == 1) return impl_of(strategy).groups(params, ranks);
+  return detail::lift_groups(impl_of(strategy).groups(detail::slice_params(params), ranks / T), T, ranks / T);
 }
 
 Plan make_plan(StrategyKind strategy, const StrategyParams& params, const Workload& workload, const Topology& topology,
@@ -128,7 +135,10 @@ Plan make_plan(StrategyKind strategy, const StrategyParams& params, const Worklo
   plan.strategy = strategy;
   plan.params = params;
   plan.groups = make_groups(strategy, params, ranks);
-  const std::vector<int> positions = impl_of(strategy).positions(params, ranks);
+  const int T = params.tensor_parallel;
+  const std::vector<int> positions =
+      T == 1 ? impl_of(strategy).positions(params, ranks)
+             : detail::lift_positions(impl_of(strategy).positions(detail::slice_params(params), ranks / T), T);
   plan.ranks.reserve(size_t(ranks));
   for (int r = 0; r < ranks; ++r) {
     RankSlot slot;
@@ -152,6 +162,9 @@ Plan make_plan(StrategyKind strategy, const StrategyParams& params, const Worklo
 struct ScheduleBuilder::Impl {
   Plan plan;
   const detail::StrategyImpl* strategy = nullptr;
+  // Tensor parallel plans: one builder per tensor slice, and the groups each slice has.
+  std::vector<ScheduleBuilder> slices;
+  int slice_groups = 0;
 };
 
 ScheduleBuilder::ScheduleBuilder(const Plan& plan) : impl_(std::make_unique<Impl>()) {
@@ -167,6 +180,15 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan) : impl_(std::make_unique<Impl
   const Feasibility feasible = check_feasible(plan.strategy, plan.params, plan.workload, ranks);
   if (!feasible.ok)
     throw InputError(fmt::format("plan for strategy {}: {}", to_string(plan.strategy), feasible.reason));
+  const int T = plan.params.tensor_parallel;
+  if (T > 1) {
+    // Each slice validates its own groups; the tensor groups and the slice prefixes are checked here.
+    detail::validate_groups(plan, make_groups(plan.strategy, plan.params, ranks));
+    for (int t = 0; t < T; ++t)
+      impl_->slices.emplace_back(detail::slice_plan(plan, t));
+    impl_->slice_groups = int(impl_->strategy->groups(detail::slice_params(plan.params), ranks / T).size());
+    return;
+  }
   impl_->strategy->validate(plan);
   WF_LOG_DEBUG("schedule", "schedule builder for {} over {} ranks", to_string(plan.strategy), ranks);
 }
@@ -183,13 +205,21 @@ ScheduleDims ScheduleBuilder::dims() const {
 }
 
 std::vector<FlowSet> ScheduleBuilder::flow_sets() const {
-  return impl_->strategy->flow_sets(impl_->plan);
+  if (impl_->slices.empty()) return impl_->strategy->flow_sets(impl_->plan);
+  std::vector<FlowSet> sets = impl_->slices.front().flow_sets();
+  for (FlowSet& set : sets)
+    set = detail::lift_flow_set(set, int(impl_->slices.size()));
+  return sets;
 }
 
 RankProgram ScheduleBuilder::build_rank(int rank, TokenSetPool& pool) const {
   if (rank < 0 || rank >= num_ranks())
     throw InputError(fmt::format("rank {} out of range: the plan has ranks 0..{}", rank, num_ranks() - 1));
-  return impl_->strategy->build_rank(impl_->plan, rank, pool);
+  if (impl_->slices.empty()) return impl_->strategy->build_rank(impl_->plan, rank, pool);
+  const int T = int(impl_->slices.size());
+  RankProgram program = impl_->slices[size_t(rank % T)].build_rank(rank / T, pool);
+  detail::lift_program(program, impl_->plan, rank % T, impl_->slice_groups);
+  return program;
 }
 
 Schedule ScheduleBuilder::build(const std::vector<int>& ranks) const {

@@ -265,8 +265,9 @@ int64_t collective_send_bytes(const ScheduleDims& dims, const CollectiveSpec& sp
   // of the 2(p-1) tree edges); who sends more depends on the GPUs, which the schedule does not.
   if (spec.kind == OpKind::AllReduce) return 2 * int64_t(p - 1) * spec.elements * 4 / p;
   if (is_flat_collective(spec)) {
-    // Gradients travel in fp32, parameters in the dtype; each member sends (p-1)/p of the vector.
-    const int64_t elem = (spec.fields & field_bit(Field::Weight)) ? dims.elem_bytes : 4;
+    // Gradients travel in fp32, parameters and activations in the dtype; each member sends (p-1)/p
+    // of the vector.
+    const int64_t elem = (spec.fields & field_bit(Field::WeightGrad)) ? 4 : dims.elem_bytes;
     return int64_t(p - 1) * spec.elements * elem / p;
   }
   const auto i = size_t(member);

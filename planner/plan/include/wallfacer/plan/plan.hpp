@@ -63,8 +63,12 @@ using StrategyKnobs = std::variant<NoKnobs, UspKnobs, DoubleRingKnobs, WallFacer
 
 struct StrategyParams {
   int sequence_parallel = 1;  // S = ranks sharing one sequence
-  int data_parallel = 1;      // D = replicas, each with batch / D sequences; P = S * D
+  int data_parallel = 1;      // D = replicas, each with batch / D sequences; P = T * S * D
   StrategyKnobs knobs;        // must be the strategy's own type (knobs_fit)
+  // T, Megatron-style tensor parallelism around the strategy (docs/step.md "Tensor parallelism"):
+  // global rank g = (d * S + s) * T + t; the T ranks of a tensor group split every layer's heads and
+  // matrices, and each tensor slice t runs the strategy over its S * D ranks on heads / T.
+  int tensor_parallel = 1;
   bool operator==(const StrategyParams&) const = default;
 };
 
@@ -106,7 +110,8 @@ enum class GroupKind {
   InterWindow,  // double-ring inter-window ring
   Sequence,     // all ranks of one sequence (all-gather strategies, LSS)
   Data,         // ranks holding the same shard of different sequences (gradient averaging)
-  World,        // every rank
+  World,        // every rank (of one tensor slice when tensor parallel)
+  Tensor,       // the T ranks of a tensor-parallel group
 };
 const char* to_string(GroupKind kind);
 GroupKind parse_group_kind(const std::string& name);

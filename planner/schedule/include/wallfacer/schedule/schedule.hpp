@@ -30,10 +30,11 @@
 
 namespace wallfacer {
 
-// WeightGrad and Weight have no token axis: flat gradient (fp32) and parameter (dtype) vectors of
-// the whole-step schedule's gradient synchronisation and ZeRO parameter gathers.
-enum class Field : uint8_t { Q, K, V, O, Lse, dO, D, dQ, dK, dV, WeightGrad, Weight };
-constexpr int kNumFields = 12;
+// WeightGrad, Weight and Activation have no token axis: flat gradient (fp32), parameter (dtype)
+// and activation (dtype) vectors of the whole-step schedule's gradient synchronisation, ZeRO
+// parameter gathers and tensor-parallel gathers and reduce-scatters.
+enum class Field : uint8_t { Q, K, V, O, Lse, dO, D, dQ, dK, dV, WeightGrad, Weight, Activation };
+constexpr int kNumFields = 13;
 using FieldMask = uint16_t;
 constexpr FieldMask field_bit(Field f) {
   return FieldMask(1u << static_cast<int>(f));
@@ -57,6 +58,7 @@ inline constexpr FieldMask kDQ = field_mask({Field::dQ});
 inline constexpr FieldMask kDKV = field_mask({Field::dK, Field::dV});
 inline constexpr FieldMask kWeightGrad = field_mask({Field::WeightGrad});
 inline constexpr FieldMask kWeight = field_mask({Field::Weight});
+inline constexpr FieldMask kActivation = field_mask({Field::Activation});
 }  // namespace fieldset
 const char* to_string(Field f);
 std::string fields_to_string(FieldMask mask);  // "K|V"
@@ -128,8 +130,10 @@ enum class StepOp : uint8_t {
   LmHead,
   Loss,
   Optimizer,
-  GradSync,     // gradient all-reduce / reduce-scatter
-  ParamGather,  // ZeRO parameter all-gather
+  GradSync,       // gradient all-reduce / reduce-scatter
+  ParamGather,    // ZeRO parameter all-gather
+  TensorGather,   // tensor parallel: all-gather of the sequence-parallel activations
+  TensorScatter,  // tensor parallel: reduce-scatter of a row-parallel product
 };
 const char* to_string(StepOp op);
 // Which product of a linear layer a Gemm is.
