@@ -136,14 +136,16 @@ TEST(SimulateCommandInput, AllReduceFlagReachesThePlanAndTheReplay) {
   ASSERT_TRUE(test::cli_present());
   // A 16-rank ring over two DGX nodes; its world all-reduce is 30 ring steps per member (480
   // transfers) or a double binary tree per channel (4 channels x 4 x 15 transfers); everything
-  // else is the same.
+  // else is the same. One attention layer: the whole step under ZeRO-3 reduce-scatters its
+  // gradients, rings whatever the all-reduce algorithm.
   json simulated[2];
   for (int i = 0; i < 2; ++i) {
     const std::string algorithm = i == 0 ? "ring" : "tree";
     const std::filesystem::path plan = scratch("all-reduce-" + algorithm + ".yaml");
-    const test::CliResult planned = test::run_cli("plan --nodes 2 --gpus 16 --strategy ring " + kWorkload +
-                                                      " --all-reduce " + algorithm + " --out " + plan.string(),
-                                                  "2>&1");
+    const test::CliResult planned =
+        test::run_cli("plan --nodes 2 --gpus 16 --strategy ring " + kWorkload + " --scope attention --all-reduce " +
+                          algorithm + " --out " + plan.string(),
+                      "2>&1");
     ASSERT_EQ(planned.status, 0) << planned.output;
     std::ifstream in(plan);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
