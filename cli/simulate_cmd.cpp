@@ -1,5 +1,6 @@
 // `wallfacer simulate PLAN [--topology T] [--nodes K] [--trace out.json [--trace-ranks 0-7]] [--json]
-// [--network-model M] [--calibration FILE] [--comm-slowdown]` replays a plan's schedule in the
+// [--network-model M] [--calibration FILE] [--comm-slowdown] [--step-layers N]` replays a plan's
+// schedule (the whole training step, or one attention layer for an attention-scope plan) in the
 // SimGrid simulator and prints step, forward and backward time, per-rank statistics, link
 // classes and the busiest links (or the same as JSON).
 #include <fmt/format.h>
@@ -36,6 +37,7 @@ struct SimulateFlags {
   bool json = false;
   double progress_s = 0;
   int threads = 0;
+  int step_layers = 0;
 };
 
 // "0-7,64" -> {0, ..., 7, 64}. Ranks past the plan's are reported by the simulator.
@@ -99,9 +101,17 @@ Spread spread(const std::vector<RankStats>& ranks, Field field) {
 void print_summary(const SimulateFlags& flags, const Plan& plan, const Topology& topology, const SimResult& r) {
   fmt::print("simulated {} on {} ({} nodes), {} ranks, network model {}\n", to_string(plan.strategy), topology.name(),
              topology.num_nodes(), plan.num_ranks(), flags.network_model);
+  const bool all_layers = r.layers == plan.workload.layers;
+  if (plan.scope == Scope::Step)
+    fmt::print("  whole training step, {} of the model's {} layers replayed\n", r.layers, plan.workload.layers);
+  else
+    fmt::print("  one attention layer, forward and backward (attention scope)\n");
   fmt::print("  step      {:10.4f} ms   forward {:.4f} ms, backward {:.4f} ms\n", r.step_ms, r.forward_ms,
              r.backward_ms);
-  if (plan.prediction)
+  if (plan.scope == Scope::Step && all_layers && r.step_ms > 0)
+    fmt::print("  {:.0f} tokens/s\n", double(plan.workload.seq) * plan.workload.batch / (r.step_ms * 1e-3));
+  // The recorded prediction covers the plan's scope: the whole model's step, or one layer.
+  if (plan.prediction && (plan.scope != Scope::Step || all_layers))
     fmt::print("  predicted {:10.4f} ms   (cost model, recorded in the plan; simulated/predicted = {:.3f})\n",
                plan.prediction->step_ms, plan.prediction->step_ms > 0 ? r.step_ms / plan.prediction->step_ms : 0.0);
   fmt::print("  {} activities simulated in {:.2f} s\n", r.activities, r.wall_seconds);
@@ -140,6 +150,7 @@ void run(const SimulateFlags& flags) {
   options.max_ring_steps = flags.max_ring_steps;
   options.progress_every_s = flags.progress_s;
   options.threads = flags.threads;
+  options.step_layers = flags.step_layers;
   if (!flags.calibration_path.empty()) options.calibration = Calibration::load(flags.calibration_path);
   SimResult result;
   try {
@@ -153,9 +164,13 @@ void run(const SimulateFlags& flags) {
   }
   if (flags.json) {
     nlohmann::json json = nlohmann::json::parse(to_json(result));
-    json["plan"] = {{"file", flags.plan_path},       {"strategy", to_string(plan.strategy)},
-                    {"ranks", plan.num_ranks()},     {"topology", topology.name()},
-                    {"nodes", topology.num_nodes()}, {"network_model", flags.network_model}};
+    json["plan"] = {{"file", flags.plan_path},
+                    {"strategy", to_string(plan.strategy)},
+                    {"ranks", plan.num_ranks()},
+                    {"scope", to_string(plan.scope)},
+                    {"topology", topology.name()},
+                    {"nodes", topology.num_nodes()},
+                    {"network_model", flags.network_model}};
     print_json(json);
   } else {
     print_summary(flags, plan, topology, result);
@@ -198,6 +213,11 @@ void register_simulate_command(CLI::App& app) {
   command->add_flag("--no-shortcuts", flags->no_shortcuts,
                     "Model every physical link and compute op as its own SimGrid object (slower; the default merges "
                     "link chains that carry the same routes and times full-speed compute exactly, same results)");
+  command
+      ->add_option("--step-layers", flags->step_layers,
+                   "A step plan replays the whole step with this many layers (default 0: all the model's)")
+      ->check(at_least(0))
+      ->capture_default_str();
   add_progress_flag(command, flags->progress_s);
   add_sim_threads_flag(command, flags->threads);
   command->callback([flags] { run(*flags); });

@@ -36,7 +36,8 @@ std::vector<double> ring_step_bytes(OpKind kind, const CollectiveSpec& spec, dou
                                     const TokenSetPool& pool) {
   size_t count = kind == OpKind::AllReduce ? 2 * (p - 1) : p - 1;
   std::vector<double> weights(count, 1.0);
-  for (size_t k = 0; k < count; ++k) {
+  // A flat vector (gradients, weights) has no token lists: p equal blocks.
+  for (size_t k = 0; k < count && !is_flat_collective(spec); ++k) {
     if (kind == OpKind::AllGather) weights[k] = slice_weight(spec.in_tokens, spec.in_heads, (pos + p - k) % p, pool);
     if (kind == OpKind::ReduceScatter)
       weights[k] = slice_weight(spec.out_tokens, spec.out_heads, (pos + 2 * p - k - 1) % p, pool);
@@ -55,9 +56,10 @@ CollectiveSteps ring_steps(OpKind kind, const CollectiveSpec& spec, double membe
   int next = group[(pos + 1) % p], prev = group[(pos + p - 1) % p];
   size_t count = kind == OpKind::AllReduce ? 2 * (p - 1) : p - 1;
   size_t transfers = limit > 0 ? std::min(limit, count) : count;
-  // All-reduce steps are equal: no per-step table (8,190 of them per member at 4,096 ranks).
+  // All-reduce and flat steps are equal: no per-step table (8,190 of them per member at 4,096 ranks).
   std::vector<double> bytes;
-  if (kind != OpKind::AllReduce) bytes = ring_step_bytes(kind, spec, member_bytes, p, pos, pool);
+  if (kind != OpKind::AllReduce && !is_flat_collective(spec))
+    bytes = ring_step_bytes(kind, spec, member_bytes, p, pos, pool);
   CollectiveSteps steps;
   steps.sends.reserve(transfers);
   steps.recvs.reserve(transfers);
@@ -159,7 +161,7 @@ CollectiveSteps expand_collective(const CollectiveSpec& spec, double member_byte
     case OpKind::AllGather:
     case OpKind::ReduceScatter:
     case OpKind::AllReduce:
-      if (spec.algorithm == AllReduceAlgorithm::Tree) {
+      if (spec.kind == OpKind::AllReduce && spec.algorithm == AllReduceAlgorithm::Tree) {
         if (tree) return tree_steps(spec, group, pos, *tree);
         return tree_steps(spec, group, pos, index_tree_rounds(single_channel_layout(group)));
       }

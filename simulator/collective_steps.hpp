@@ -8,7 +8,9 @@
 // member -i, one step after the other, as NCCL schedules its grouped point-to-point calls and
 // as the alpha-beta form (p-1)·alpha + (p-1)/p·M/beta assumes) or all at once. Sizes follow the
 // schedule: the member's bytes (Op::bytes) are split over its sends in proportion to the
-// tokens x heads each one carries.
+// tokens x heads each one carries, or evenly for a flat collective (gradients or weights by
+// element count, no token lists: is_flat_collective), whose all-gather and reduce-scatter always
+// run as rings (a tree is an all-reduce's only).
 #pragma once
 
 #include <cstdint>

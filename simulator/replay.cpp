@@ -18,7 +18,8 @@ uint64_t channel_key(int src, int dst, int group) {
 }
 
 bool is_compute(OpKind kind) {
-  return kind == OpKind::AttnFwd || kind == OpKind::AttnBwd || kind == OpKind::BwdPrep || kind == OpKind::Copy;
+  return kind == OpKind::AttnFwd || kind == OpKind::AttnBwd || kind == OpKind::BwdPrep || kind == OpKind::Copy ||
+         is_step_compute(kind);
 }
 
 }  // namespace
@@ -30,7 +31,8 @@ Replay::Replay(const Plan& plan, const Topology& topology, const Schedule& sched
       schedule_(schedule),
       options_(options),
       engine_(engine),
-      host_of_gpu_(std::move(host_of_gpu)) {
+      host_of_gpu_(std::move(host_of_gpu)),
+      timer_(topology.gpu(), options.calibration, plan.workload) {
   peak_flops_ = kernel_peak_tflops(topology.gpu(), plan.workload.dtype) * 1e12;
   if (!(peak_flops_ > 0))
     throw InputError(fmt::format("topology '{}': GPU model '{}' has no {} peak rate", topology.name(),
@@ -55,6 +57,7 @@ Replay::Replay(const Plan& plan, const Topology& topology, const Schedule& sched
   compute_alone_ = options.shortcuts && !slowdown_ && std::adjacent_find(gpus.begin(), gpus.end()) == gpus.end();
   size_t ranks = schedule.ranks.size();
   steps_.resize(ranks);
+  expanded_bytes_.resize(ranks);
   op_channels_.resize(ranks);
   outcomes_.resize(ranks);
   resource_bytes_.assign(topology.links().size() * 2, 0.0);
@@ -106,6 +109,7 @@ void Replay::prepare_rank(int rank) {
   const RankProgram& program = schedule_.ranks[size_t(rank)];
   int ranks = plan_.num_ranks();
   steps_[size_t(rank)].resize(program.collectives.size());
+  expanded_bytes_[size_t(rank)].assign(program.collectives.size(), -1.0);
   op_channels_[size_t(rank)].assign(program.ops.size(), -1);
   for (size_t i = 0; i < program.ops.size(); ++i) {
     const Op& op = program.ops[i];
@@ -118,34 +122,50 @@ void Replay::prepare_rank(int rank) {
       op_channels_[size_t(rank)][i] = add_channel(src, dst, -1);
       if (send) channel_bytes_[size_t(op_channels_[size_t(rank)][i])] += double(op.bytes);
     } else if (is_collective(op.kind)) {
-      if (op.coll < 0 || size_t(op.coll) >= program.collectives.size())
-        throw ScheduleError(fmt::format("rank {} op {}: collective index {} out of range", rank, i, op.coll));
-      const CollectiveSpec& spec = program.collectives[size_t(op.coll)];
-      if (spec.group < 0 || spec.group >= int(plan_.groups.size()))
-        throw ScheduleError(fmt::format("rank {} op {}: group {} out of range", rank, i, spec.group));
-      const TreeGroup* tree = op.kind == OpKind::AllReduce && spec.algorithm == AllReduceAlgorithm::Tree
-                                  ? &tree_group(spec.group)
-                                  : nullptr;
-      CollectiveSteps steps =
-          expand_collective(spec, double(op.bytes), tree ? tree->members : plan_.groups[size_t(spec.group)].ranks, rank,
-                            schedule_.tokens, expand_options_, tree ? &tree->rounds : nullptr);
-      for (auto& send : steps.sends) {
-        send.channel = add_channel(rank, send.peer, spec.group);
-        channel_bytes_[size_t(send.channel)] += send.bytes;
-        int src = gpu_of_rank(rank), dst = gpu_of_rank(send.peer);
-        if (send.merged > 1 && src != dst) send.delay = (send.merged - 1) * route_latency_s(src, dst);
-        // The tree's first send starts once the pipeline has filled: the member's last flow ends
-        // the tree's longest path latency plus its flows' transfer times after it starts.
-        if (tree && &send == &steps.sends[0]) send.delay = std::max(0.0, tree->latency_s - route_latency_s(src, dst));
-      }
-      for (auto& recv : steps.recvs)
-        recv.channel = add_channel(recv.peer, rank, spec.group);
-      steps_[size_t(rank)][size_t(op.coll)] = std::move(steps);
+      prepare_collective(rank, i);
     } else if (!is_compute(op.kind)) {
       throw ScheduleError(fmt::format("rank {} op {}: unknown op kind", rank, i));
     }
     if (int(op.stream) >= kNumStreams) throw ScheduleError(fmt::format("rank {} op {}: bad stream", rank, i));
   }
+}
+
+// Expands a collective op's spec into transfers once; the whole step's unrolled layers run many
+// ops of one spec, each sending the same bytes. Every op counts its bytes on the channels.
+void Replay::prepare_collective(int rank, size_t i) {
+  const RankProgram& program = schedule_.ranks[size_t(rank)];
+  const Op& op = program.ops[i];
+  if (op.coll < 0 || size_t(op.coll) >= program.collectives.size())
+    throw ScheduleError(fmt::format("rank {} op {}: collective index {} out of range", rank, i, op.coll));
+  const CollectiveSpec& spec = program.collectives[size_t(op.coll)];
+  if (spec.group < 0 || spec.group >= int(plan_.groups.size()))
+    throw ScheduleError(fmt::format("rank {} op {}: group {} out of range", rank, i, spec.group));
+  double& expanded = expanded_bytes_[size_t(rank)][size_t(op.coll)];
+  CollectiveSteps& steps = steps_[size_t(rank)][size_t(op.coll)];
+  if (expanded >= 0) {
+    if (expanded != double(op.bytes))
+      throw ScheduleError(fmt::format("rank {} op {}: collective {} is run with {} and {} bytes", rank, i, op.coll,
+                                      expanded, op.bytes));
+    for (const auto& send : steps.sends)
+      channel_bytes_[size_t(send.channel)] += send.bytes;
+    return;
+  }
+  expanded = double(op.bytes);
+  const TreeGroup* tree =
+      op.kind == OpKind::AllReduce && spec.algorithm == AllReduceAlgorithm::Tree ? &tree_group(spec.group) : nullptr;
+  steps = expand_collective(spec, double(op.bytes), tree ? tree->members : plan_.groups[size_t(spec.group)].ranks, rank,
+                            schedule_.tokens, expand_options_, tree ? &tree->rounds : nullptr);
+  for (auto& send : steps.sends) {
+    send.channel = add_channel(rank, send.peer, spec.group);
+    channel_bytes_[size_t(send.channel)] += send.bytes;
+    int src = gpu_of_rank(rank), dst = gpu_of_rank(send.peer);
+    if (send.merged > 1 && src != dst) send.delay = (send.merged - 1) * route_latency_s(src, dst);
+    // The tree's first send starts once the pipeline has filled: the member's last flow ends
+    // the tree's longest path latency plus its flows' transfer times after it starts.
+    if (tree && &send == &steps.sends[0]) send.delay = std::max(0.0, tree->latency_s - route_latency_s(src, dst));
+  }
+  for (auto& recv : steps.recvs)
+    recv.channel = add_channel(recv.peer, rank, spec.group);
 }
 
 double Replay::route_latency_s(int src_gpu, int dst_gpu) {
@@ -169,29 +189,12 @@ const Replay::TreeGroup& Replay::tree_group(int group) {
 }
 
 double Replay::op_seconds(const Op& op) {
-  const ScheduleDims& dims = schedule_.dims;
-  if (op.kind == OpKind::AttnFwd || op.kind == OpKind::AttnBwd) {
-    if (op.flops <= 0) return 0;
-    auto tokens = [&](int32_t id) {
-      return id >= 0 && size_t(id) < schedule_.tokens.size() ? token_count(schedule_.tokens.get(id)) : 0;
-    };
-    int64_t q = tokens(op.tok[0]), k = tokens(op.tok[1]);
-    uint64_t key = (uint64_t(op.kind == OpKind::AttnBwd) << 62) | (uint64_t(q) << 31) | uint64_t(k);
-    auto [it, inserted] = seconds_per_flop_.try_emplace(key, 0.0);
-    if (inserted) {
-      KernelOp kernel = op.kind == OpKind::AttnFwd ? KernelOp::AttnFwd : KernelOp::AttnBwd;
-      double tflops = options_.calibration.tflops(topology_.gpu().name, kernel, plan_.workload.dtype, dims.head_dim, q,
-                                                  k, peak_flops_ / 1e12);
-      if (!(tflops > 0)) throw InputError(fmt::format("calibration gives {} TFLOP/s for a {}x{} block", tflops, q, k));
-      it->second = 1.0 / (tflops * 1e12);
-    }
-    return op.flops * it->second;
+  if ((op.kind == OpKind::AttnFwd || op.kind == OpKind::AttnBwd) && op.flops > 0) {
+    for (int32_t id : {op.tok[0], op.tok[1]})
+      if (id < 0 || size_t(id) >= schedule_.tokens.size())
+        throw ScheduleError(fmt::format("{} op of {} FLOPs has no token set {}", to_string(op.kind), op.flops, id));
   }
-  // BwdPrep and Copy are bound by memory bandwidth: BwdPrep reads its rows once (op.bytes), Copy
-  // reads and writes them, as the cost model prices them.
-  double hbm = topology_.gpu().hbm_GBps * 1e9;
-  if (hbm <= 0) return 0;
-  return (op.kind == OpKind::Copy ? 2.0 : 1.0) * double(op.bytes) / hbm;
+  return timer_.seconds(op, schedule_.tokens);
 }
 
 void Replay::fail(double at_s, int rank, const std::string& message) {

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <wallfacer/cost/compute_time.hpp>
 #include <wallfacer/plan/plan.hpp>
 #include <wallfacer/schedule/schedule.hpp>
 #include <wallfacer/simulator/simulator.hpp>
@@ -78,7 +79,7 @@ class Replay {
   // stream running one op at a time, no slowdown under communication): it then lasts exactly
   // its FLOPs over the peak rate and runs as a timer, without an activity in SimGrid's CPU model.
   bool compute_runs_alone() const { return compute_alone_; }
-  // Seconds a compute op takes at the host's nominal speed (calibrated).
+  // Seconds a compute op takes at the host's nominal speed: ComputeTimer's, the cost model's.
   double op_seconds(const Op& op);
   bool records_ops(int rank) const {
     return !options_.trace_path.empty() && (traced_.empty() || traced_[size_t(rank)]);
@@ -92,6 +93,7 @@ class Replay {
  private:
   void validate_schedule() const;
   void prepare_rank(int rank);
+  void prepare_collective(int rank, size_t op_index);
   int add_channel(int src, int dst, int group);
   void spread_channel_bytes();
   double route_latency_s(int src_gpu, int dst_gpu);  // cached: merged ring steps ask often
@@ -121,9 +123,10 @@ class Replay {
   std::vector<double> channel_bytes_;
   std::vector<std::vector<int32_t>> op_channels_;  // [rank][op]
   std::vector<std::pair<int, int>> gpu_pairs_;
-  std::unordered_map<uint64_t, double> seconds_per_flop_;  // by kernel op and block shape
-  std::unordered_map<uint64_t, double> route_latency_s_;   // by (source GPU, destination GPU)
-  std::unordered_map<int, TreeGroup> tree_groups_;         // by group
+  ComputeTimer timer_;
+  std::vector<std::vector<double>> expanded_bytes_;       // [rank][collective]: the op bytes expanded (-1: none)
+  std::unordered_map<uint64_t, double> route_latency_s_;  // by (source GPU, destination GPU)
+  std::unordered_map<int, TreeGroup> tree_groups_;        // by group
   std::vector<RankOutcome> outcomes_;
   std::vector<double> resource_bytes_;
   std::vector<std::unique_ptr<RankActor>> actors_;

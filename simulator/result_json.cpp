@@ -38,6 +38,7 @@ std::string result_to_json(const SimResult& result, bool compact) {
                {"activities", result.activities},
                {"transfers", result.transfers},
                {"wall_seconds", result.wall_seconds},
+               {"layers", result.layers},
                {"ranks", ranks},
                {"links", {{"classes", classes}, {"busiest", busiest}}}};
   return compact ? json.dump() : json.dump(2);
@@ -52,6 +53,7 @@ SimResult result_from_json(const std::string& text) {
   result.activities = json.at("activities").get<int64_t>();
   result.transfers = json.at("transfers").get<int64_t>();
   result.wall_seconds = json.at("wall_seconds").get<double>();
+  result.layers = json.value("layers", 0);
   for (const auto& r : json.at("ranks"))
     result.ranks.push_back({r.at("rank").get<int>(), r.at("compute_ms").get<double>(), r.at("comm_ms").get<double>(),
                             r.at("idle_ms").get<double>()});

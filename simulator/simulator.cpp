@@ -18,6 +18,7 @@
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
 #include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include "isolated_run.hpp"
 #include "platform.hpp"
@@ -191,15 +192,36 @@ void check_options(const SimOptions& options) {
         fmt::format("all-to-all algorithm '{}' is not supported ('pairwise' or 'direct')", options.all_to_all));
 }
 
-// Built in the child: a large schedule never occupies the caller's memory.
-// On as many threads as the replay will run on.
+// Layers a simulation of `plan` replays: 0 for an attention-scope plan.
+int replayed_layers(const Plan& plan, const SimOptions& options) {
+  if (plan.scope != Scope::Step) return 0;
+  return options.step_layers > 0 ? options.step_layers : plan.workload.layers;
+}
+
+// Built in the child: a large schedule never occupies the caller's memory. An attention layer is
+// built on as many threads as the replay will run on; the whole step's templates are small (one
+// attention program and some 40 ops a rank), so they are built and unrolled on one.
 Schedule build_in_child(const Plan& plan, const SimOptions& options) {
   auto started = std::chrono::steady_clock::now();
   const int threads = simulation_threads(options, plan.num_ranks());
+  if (plan.scope == Scope::Step) {
+    const int layers = replayed_layers(plan, options);
+    Schedule schedule = StepBuilder(plan).build({}, layers);
+    WF_LOG_INFO("simulator", "whole step of {} ranks and {} layers built in {:.2f} s", plan.num_ranks(), layers,
+                seconds_since(started));
+    return schedule;
+  }
   Schedule schedule = ScheduleBuilder(plan).build_all(threads);
   WF_LOG_INFO("simulator", "schedule of {} ranks built in {:.2f} s on {} thread(s)", plan.num_ranks(),
               seconds_since(started), threads);
   return schedule;
+}
+
+// Checks SimOptions::step_layers against the plan.
+void check_layers(const Plan& plan, const SimOptions& options) {
+  if (options.step_layers < 0 || (plan.scope == Scope::Step && options.step_layers > plan.workload.layers))
+    throw InputError(fmt::format("--step-layers {}: must be 0 (all) to the model's {} layers", options.step_layers,
+                                 plan.workload.layers));
 }
 
 // One simulation running in a child process.
@@ -259,7 +281,10 @@ int simulation_threads(const SimOptions& options, int ranks) {
 
 SimResult simulate(const Plan& plan, const Topology& topology, const SimOptions& options) {
   check_plan_against_topology(plan, topology, "plan");
-  return simulate_isolated(plan, topology, options, [&] { return build_in_child(plan, options); });
+  check_layers(plan, options);
+  SimResult result = simulate_isolated(plan, topology, options, [&] { return build_in_child(plan, options); });
+  result.layers = replayed_layers(plan, options);
+  return result;
 }
 
 std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topology& topology,
@@ -267,8 +292,10 @@ std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topol
   check_options(options);
   if (!options.trace_path.empty() && plans.size() > 1)
     throw InputError("a trace file takes one simulation; simulate the plans one by one to trace them");
-  for (const Plan& plan : plans)
+  for (const Plan& plan : plans) {
     check_plan_against_topology(plan, topology, "plan");
+    check_layers(plan, options);
+  }
   std::vector<SimResult> results(plans.size());
   std::deque<Running> running;
   try {
@@ -294,6 +321,8 @@ std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topol
     reap(running);
     throw;
   }
+  for (size_t i = 0; i < plans.size(); ++i)
+    results[i].layers = replayed_layers(plans[i], options);
   return results;
 }
 

@@ -37,6 +37,22 @@ std::string step_suffix(int32_t step) {
   return step >= 0 ? fmt::format(" step {}", step) : std::string();
 }
 
+// A compute slice's name: a whole-step op by its label ("q_proj fwd", "norm (recompute)"), an
+// attention op by its kind and step.
+std::string compute_name(const Op& op) {
+  if (op.label == StepOp::None) return fmt::format("{}{}", to_string(op.kind), step_suffix(op.step));
+  std::string name = to_string(op.label);
+  if (op.kind == OpKind::Gemm) name += fmt::format(" {}", to_string(op.part));
+  if (op.flags & kOpRecompute) name += " (recompute)";
+  return name;
+}
+
+// A collective slice's name: its label first for the whole step's ("grad_sync AllReduce world").
+std::string collective_name(const Op& op, const CommGroup& group) {
+  std::string name = fmt::format("{} {}{}", to_string(op.kind), group.name, step_suffix(op.step));
+  return op.label == StepOp::None ? name : fmt::format("{} {}", to_string(op.label), name);
+}
+
 int tid_of(RecordKind kind) {
   switch (kind) {
     case RecordKind::Compute:
@@ -128,8 +144,7 @@ class TraceWriter {
       case RecordKind::Compute:
         event(fmt::format(
             R"({{"ph":"X","name":{},"cat":"compute",{},"args":{{"op":{},"phase":{},"flops":{},"q_tokens":{},"k_tokens":{}}}}})",
-            json_string(fmt::format("{}{}", to_string(op.kind), step_suffix(op.step))), common, r.op, phase, op.flops,
-            tokens(op.tok[0]), tokens(op.tok[1])));
+            json_string(compute_name(op)), common, r.op, phase, op.flops, tokens(op.tok[0]), tokens(op.tok[1])));
         break;
       case RecordKind::Send:
       case RecordKind::Recv: {
@@ -152,8 +167,8 @@ class TraceWriter {
         const CommGroup& group = c_.plan.groups[size_t(spec.group)];
         event(fmt::format(
             R"({{"ph":"X","name":{},"cat":"collective",{},"args":{{"op":{},"phase":{},"bytes":{},"group":{},"members":{},"fields":{}}}}})",
-            json_string(fmt::format("{} {}{}", to_string(op.kind), group.name, step_suffix(op.step))), common, r.op,
-            phase, op.bytes, json_string(group.name), group.ranks.size(), json_string(fields_to_string(spec.fields))));
+            json_string(collective_name(op, group)), common, r.op, phase, op.bytes, json_string(group.name),
+            group.ranks.size(), json_string(fields_to_string(spec.fields))));
       }
     }
   }

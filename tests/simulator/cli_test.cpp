@@ -25,7 +25,9 @@ const std::vector<std::string> kStrategies = {"ring",        "zigzag",    "ulyss
                                               "double-ring", "allgather", "wallfacer", "lss"};
 
 // A workload every preset can hold: fp16 (V100s have no bf16), ZeRO-3 (40 GB A100s), and a
-// sequence divisible by 2 x 12, 2 x 16 and 2 x 32 ranks (zigzag halves).
+// sequence divisible by 2 x 12, 2 x 16 and 2 x 32 ranks (zigzag halves). The ranking test plans
+// the whole step of 2 layers: all 32 do not fit summit's 16 GB V100s in any plan, and 2 replay
+// quickly.
 const std::string kWorkload = "--seq 61440 --dtype fp16 --zero-stage 3";
 
 std::filesystem::path scratch_dir() {
@@ -70,8 +72,8 @@ TEST_P(SimulateCommand, SimulateTopRanksByTimeAndSimulateAgrees) {
     const std::string what = GetParam() + " " + strategy;
     const auto plan_file = scratch(GetParam() + "-" + strategy + ".yaml");
     const test::CliResult planned =
-        test::run_cli("plan " + topology_args() + " " + kWorkload + " --strategy " + strategy +
-                          " --scope attention --simulate-top 3 --json --out " + plan_file.string(),
+        test::run_cli("plan " + topology_args() + " " + kWorkload + " --layers 2 --strategy " + strategy +
+                          " --simulate-top 3 --json --out " + plan_file.string(),
                       "2>/dev/null");
     const json ranking = json::parse(planned.output, nullptr, false);
     ASSERT_FALSE(ranking.is_discarded()) << what << ": " << planned.output;
@@ -104,6 +106,7 @@ TEST_P(SimulateCommand, SimulateTopRanksByTimeAndSimulateAgrees) {
     const json sim = json::parse(replayed.output, nullptr, false);
     ASSERT_FALSE(sim.is_discarded()) << what;
     expect_simulation_json(sim, ranking["gpus"].get<int>(), what);
+    EXPECT_EQ(sim["layers"], 2) << what;  // the whole step, both layers
     EXPECT_NEAR(sim["step_ms"].get<double>(), simulated.front(), 1e-9 * simulated.front()) << what;
     ++simulated_strategies;
   }
@@ -133,14 +136,16 @@ TEST(SimulateCommandInput, AllReduceFlagReachesThePlanAndTheReplay) {
   ASSERT_TRUE(test::cli_present());
   // A 16-rank ring over two DGX nodes; its world all-reduce is 30 ring steps per member (480
   // transfers) or a double binary tree per channel (4 channels x 4 x 15 transfers); everything
-  // else is the same.
+  // else is the same. One attention layer: the whole step under ZeRO-3 reduce-scatters its
+  // gradients, rings whatever the all-reduce algorithm.
   json simulated[2];
   for (int i = 0; i < 2; ++i) {
     const std::string algorithm = i == 0 ? "ring" : "tree";
     const std::filesystem::path plan = scratch("all-reduce-" + algorithm + ".yaml");
-    const test::CliResult planned = test::run_cli("plan --nodes 2 --gpus 16 --strategy ring " + kWorkload +
-                                                      " --all-reduce " + algorithm + " --out " + plan.string(),
-                                                  "2>&1");
+    const test::CliResult planned =
+        test::run_cli("plan --nodes 2 --gpus 16 --strategy ring " + kWorkload + " --scope attention --all-reduce " +
+                          algorithm + " --out " + plan.string(),
+                      "2>&1");
     ASSERT_EQ(planned.status, 0) << planned.output;
     std::ifstream in(plan);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -57,6 +57,10 @@ struct SimOptions {
   // time (0: never): a 4,096-GPU replay runs for a minute or more. Lines start with the label.
   double progress_every_s = 0;
   std::string progress_label = "simulator";
+  // A step-scope plan replays the whole step with this many layers (0: all of the model's,
+  // 1..workload.layers otherwise): fewer for quick looks at large clusters. An attention-scope
+  // plan replays its one attention layer whatever this says.
+  int step_layers = 0;
 };
 
 struct RankStats {
@@ -88,6 +92,9 @@ struct SimResult {
   int64_t activities = 0;                // SimGrid activities (execs + comms) run
   int64_t transfers = 0;                 // of which transfers (P2P and collective steps), counted once
   double wall_seconds = 0;               // host time the simulation took
+  // Layers of the whole step replayed (step-scope plans; SimOptions::step_layers); 0 when the
+  // plan is one attention layer's forward and backward (attention scope) or a given schedule.
+  int layers = 0;
 };
 
 // Automatic SimOptions::threads: 2 (when the process may use 2 CPUs) from this many ranks up.
@@ -97,6 +104,8 @@ int usable_cpus();
 // Threads a simulation of `ranks` ranks runs its actors on under `options`.
 int simulation_threads(const SimOptions& options, int ranks);
 
+// Replays the plan's scope (Plan::scope): the whole training step (StepBuilder) or one attention
+// layer (ScheduleBuilder).
 // Throws InputError when the plan does not match the topology or an option is invalid, and
 // ScheduleError when the schedule cannot run to completion (a deadlock, mismatched messages).
 // Each call runs SimGrid in a child process of its own (SimGrid keeps process-wide state), so
