@@ -45,7 +45,30 @@ struct PlanFlags {
   std::string all_reduce = "auto";
   double memory_fraction = 0.9;
   std::string scope = "step";
+  std::string tensor = "auto";
+  int sequence = 0, data = 0;
 };
+
+// --tp: a fixed degree, or every power of two up to the GPUs of one node (the tensor group stays
+// on NVLink / NVSwitch, as Megatron places it).
+std::vector<int> tensor_degrees(const std::string& text, const Topology& topology) {
+  if (text != "auto") {
+    int t = 0;
+    try {
+      size_t used = 0;
+      t = std::stoi(text, &used);
+      if (used != text.size()) t = 0;
+    } catch (const std::exception&) {
+      t = 0;
+    }
+    if (t < 1) throw InputError("--tp", 0, fmt::format("expects 'auto' or a degree of at least 1, got '{}'", text));
+    return {t};
+  }
+  std::vector<int> degrees;
+  for (int t = 1; t <= topology.gpus_per_node(); t *= 2)
+    degrees.push_back(t);
+  return degrees;
+}
 
 struct Ranked {
   SearchResult result;
@@ -60,8 +83,11 @@ std::string bytes_text(int64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
-SearchOptions search_options(const PlanFlags& flags) {
+SearchOptions search_options(const PlanFlags& flags, const Topology& topology) {
   SearchOptions o;
+  o.tensor_degrees = tensor_degrees(flags.tensor, topology);
+  o.sequence_parallel = flags.sequence;
+  o.data_parallel = flags.data;
   if (flags.strategy != "auto") o.strategy = parse_strategy(flags.strategy);
   o.ranks = flags.gpus;
   o.mode = flags.search == "exhaustive"  ? SearchMode::Exhaustive
@@ -124,8 +150,10 @@ void simulate_best(Ranked& ranked, const CostModel& model, int k, int jobs, doub
 // The degrees and the strategy's own knobs, the same fields as the plan file's params.
 nlohmann::json params_json(const Candidate& c) {
   const StrategyParams& p = c.plan.params;
-  nlohmann::json j{
-      {"text", c.describe_params()}, {"sequence_parallel", p.sequence_parallel}, {"data_parallel", p.data_parallel}};
+  nlohmann::json j{{"text", c.describe_params()},
+                   {"sequence_parallel", p.sequence_parallel},
+                   {"data_parallel", p.data_parallel},
+                   {"tensor_parallel", p.tensor_parallel}};
   if (const auto* k = std::get_if<UspKnobs>(&p.knobs)) j["ulysses"] = k->ulysses, j["ring"] = k->ring;
   if (const auto* k = std::get_if<DoubleRingKnobs>(&p.knobs)) j["ulysses"] = k->ulysses, j["window"] = k->window;
   if (const auto* k = std::get_if<WallFacerKnobs>(&p.knobs)) j["team"] = k->team;
@@ -152,6 +180,11 @@ nlohmann::json candidate_json(const Candidate& c, const std::optional<double>& s
        {{"forward", {{"p2p", cost.volume.p2p_forward}, {"collective", cost.volume.collective_forward}}},
         {"backward", {{"p2p", cost.volume.p2p_backward}, {"collective", cost.volume.collective_backward}}}}},
       {"memory_GiB", cost.memory.total_GiB},
+      {"memory_breakdown_GiB",
+       {{"model_state", cost.memory.model_state_GiB},
+        {"activations", cost.memory.activations_GiB},
+        {"attention", cost.memory.attention_GiB},
+        {"working", cost.memory.working_GiB}}},
       {"mfu", cost.mfu}};
   if (simulated) j["simulated_ms"] = *simulated;
   return j;
@@ -248,7 +281,7 @@ int run_plan(const PlanFlags& flags) {
   const Calibration calibration =
       flags.calibration.empty() ? Calibration::defaults() : Calibration::load(flags.calibration);
   const CostModel model(topology, calibration);
-  const SearchOptions options = search_options(flags);
+  const SearchOptions options = search_options(flags, topology);
   Ranked ranked{search_plans(topology, workload, model, options), {}};
   const int gpus = options.ranks > 0 ? options.ranks : topology.num_gpus();
   if (flags.simulate_top > 0)
@@ -314,6 +347,20 @@ void register_plan_command(CLI::App& app) {
                    "layer's forward and backward, what `run` executes)")
       ->capture_default_str()
       ->check(CLI::IsMember({"step", "attention"}))
+      ->group(group);
+  command
+      ->add_option("--tp", flags->tensor,
+                   "Tensor parallel degree around the strategy (Megatron-style, heads and matrices split T ways), "
+                   "or auto: 1, 2, 4, ... up to the GPUs of a node")
+      ->capture_default_str()
+      ->group(group);
+  command->add_option("--sp", flags->sequence, "Only this sequence parallel degree S (0 = any; 1 = none)")
+      ->capture_default_str()
+      ->check(at_least(0))
+      ->group(group);
+  command->add_option("--dp", flags->data, "Only this data parallel degree D (0 = any)")
+      ->capture_default_str()
+      ->check(at_least(0))
       ->group(group);
   command->add_option("--memory-fraction", flags->memory_fraction, "Share of GPU memory a plan may use")
       ->capture_default_str()

@@ -92,26 +92,29 @@ double stored_elements_per_row(const Workload& w, Checkpointing mode) {
 
 MemoryEstimate step_memory(const Plan& plan, const Schedule& attention) {
   const Workload& w = plan.workload;
+  const int T = plan.params.tensor_parallel;
   MemoryEstimate m;
-  m.model_state_GiB = model_state_bytes(w, plan.num_ranks()) / kGiB;
+  // A rank holds 1/T of the model, sharded by ZeRO over the data x sequence parallel ranks.
+  m.model_state_GiB = model_state_bytes(w, plan.num_ranks() / T) / T / kGiB;
   // Rows of the busiest rank: its own tokens times its sequences.
   double rows = 0, buffers = 0;
   for (const RankProgram& program : attention.ranks) {
     int64_t token_heads = 0;
     for (const Binding& b : program.inputs)
       if (b.field == Field::Q) token_heads += token_count(attention.tokens.get(b.tokens)) * b.heads.size();
-    rows = std::max(rows, double(token_heads) / std::max(1, w.heads) * rows_of(program));
+    rows = std::max(rows, double(token_heads) / std::max(1, w.heads / T) * rows_of(program));
     buffers = std::max(buffers, buffer_bytes(attention.dims, program));
   }
   const double e = bytes_of(w.dtype);
   const double lse = w.checkpointing == Checkpointing::Full ? 0 : 4.0 * w.heads;  // fp32 per head
-  m.activations_GiB = w.layers * rows * (e * stored_elements_per_row(w, w.checkpointing) + lse) / kGiB;
+  // With tensor (and Megatron's sequence) parallelism every stored activation is split T ways.
+  m.activations_GiB = w.layers * rows * (e * stored_elements_per_row(w, w.checkpointing) + lse) / T / kGiB;
   m.attention_GiB = buffers / kGiB;
   // The largest transient on top: the logits and their fp32 gradient at the head, or one layer's
   // recomputed activations inside a fully checkpointed backward.
-  const double logits = rows * double(w.vocab) * (e + 4);
+  const double logits = rows * double(w.vocab) / T * (e + 4);
   const double recomputed =
-      w.checkpointing == Checkpointing::Full ? rows * e * stored_elements_per_row(w, Checkpointing::None) : 0;
+      w.checkpointing == Checkpointing::Full ? rows * e * stored_elements_per_row(w, Checkpointing::None) / T : 0;
   m.working_GiB = std::max(logits, recomputed) / kGiB;
   m.total_GiB = m.model_state_GiB + m.activations_GiB + m.attention_GiB + m.working_GiB;
   return m;

@@ -142,11 +142,12 @@ class TemplateWriter {
   }
   // One buffer per flat field (no rows), declared on first use.
   int32_t flat_buffer(Field field) {
-    int32_t& b = flat_buffers_[field == Field::Weight ? 1 : 0];
+    const int slot = field == Field::WeightGrad ? 0 : field == Field::Weight ? 1 : 2;
+    static constexpr const char* kNames[] = {"wgrads", "weights", "activations"};
+    int32_t& b = flat_buffers_[slot];
     if (b < 0) {
       b = int32_t(program_.buffers.size());
-      program_.buffers.push_back(
-          {field == Field::Weight ? "weights" : "wgrads", field_bit(field), {}, 0, field == Field::WeightGrad});
+      program_.buffers.push_back({kNames[slot], field_bit(field), {}, 0, field == Field::WeightGrad});
     }
     return b;
   }
@@ -157,7 +158,7 @@ class TemplateWriter {
   ScheduleDims dims_;
   Phase phase_ = Phase::Forward;
   uint8_t flags_ = 0;
-  int32_t flat_buffers_[2] = {-1, -1};
+  int32_t flat_buffers_[3] = {-1, -1, -1};
 };
 
 // Sizes of the layer's matrices and of the rows one rank works on (docs/step.md). With tensor
@@ -536,7 +537,8 @@ std::vector<FlowSet> StepBuilder::flow_sets() const {
 }
 
 StepTemplate StepBuilder::build_template(int rank, TokenSetPool& pool) const {
-  Attention attention = take_apart(impl_->attention.build_rank(rank, pool), rank, pool, impl_->plan.workload.heads);
+  Attention attention = take_apart(impl_->attention.build_rank(rank, pool), rank, pool,
+                                   impl_->plan.workload.heads / impl_->plan.params.tensor_parallel);
   return StepTemplateBuilder(impl_->plan, std::move(attention), pool).build();
 }
 

@@ -82,26 +82,44 @@ void check_memory(Candidate& c, double budget_GiB) {
   c.reason = fmt::format("needs {:.1f} GiB > {:.1f} GiB budget", c.cost.memory.total_GiB, budget_GiB);
 }
 
+// The workload one tensor slice sees, and whether the heads split T ways.
+Workload tensor_slice_workload(Workload w, int T) {
+  w.heads /= T;
+  w.kv_heads /= T;
+  w.hidden = int64_t(w.heads) * w.head_dim;
+  return w;
+}
+bool tensor_slice_fits(const Workload& w, int T) {
+  return w.heads % T == 0 && w.kv_heads % T == 0;
+}
+
 std::vector<Work> enumerate_candidates(const Topology& topology, const Workload& workload, const SearchOptions& options,
                                        int ranks) {
   const std::string dtype_problem = dtype_issue(topology.gpu(), workload.dtype);
   std::vector<StrategyKind> strategies =
       options.strategy ? std::vector<StrategyKind>{*options.strategy} : all_strategies();
   std::vector<Work> work;
-  for (StrategyKind strategy : strategies) {
-    for (const StrategyParams& params : enumerate_params(strategy, workload, ranks)) {
-      Work w;
-      w.index = work.size();
-      w.candidate.plan.strategy = strategy;
-      w.candidate.plan.params = params;
-      w.candidate.plan.workload = workload;
-      w.candidate.plan.topology_name = topology.name();
-      const Feasibility rules = check_feasible(strategy, params, workload, ranks);
-      w.candidate.reason = !rules.ok ? rules.reason : dtype_problem;
-      w.priced = w.candidate.reason.empty();
-      work.push_back(std::move(w));
+  for (int T : options.tensor_degrees)
+    for (StrategyKind strategy : strategies) {
+      if (T < 1 || ranks % T != 0) continue;
+      const Workload slice = T == 1 ? workload : tensor_slice_workload(workload, T);
+      if (T > 1 && !tensor_slice_fits(workload, T)) continue;
+      for (StrategyParams params : enumerate_params(strategy, slice, ranks / T)) {
+        params.tensor_parallel = T;
+        if (options.sequence_parallel > 0 && params.sequence_parallel != options.sequence_parallel) continue;
+        if (options.data_parallel > 0 && params.data_parallel != options.data_parallel) continue;
+        Work w;
+        w.index = work.size();
+        w.candidate.plan.strategy = strategy;
+        w.candidate.plan.params = params;
+        w.candidate.plan.workload = workload;
+        w.candidate.plan.topology_name = topology.name();
+        const Feasibility rules = check_feasible(strategy, params, workload, ranks);
+        w.candidate.reason = !rules.ok ? rules.reason : dtype_problem;
+        w.priced = w.candidate.reason.empty();
+        work.push_back(std::move(w));
+      }
     }
-  }
   return work;
 }
 
@@ -120,6 +138,7 @@ std::string Candidate::describe_params() const {
   };
   std::string text = std::visit(Describe{p.sequence_parallel}, p.knobs);
   if (p.data_parallel > 1) text += fmt::format(" D={}", p.data_parallel);
+  if (p.tensor_parallel > 1) text += fmt::format(" T={}", p.tensor_parallel);
   return text;
 }
 

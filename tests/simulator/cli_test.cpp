@@ -143,8 +143,8 @@ TEST(SimulateCommandInput, AllReduceFlagReachesThePlanAndTheReplay) {
     const std::string algorithm = i == 0 ? "ring" : "tree";
     const std::filesystem::path plan = scratch("all-reduce-" + algorithm + ".yaml");
     const test::CliResult planned =
-        test::run_cli("plan --nodes 2 --gpus 16 --strategy ring " + kWorkload + " --scope attention --all-reduce " +
-                          algorithm + " --out " + plan.string(),
+        test::run_cli("plan --nodes 2 --gpus 16 --strategy ring --tp 1 " + kWorkload +
+                          " --scope attention --all-reduce " + algorithm + " --out " + plan.string(),
                       "2>&1");
     ASSERT_EQ(planned.status, 0) << planned.output;
     std::ifstream in(plan);

@@ -81,7 +81,7 @@ TEST(PlanErrors, UnknownNames) {
                    "unknown placement 'collect_intra' (default, head-first, context-first, collect-intra, p2p-intra)"});
   expect_rejected({"kind: sub-ring", "kind: subring",
                    "unknown group kind 'subring' (ring, sub-ring, team, all-to-all, window, inter-window, sequence, "
-                   "data, world)"});
+                   "data, world, tensor)"});
 }
 
 TEST(PlanErrors, UnknownKeys) {

@@ -44,14 +44,15 @@ TEST(PlanNames, GroupKinds) {
   const std::pair<GroupKind, const char*> names[] = {
       {GroupKind::Ring, "ring"},           {GroupKind::SubRing, "sub-ring"}, {GroupKind::Team, "team"},
       {GroupKind::AllToAll, "all-to-all"}, {GroupKind::Window, "window"},    {GroupKind::InterWindow, "inter-window"},
-      {GroupKind::Sequence, "sequence"},   {GroupKind::Data, "data"},        {GroupKind::World, "world"}};
+      {GroupKind::Sequence, "sequence"},   {GroupKind::Data, "data"},        {GroupKind::World, "world"},
+      {GroupKind::Tensor, "tensor"}};
   for (const auto& [value, name] : names) {
     EXPECT_STREQ(to_string(value), name);
     EXPECT_EQ(parse_group_kind(name), value);
   }
   EXPECT_EQ(input_error_of([] { parse_group_kind("subring"); }),
             "error: unknown group kind 'subring' (ring, sub-ring, team, all-to-all, window, inter-window, sequence, "
-            "data, world)");
+            "data, world, tensor)");
 }
 
 TEST(Plan, FindGroup) {

@@ -36,6 +36,10 @@ struct SearchOptions {
   // attention layer as before, then every feasible candidate is priced as a whole step in its
   // chosen order and the ranking is by whole-step time within the step's memory.
   Scope scope = Scope::Attention;
+  // Tensor parallel degrees to try (each must divide the GPUs, heads and kv heads; others are
+  // skipped), and fixed sequence / data parallel degrees (0 = any).
+  std::vector<int> tensor_degrees = {1};
+  int sequence_parallel = 0, data_parallel = 0;
 };
 
 struct Candidate {
