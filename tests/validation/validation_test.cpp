@@ -54,6 +54,7 @@ struct Result {
   double measured_metric = 0, measured_tokens = 0;  // metric as published; tokens/s whole job
   double predicted_tokens = 0, predicted_metric = 0;
   double error_pct = 0, memory_GiB = 0;
+  double step_ms = 0, compute_ms = 0;  // predicted step; busiest rank's compute stream
 };
 
 // FLOPs per trained token by the source's convention, or nullopt when not implemented.
@@ -203,6 +204,8 @@ Result predict(const Entry& e) {
   r.predicted_metric = r.predicted_tokens * (r.measured_metric / r.measured_tokens);  // same conversion back
   r.error_pct = 100.0 * (r.predicted_tokens - r.measured_tokens) / r.measured_tokens;
   r.memory_GiB = cost.memory.total_GiB;
+  r.step_ms = cost.step_ms;
+  r.compute_ms = cost.compute_ms;
   return r;
 }
 
@@ -328,13 +331,15 @@ TEST(Validation, PredictionsMatchTheDoc) {
   if (const char* print = std::getenv("WALLFACER_PRINT_VALIDATION"); print && std::string(print) == "1") {
     std::string out =
         "| id | source | cluster | model | seq | layout | measured | measured tokens/s | predicted tokens/s | "
-        "predicted | error % | memory GiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        "predicted | error % | memory GiB | step ms | compute ms |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const Result& r : results)
       out += fmt::format(
-          "| `{}` | {} | {} × {} | {} | {} | {} | {:.0f} {} | {:.0f} | {:.0f} | {:.1f} | {:.2f} | {:.1f} |\n",
+          "| `{}` | {} | {} × {} | {} | {} | {} | {:.0f} {} | {:.0f} | {:.0f} | {:.1f} | {:.2f} | {:.1f} | {:.0f} | "
+          "{:.0f} |\n",
           r.entry->id, r.entry->source_group, r.entry->cluster, r.entry->nodes, r.entry->model, r.workload.seq,
           r.layout, r.measured_metric, r.entry->measured["metric"].as<std::string>(), r.measured_tokens,
-          r.predicted_tokens, r.predicted_metric, r.error_pct, r.memory_GiB);
+          r.predicted_tokens, r.predicted_metric, r.error_pct, r.memory_GiB, r.step_ms, r.compute_ms);
     out += fmt::format("\nmean absolute error of throughput: {:.2f} % over {} entries\n\n", mae, results.size());
     out += "| comparison | entries | measured fastest | predicted fastest | agree |\n|---|---|---|---|---|\n";
     for (const Ranking& k : rankings)
