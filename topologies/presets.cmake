@@ -4,6 +4,7 @@ set(WALLFACER_TOPOLOGY_PRESETS
   ${PROJECT_SOURCE_DIR}/topologies/a2-megagpu-16g.yaml
   ${PROJECT_SOURCE_DIR}/topologies/dgx-1v.yaml
   ${PROJECT_SOURCE_DIR}/topologies/dgx-a100.yaml
+  ${PROJECT_SOURCE_DIR}/topologies/dgx-a100-40g.yaml
   ${PROJECT_SOURCE_DIR}/topologies/dgx-h100.yaml
   ${PROJECT_SOURCE_DIR}/topologies/hgx-h200.yaml
   ${PROJECT_SOURCE_DIR}/topologies/lab-mixed.yaml

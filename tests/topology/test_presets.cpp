@@ -30,6 +30,7 @@ struct PresetShape {
 const PresetShape kShapes[] = {
     {"dgx-h100", 8, 8, 2, 8, 1, 8, 8 + 32, "rail_optimized"},  // 8 rails x 1 leaf, 32 down ports
     {"dgx-a100", 4, 8, 2, 4, 1, 8, 2 + 16, "fat_tree"},        // 2 nodes x 8 NICs per leaf
+    {"dgx-a100-40g", 4, 8, 2, 4, 1, 8, 2 + 16, "fat_tree"},
     {"hgx-h200", 4, 8, 2, 8, 1, 8, 2 + 16, "fat_tree"},
     {"a2-highgpu-8g", 2, 8, 1, 4, 1, 1, 1, "single_switch"},
     {"a2-megagpu-16g", 2, 16, 1, 8, 1, 1, 1, "single_switch"},

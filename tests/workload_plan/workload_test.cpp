@@ -26,6 +26,7 @@ struct Shape {
 // Numbers from the sources each preset names (WallFacer's setups, Llama 2 / Llama 3 configs).
 const Shape kShapes[] = {
     {"gpt-3b", 12, 16, 16, 256, 4096, 16384, 50257, false},
+    {"gpt-30b", 64, 64, 64, 96, 6144, 24576, 50304, false},
     {"gpt-7b", 32, 32, 32, 128, 4096, 16384, 50257, false},
     {"llama-2-7b", 32, 32, 32, 128, 4096, 11008, 32000, true},
     {"llama-3-8b", 32, 32, 8, 128, 4096, 14336, 128256, true},
@@ -184,7 +185,7 @@ TEST(Overrides, ErrorsNameTheFlag) {
 
 TEST(LoadWorkload, UnknownModel) {
   EXPECT_EQ(input_error_of([] { load_workload("llama-9-1t"); }),
-            "error: unknown model 'llama-9-1t': neither a preset (gpt-3b, gpt-7b, llama-2-7b, llama-3-70b, "
+            "error: unknown model 'llama-9-1t': neither a preset (gpt-30b, gpt-3b, gpt-7b, llama-2-7b, llama-3-70b, "
             "llama-3-8b) nor a file");
 }
 
