@@ -50,6 +50,10 @@ void add_workload_flags(CLI::App* app, WorkloadFlags& flags) {
                   "forward) (default: selective)")
       ->check(CLI::IsMember({"none", "selective", "full"}))
       ->group(group);
+  app->add_flag_callback(
+         "--fp8-linear", [&o] { o.fp8_linear = true; },
+         "The layers' GEMMs in fp8 (Transformer Engine's recipe; attention and the LM head stay in --dtype)")
+      ->group(group);
   app->add_option("--grad-bucket-MiB", o.grad_bucket_MiB, "Gradient synchronisation bucket in MiB (default: 25)")
       ->check(CLI::Range(1, 1 << 20))
       ->group(group);

@@ -154,6 +154,10 @@ Calibration Calibration::defaults() {
       {"H100", 0.80, "maximum achievable matmul FLOPS, bf16: 794.5 of 989 TF/s (stas00/ml-engineering, MAMF table)"},
       {"H200", 0.80, "maximum achievable matmul FLOPS: the MAMF table gives H200 as H100 (794.5 of 989 TF/s)"},
   };
+  c.gemm_fp8_ = {
+      {"H100", 0.71, "maximum achievable matmul FLOPS, fp8: 1402.6 of 1979 TF/s (stas00/ml-engineering, MAMF table)"},
+      {"H200", 0.73, "maximum achievable matmul FLOPS, fp8: 1453.4 of 1979 TF/s (stas00/ml-engineering, MAMF table)"},
+  };
   c.hbm_ = {
       {"A100", 0.87, "device copy 1355 of 1555 GB/s on A100-40GB (docs/calibration.md)"},
       {"H100", 0.90, "fused memory-bound kernels at 3.0 of 3.35 TB/s on H100 (QuACK, docs/calibration.md)"},
@@ -221,8 +225,9 @@ Calibration Calibration::parse(const std::string& yaml_text, const std::string& 
   return c;
 }
 
-double Calibration::gemm_efficiency(const std::string& gpu, int64_t m, int64_t n, int64_t k, bool* fallback) const {
-  const EfficiencyPoint* ceiling = match(gemm_, gpu);
+double Calibration::gemm_efficiency(const std::string& gpu, int64_t m, int64_t n, int64_t k, bool* fallback,
+                                    bool fp8) const {
+  const EfficiencyPoint* ceiling = match(fp8 ? gemm_fp8_ : gemm_, gpu);
   if (fallback) *fallback = ceiling == nullptr;
   const double top = ceiling ? ceiling->efficiency : fallback_efficiency_;
   // Size curve, as a share of the ceiling, from the H100 square-GEMM sweep (docs/calibration.md):

@@ -15,7 +15,12 @@ ComputeTimer::ComputeTimer(const GpuModel& gpu, const Calibration& calibration, 
       hbm_bytes_per_s(gpu.hbm_GBps * 1e9),
       pointwise_bytes_per_s_(gpu.hbm_GBps * 1e9 * calibration.hbm_efficiency(gpu.name)),
       forward_(calibration.curve(gpu.name, KernelOp::AttnFwd, workload.dtype, workload.head_dim, peak_tflops_)),
-      backward_(calibration.curve(gpu.name, KernelOp::AttnBwd, workload.dtype, workload.head_dim, peak_tflops_)) {}
+      backward_(calibration.curve(gpu.name, KernelOp::AttnBwd, workload.dtype, workload.head_dim, peak_tflops_)) {
+  if (!workload.fp8_linear) return;
+  if (gpu.peak_fp8_tflops <= 0)
+    throw InputError(fmt::format("{} has no fp8 peak in its topology (peak_fp8_tflops); drop fp8_linear", gpu.name));
+  fp8_peak_tflops_ = gpu.peak_fp8_tflops;
+}
 
 double ComputeTimer::attention_seconds(const Op& op, const TokenSetPool& tokens) {
   if (op.flops <= 0) return 0;
@@ -24,21 +29,29 @@ double ComputeTimer::attention_seconds(const Op& op, const TokenSetPool& tokens)
   if (op.kind != last.kind || q != last.a || k != last.b) {
     const double tflops = (op.kind == OpKind::AttnFwd ? forward_ : backward_).tflops(q, k);
     if (!(tflops > 0)) throw InputError(fmt::format("calibration gives {} TFLOP/s for a {}x{} block", tflops, q, k));
-    last = {op.kind, q, k, -1, 1.0 / (tflops * 1e12)};
+    last = LastShape{.kind = op.kind, .a = q, .b = k, .c = -1, .fp8 = false, .per_unit = 1.0 / (tflops * 1e12)};
   }
   return op.flops * last.per_unit;
 }
 
 double ComputeTimer::gemm_seconds(const Op& op) {
   LastShape& last = last_gemm_;
-  if (op.gemm[0] != last.a || op.gemm[1] != last.b || op.gemm[2] != last.c) {
+  // Transformer Engine runs the layers' linear layers in fp8 and keeps the LM head in 16 bits.
+  const bool fp8 = fp8_peak_tflops_ > 0 && op.label != StepOp::LmHead;
+  if (op.gemm[0] != last.a || op.gemm[1] != last.b || op.gemm[2] != last.c || fp8 != last.fp8) {
     bool fallback = false;
-    const double efficiency = calibration_.gemm_efficiency(gpu_name_, op.gemm[0], op.gemm[1], op.gemm[2], &fallback);
+    const double efficiency =
+        calibration_.gemm_efficiency(gpu_name_, op.gemm[0], op.gemm[1], op.gemm[2], &fallback, fp8);
     gemm_fallback_ = gemm_fallback_ || fallback;
-    const double tflops = efficiency * peak_tflops_;
+    const double tflops = efficiency * (fp8 ? fp8_peak_tflops_ : peak_tflops_);
     if (!(tflops > 0))
       throw InputError(fmt::format("calibration gives {} TFLOP/s for a GEMM on {}", tflops, gpu_name_));
-    last = {OpKind::Gemm, op.gemm[0], op.gemm[1], op.gemm[2], 1.0 / (tflops * 1e12)};
+    last = LastShape{.kind = OpKind::Gemm,
+                     .a = op.gemm[0],
+                     .b = op.gemm[1],
+                     .c = op.gemm[2],
+                     .fp8 = fp8,
+                     .per_unit = 1.0 / (tflops * 1e12)};
   }
   return op.flops * last.per_unit;
 }

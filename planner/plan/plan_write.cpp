@@ -63,6 +63,7 @@ void write_workload(const Workload& w, std::ostream& out) {
   out << fmt::format("  seq: {}\n  batch: {}\n  dtype: {}\n  causal: {}\n  zero_stage: {}\n", w.seq, w.batch,
                      to_string(w.dtype), boolean(w.causal), w.zero_stage);
   out << fmt::format("  checkpointing: {}\n  grad_bucket_MiB: {}\n", to_string(w.checkpointing), w.grad_bucket_MiB);
+  if (w.fp8_linear) out << "  fp8_linear: true\n";
 }
 
 // The degrees, then the strategy's own knobs and placement (none for strategies without).

@@ -133,11 +133,13 @@ std::optional<Problem> find_problem(const Workload& w) {
 }
 
 const std::initializer_list<std::string_view> kPlanKeys = {
-    "model",     "layers", "hidden", "heads", "kv_heads", "head_dim",   "ffn",           "vocab",
-    "gated_ffn", "seq",    "batch",  "dtype", "causal",   "zero_stage", "checkpointing", "grad_bucket_MiB"};
+    "model",         "layers",          "hidden",    "heads", "kv_heads", "head_dim", "ffn",
+    "vocab",         "gated_ffn",       "seq",       "batch", "dtype",    "causal",   "zero_stage",
+    "checkpointing", "grad_bucket_MiB", "fp8_linear"};
 const std::initializer_list<std::string_view> kModelFileKeys = {
-    "model", "description", "source", "layers", "hidden", "heads",  "kv_heads",   "head_dim",      "ffn",
-    "vocab", "gated_ffn",   "seq",    "batch",  "dtype",  "causal", "zero_stage", "checkpointing", "grad_bucket_MiB"};
+    "model",    "description", "source",        "layers",          "hidden",    "heads", "kv_heads",
+    "head_dim", "ffn",         "vocab",         "gated_ffn",       "seq",       "batch", "dtype",
+    "causal",   "zero_stage",  "checkpointing", "grad_bucket_MiB", "fp8_linear"};
 
 // Reads the fields present in `node`; absent ones keep Workload's defaults for now.
 Workload read_fields(const YAML::Node& node, WorkloadSource& from, bool all_fields) {
@@ -183,6 +185,7 @@ Workload read_fields(const YAML::Node& node, WorkloadSource& from, bool all_fiel
   }
   if (has("gated_ffn")) w.gated_ffn = yaml::get_bool(src, node, "gated_ffn");
   if (has("causal")) w.causal = yaml::get_bool(src, node, "causal");
+  if (has("fp8_linear")) w.fp8_linear = yaml::get_bool(src, node, "fp8_linear");
   if (has("dtype")) {
     try {
       w.dtype = parse_dtype(yaml::as_string(src, node["dtype"], "dtype"));
@@ -224,6 +227,7 @@ void apply_overrides(Workload& w, WorkloadSource& from, const WorkloadOverrides&
     from.overridden.insert("checkpointing");
   }
   take("causal", o.causal, w.causal);
+  take("fp8_linear", o.fp8_linear, w.fp8_linear);
   if (o.dtype) {
     try {
       w.dtype = parse_dtype(*o.dtype);

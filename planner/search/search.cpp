@@ -95,7 +95,10 @@ bool tensor_slice_fits(const Workload& w, int T) {
 
 std::vector<Work> enumerate_candidates(const Topology& topology, const Workload& workload, const SearchOptions& options,
                                        int ranks) {
-  const std::string dtype_problem = dtype_issue(topology.gpu(), workload.dtype);
+  std::string dtype_problem = dtype_issue(topology.gpu(), workload.dtype);
+  if (dtype_problem.empty() && workload.fp8_linear && topology.gpu().peak_fp8_tflops <= 0)
+    dtype_problem = fmt::format("{} has no fp8 peak in topology '{}' (peak_fp8_tflops); drop --fp8-linear",
+                                topology.gpu().name, topology.name());
   std::vector<StrategyKind> strategies =
       options.strategy ? std::vector<StrategyKind>{*options.strategy} : all_strategies();
   std::vector<Work> work;

@@ -262,6 +262,8 @@ std::string Topology::Impl::compute_hash() const {
   fnv.add(fmt::format("wallfacer-topology/1\ngpu|{}|{}|{}|{}|{}\nfabric|{}|{}\nnodes|{}\n", g.name, g.peak_bf16_tflops,
                       g.peak_fp16_tflops, g.memory_GiB, g.hbm_GBps, model.fabric.type, model.fabric.oversubscription,
                       model.nodes.size()));
+  // Added only when given, so that topologies without it keep their hashes.
+  if (g.peak_fp8_tflops > 0) fnv.add(fmt::format("fp8|{}\n", g.peak_fp8_tflops));
   // Added only when it is not the default, so that ECMP topologies keep their hashes.
   if (model.fabric.routing != "ecmp") fnv.add(fmt::format("routing|{}\n", model.fabric.routing));
   fmt::memory_buffer line;

@@ -2,6 +2,7 @@
 // strategy; throughput and MFU follow their definitions; depth adds time.
 #include <gtest/gtest.h>
 
+#include <wallfacer/cost/compute_time.hpp>
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
@@ -64,6 +65,38 @@ TEST(StepCost, StepGrowsWithLayers) {
   }
   EXPECT_GT(steps[1], steps[0]);
   EXPECT_GT(steps[2], steps[1]);
+}
+
+}  // namespace
+}  // namespace wallfacer
+
+namespace wallfacer {
+namespace {
+
+// A GEMM lasts its FLOPs over the calibrated share of the peak, in bf16 and in fp8; the LM head
+// stays in the dtype.
+TEST(ComputeTimerGemm, TimeIsFlopsOverTheCalibratedThroughput) {
+  const Topology topology = Topology::load("dgx-h100", 1);
+  const Calibration calibration = Calibration::defaults();
+  Workload w = step_workload(2);
+  Op gemm;
+  gemm.kind = OpKind::Gemm;
+  gemm.label = StepOp::MlpUp;
+  gemm.gemm[0] = 8192, gemm.gemm[1] = 14336, gemm.gemm[2] = 4096;
+  gemm.flops = 2.0 * 8192 * 14336 * 4096;
+  TokenSetPool pool;
+  const double bf16 = ComputeTimer(topology.gpu(), calibration, w).seconds(gemm, pool);
+  const double efficiency = calibration.gemm_efficiency("H100-SXM5-80GB", 8192, 14336, 4096);
+  EXPECT_NEAR(efficiency, 0.80, 1e-12);  // large and aligned: the ceiling
+  EXPECT_NEAR(bf16, gemm.flops / (0.80 * 989.4e12), 1e-15);
+  w.fp8_linear = true;
+  ComputeTimer fp8(topology.gpu(), calibration, w);
+  EXPECT_NEAR(fp8.seconds(gemm, pool), gemm.flops / (0.71 * 1979e12), 1e-15);
+  gemm.label = StepOp::LmHead;
+  EXPECT_NEAR(fp8.seconds(gemm, pool), bf16, 1e-15);
+  // Small products run below the ceiling, misaligned ones lower still.
+  EXPECT_LT(calibration.gemm_efficiency("H100", 1024, 1024, 1024), 0.2);
+  EXPECT_NEAR(calibration.gemm_efficiency("H100", 8192, 10922, 4096) / efficiency, 272.7 / 398.4, 1e-12);
 }
 
 }  // namespace

@@ -94,11 +94,8 @@ std::vector<std::string> needs_of(const Entry& e) {
   if (std::find(models.begin(), models.end(), e.model) == models.end()) needs.push_back("model preset " + e.model);
   if (e.model_node["moe"] && e.model_node["moe"].as<bool>()) needs.push_back("mixture of experts");
   const YAML::Node& t = e.training;
-  for (const char* key : {"tp", "pp"}) {
-    if (t[key] && (t[key].IsNull() || t[key].as<int>() != 1))
-      needs.push_back(std::string(key) == "tp" ? "tensor parallelism" : "pipeline parallelism");
-  }
-  if (t["linear_dtype"] && t["linear_dtype"].as<std::string>() == "fp8") needs.push_back("fp8 GEMMs");
+  if (t["tp"] && t["tp"].IsNull()) needs.push_back("a stated tensor parallel degree");
+  if (t["pp"] && (t["pp"].IsNull() || t["pp"].as<int>() != 1)) needs.push_back("pipeline parallelism");
   std::vector<std::string> unstated;
   for (const char* key : {"batch", "strategy", "S", "D", "zero", "checkpointing", "dtype"})
     if (is_null(t[key])) unstated.push_back(key);
@@ -143,11 +140,12 @@ std::vector<Entry> load_entries() {
 // "S=2 D=16, ZeRO 3, full ckpt, fp16, batch 16" plus the strategy's knobs.
 std::string layout_of(const StrategyParams& p, const Workload& w) {
   std::string s = fmt::format("S={} D={}", p.sequence_parallel, p.data_parallel);
+  if (p.tensor_parallel > 1) s += fmt::format(" T={}", p.tensor_parallel);
   if (const auto* k = std::get_if<UspKnobs>(&p.knobs)) s += fmt::format(" u={} r={}", k->ulysses, k->ring);
   if (const auto* k = std::get_if<DoubleRingKnobs>(&p.knobs)) s += fmt::format(" u={} w={}", k->ulysses, k->window);
   if (const auto* k = std::get_if<WallFacerKnobs>(&p.knobs)) s += fmt::format(" C={}", k->team);
-  return s + fmt::format(", ZeRO {}, {} ckpt, {}, batch {}", w.zero_stage, to_string(w.checkpointing),
-                         to_string(w.dtype), w.batch);
+  return s + fmt::format(", ZeRO {}, {} ckpt, {}{}, batch {}", w.zero_stage, to_string(w.checkpointing),
+                         to_string(w.dtype), w.fp8_linear ? " + fp8 GEMMs" : "", w.batch);
 }
 
 Result predict(const Entry& e) {
@@ -160,6 +158,7 @@ Result predict(const Entry& e) {
   o.dtype = t["dtype"].as<std::string>();
   o.zero_stage = t["zero"].as<int>();
   o.checkpointing = t["checkpointing"].as<std::string>();
+  if (t["linear_dtype"] && t["linear_dtype"].as<std::string>() == "fp8") o.fp8_linear = true;
   if (const YAML::Node& ov = e.model_node["overrides"]) {
     if (ov["layers"]) o.layers = ov["layers"].as<int>();
     if (ov["hidden"]) o.hidden = ov["hidden"].as<int64_t>();
@@ -176,6 +175,7 @@ Result predict(const Entry& e) {
   StrategyParams params;
   params.sequence_parallel = t["S"].as<int>();
   params.data_parallel = t["D"].as<int>();
+  params.tensor_parallel = t["tp"] ? t["tp"].as<int>() : 1;
   params.knobs = default_knobs(kind);
   if (const YAML::Node& k = t["knobs"]) {
     if (auto* u = std::get_if<UspKnobs>(&params.knobs)) {
@@ -188,8 +188,8 @@ Result predict(const Entry& e) {
       c->team = k["team"].as<int>();
     }
   }
-  const int ranks = params.sequence_parallel * params.data_parallel;
-  EXPECT_EQ(ranks, e.gpus) << e.id << ": S x D must be the published GPU count";
+  const int ranks = params.sequence_parallel * params.data_parallel * params.tensor_parallel;
+  EXPECT_EQ(ranks, e.gpus) << e.id << ": T x S x D must be the published GPU count";
   const Feasibility f = check_feasible(kind, params, r.workload, ranks);
   EXPECT_TRUE(f.ok) << e.id << ": " << f.reason;
   Plan plan = make_plan(kind, params, r.workload, topology, ranks);

@@ -67,15 +67,18 @@ class Calibration {
   // Achieved share of the dense peak of an m x n x k GEMM: the GPU's large-GEMM ceiling times the
   // size curve of docs/calibration.md (small products leave SMs idle), times the misalignment
   // factor when n or k is not a multiple of 64. `fallback` is set when no ceiling matches the GPU.
-  double gemm_efficiency(const std::string& gpu, int64_t m, int64_t n, int64_t k, bool* fallback = nullptr) const;
+  // `fp8`: the ceiling of fp8 GEMMs (share of the fp8 peak).
+  double gemm_efficiency(const std::string& gpu, int64_t m, int64_t n, int64_t k, bool* fallback = nullptr,
+                         bool fp8 = false) const;
   // Achieved share of the HBM bandwidth for memory-bound kernels.
   double hbm_efficiency(const std::string& gpu, bool* fallback = nullptr) const;
   const std::vector<EfficiencyPoint>& gemm_ceilings() const { return gemm_; }
+  const std::vector<EfficiencyPoint>& gemm_fp8_ceilings() const { return gemm_fp8_; }
   const std::vector<EfficiencyPoint>& hbm_efficiencies() const { return hbm_; }
 
  private:
   std::vector<CalibrationPoint> points_;
-  std::vector<EfficiencyPoint> gemm_, hbm_;
+  std::vector<EfficiencyPoint> gemm_, gemm_fp8_, hbm_;
   double fallback_efficiency_ = 0.5;
   double comm_slowdown_ = 1.0;
 };

@@ -31,11 +31,13 @@ class ComputeTimer {
   std::string gpu_name_;
   const Calibration& calibration_;
   double peak_tflops_ = 0, hbm_bytes_per_s = 0, pointwise_bytes_per_s_ = 0;
+  double fp8_peak_tflops_ = 0;  // > 0 when the layers' GEMMs run in fp8 (Workload::fp8_linear)
   KernelCurve forward_, backward_;
   bool gemm_fallback_ = false;
   struct LastShape {  // programs repeat shapes: remember the last one asked for
     OpKind kind = OpKind::Copy;
     int64_t a = -1, b = -1, c = -1;
+    bool fp8 = false;
     double per_unit = 0;
   } last_attention_, last_gemm_;
 };

@@ -42,6 +42,9 @@ struct Workload {
   int zero_stage = 1;  // 0..3: how gradients, optimizer state and weights are sharded
   Checkpointing checkpointing = Checkpointing::Selective;
   int grad_bucket_MiB = 25;  // gradient synchronisation bucket (PyTorch DDP's default bucket_cap_mb)
+  // The layers' GEMMs in fp8 (Transformer Engine's recipe); attention, the LM head and activations
+  // stay in `dtype`.
+  bool fp8_linear = false;
 
   int64_t q_width() const { return int64_t(heads) * head_dim; }      // H
   int64_t kv_width() const { return int64_t(kv_heads) * head_dim; }  // H_kv
@@ -55,7 +58,7 @@ struct WorkloadOverrides {
   std::optional<int> layers, heads, kv_heads, head_dim, batch, zero_stage, grad_bucket_MiB;
   std::optional<int64_t> hidden, ffn, vocab, seq;
   std::optional<std::string> dtype, checkpointing;
-  std::optional<bool> causal;
+  std::optional<bool> causal, fp8_linear;
 };
 
 // Parses a model preset file. Throws InputError("FILE:LINE: error: ...") on bad input.

@@ -25,6 +25,7 @@ struct GpuModel {
   std::string name;             // e.g. "H100-SXM5-80GB"
   double peak_bf16_tflops = 0;  // dense; 0 when the GPU has no bf16 (V100)
   double peak_fp16_tflops = 0;  // dense
+  double peak_fp8_tflops = 0;   // dense; 0 when not given (no fp8 tensor cores, or unknown)
   double memory_GiB = 0;
   double hbm_GBps = 0;
   std::string source;  // where the numbers come from
