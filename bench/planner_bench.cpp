@@ -1,6 +1,8 @@
-// Planner benchmark: wall time of `wallfacer plan` style searches (DGX H100 nodes, Llama-3-8B,
-// 1M-token sequence, every strategy, auto search mode) at 64, 1,024 and 16,384 GPUs, on one
-// thread. Prints one row per cluster size and the ratios defined in docs/benchmarks.md.
+// Planner benchmark: wall time of `wallfacer plan` style searches (DGX H100 nodes, 1M-token
+// sequence, every strategy, auto search mode) at 64, 1,024 and 16,384 GPUs, on one thread: the
+// attention-layer search of Llama-3-8B, and the whole-step search (tensor parallel 1, 2, 4, 8, as
+// `wallfacer plan` runs it) of Llama-3-8B and Llama-3-70B. Prints one row per case and the ratios
+// defined in docs/benchmarks.md.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,15 +30,17 @@ double thread_cpu_seconds() {
 }
 
 struct Row {
+  std::string what;
   int gpus = 0;
   double load_s = 0, search_s = 0, search_cpu_s = 0;
   size_t candidates = 0, feasible = 0, pruned = 0;
   std::string best;
 };
 
-Row run(int gpus, const wallfacer::Workload& workload, int repeats) {
+Row run(int gpus, const wallfacer::Workload& workload, const wallfacer::SearchOptions& options, int repeats) {
   Row row;
   row.gpus = gpus;
+  row.what = fmt::format("{} {}", workload.model, wallfacer::to_string(options.scope));
   row.search_s = 1e30;
   row.search_cpu_s = 1e30;
   for (int i = 0; i < repeats; ++i) {
@@ -46,7 +50,7 @@ Row run(int gpus, const wallfacer::Workload& workload, int repeats) {
     const auto t1 = Clock::now();
     const double cpu0 = thread_cpu_seconds();
     const wallfacer::CostModel model(topology, wallfacer::Calibration::defaults());
-    const wallfacer::SearchResult result = wallfacer::search_plans(topology, workload, model, {});
+    const wallfacer::SearchResult result = wallfacer::search_plans(topology, workload, model, options);
     const auto t2 = Clock::now();
     row.search_cpu_s = std::min(row.search_cpu_s, thread_cpu_seconds() - cpu0);
     const double search = std::chrono::duration<double>(t2 - t1).count();
@@ -74,23 +78,30 @@ int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
   wallfacer::WorkloadOverrides overrides;
   overrides.seq = int64_t(1) << 20;
-  const wallfacer::Workload workload = wallfacer::load_workload("llama-3-8b", overrides);
+  const wallfacer::Workload llama8 = wallfacer::load_workload("llama-3-8b", overrides);
+  const wallfacer::Workload llama70 = wallfacer::load_workload("llama-3-70b", overrides);
+  wallfacer::SearchOptions attention;  // scope attention, tensor parallel 1
+  wallfacer::SearchOptions step;
+  step.scope = wallfacer::Scope::Step;
+  step.tensor_degrees = {1, 2, 4, 8};
 
   std::vector<Row> rows;
-  for (int gpus : {64, 1024, 16384})
-    rows.push_back(run(gpus, workload, repeats));
+  for (const auto& [workload, options] : {std::pair{&llama8, &attention}, {&llama8, &step}, {&llama70, &step}})
+    for (int gpus : {64, 1024, 16384})
+      rows.push_back(run(gpus, *workload, *options, repeats));
 
-  fmt::print("planner benchmark: dgx-h100, llama-3-8b, seq {} tokens, auto search, 1 thread, best of {}\n",
-             workload.seq, repeats);
-  fmt::print("{:>6} {:>8} {:>9} {:>8} {:>10} {:>8} {:>6} {:>13}  {}\n", "GPUs", "load s", "search s", "cpu s",
-             "candidates", "feasible", "pruned", "cpu ms/cand.", "best plan (predicted step)");
+  fmt::print("planner benchmark: dgx-h100, seq {} tokens, auto search, 1 thread, best of {}\n", llama8.seq, repeats);
+  fmt::print("{:<22} {:>6} {:>8} {:>9} {:>8} {:>10} {:>8} {:>6} {:>13}  {}\n", "search", "GPUs", "load s", "search s",
+             "cpu s", "candidates", "feasible", "pruned", "cpu ms/cand.", "best plan (predicted step)");
   for (const Row& r : rows)
-    fmt::print("{:>6} {:>8.3f} {:>9.3f} {:>8.3f} {:>10} {:>8} {:>6} {:>13.2f}  {}\n", r.gpus, r.load_s, r.search_s,
-               r.search_cpu_s, r.candidates, r.feasible, r.pruned,
+    fmt::print("{:<22} {:>6} {:>8.3f} {:>9.3f} {:>8.3f} {:>10} {:>8} {:>6} {:>13.2f}  {}\n", r.what, r.gpus, r.load_s,
+               r.search_s, r.search_cpu_s, r.candidates, r.feasible, r.pruned,
                1e3 * r.search_cpu_s / double(std::max<size_t>(r.candidates, 1)), r.best);
-  // Growth of the search time from 64 to 16,384 GPUs against the 256x growth in GPUs.
-  const double growth = rows.back().search_cpu_s / rows.front().search_cpu_s;
-  fmt::print("scaling: cpu(16384) / cpu(64) = {:.1f} for 256x the GPUs (growth exponent {:.2f})\n", growth,
-             std::log(growth) / std::log(256.0));
+  // Growth of the search time from 64 to 16,384 GPUs against the 256x growth in GPUs, per search.
+  for (size_t i = 0; i + 2 < rows.size(); i += 3) {
+    const double growth = rows[i + 2].search_cpu_s / rows[i].search_cpu_s;
+    fmt::print("scaling, {}: cpu(16384) / cpu(64) = {:.1f} for 256x the GPUs (growth exponent {:.2f})\n", rows[i].what,
+               growth, std::log(growth) / std::log(256.0));
+  }
   return 0;
 }

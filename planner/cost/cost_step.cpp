@@ -7,6 +7,7 @@
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
+#include <wallfacer/cost/compute_time.hpp>
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
@@ -54,6 +55,25 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   cost.tokens_per_s = step_s > 0 ? double(w.seq) * w.batch / step_s : 0;
   cost.mfu = step_s > 0 ? cost.model_flops / (step_s * plan.num_ranks() * peak) : 0;
   return cost;
+}
+
+double CostModel::step_compute_bound_ms(const Plan& plan) const {
+  StepBuilder builder(plan);
+  ComputeTimer timer(topology_.gpu(), calibration_, plan.workload);
+  const int L = plan.workload.layers;
+  double busiest = 0;
+  TokenSetPool pool;
+  for (int rank : timed_ranks(plan)) {
+    const StepTemplate t = builder.build_template(rank, pool);
+    double seconds = 0;
+    for (uint32_t i = 0; i < t.program.ops.size(); ++i) {
+      const Op& op = t.program.ops[i];
+      if (op.stream != Stream::Compute) continue;
+      seconds += timer.seconds(op, pool) * (in_layer_section(t.sections, i) ? L : 1);
+    }
+    busiest = std::max(busiest, seconds);
+  }
+  return busiest * 1e3;
 }
 
 }  // namespace wallfacer

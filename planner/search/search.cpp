@@ -326,17 +326,35 @@ struct Searcher {
     }
   }
 
-  // Prices every feasible candidate as a whole step (its attention order kept) and checks the
-  // step's memory; pruned and screened candidates are priced in full.
+  // Prices feasible candidates as whole steps (their attention order kept) and checks the step's
+  // memory, the lowest compute bound first; once a candidate's bound (its busiest compute stream,
+  // never above its step) reaches the best step priced, it and the rest stay pruned at their bound.
   void price_steps() {
+    std::vector<Work*> feasible;
     for (Work& w : work) {
       Candidate& c = w.candidate;
       if (!c.feasible || c.plan.ranks.empty()) continue;
       c.plan.scope = Scope::Step;
+      w.estimate = model.step_compute_bound_ms(c.plan);
+      feasible.push_back(&w);
+    }
+    std::stable_sort(feasible.begin(), feasible.end(),
+                     [](const Work* a, const Work* b) { return a->estimate < b->estimate; });
+    double best = std::numeric_limits<double>::infinity();
+    for (Work* w : feasible) {
+      Candidate& c = w->candidate;
+      if (w->estimate >= best) {
+        c.cost = CostBreakdown{};
+        c.cost.step_ms = w->estimate;
+        c.pruned = true;
+        c.reason = fmt::format("compute alone takes {:.3f} ms, above the best step", w->estimate);
+        continue;
+      }
       c.cost = model.evaluate_step(c.plan);
       c.pruned = false;
       c.reason.clear();
       check_memory(c, budget_GiB);
+      if (c.feasible) best = std::min(best, c.cost.step_ms);
     }
   }
 

@@ -104,6 +104,9 @@ class CostModel {
   // The whole step of `plan` (its scope must be Step): the timed ranks' step templates unrolled to
   // every layer and timed (docs/cost-model.md).
   CostBreakdown evaluate_step(const Plan& plan) const;
+  // A lower bound of evaluate_step(plan).step_ms without timing: the busiest timed rank's compute
+  // stream, which runs one op at a time (every layer's compute ops included).
+  double step_compute_bound_ms(const Plan& plan) const;
   const Topology& topology() const { return topology_; }
   const Calibration& calibration() const { return calibration_; }
   const CostOptions& options() const { return options_; }
