@@ -1,8 +1,8 @@
 // Planner benchmark: wall time of `wallfacer plan` style searches (DGX H100 nodes, 1M-token
 // sequence, every strategy, auto search mode) at 64, 1,024 and 16,384 GPUs, on one thread: the
 // attention-layer search of Llama-3-8B, and the whole-step search (tensor parallel 1, 2, 4, 8, as
-// `wallfacer plan` runs it) of Llama-3-8B and of Llama-3-70B with ZeRO-3 and full recomputation. Prints one row per case and the ratios
-// defined in docs/benchmarks.md.
+// `wallfacer plan` runs it) of Llama-3-8B and of Llama-3-70B with ZeRO-3 and full recomputation. Prints one row per
+// case and the ratios defined in docs/benchmarks.md.
 #include <fmt/format.h>
 
 #include <algorithm>
