@@ -95,6 +95,11 @@ const detail::StrategyImpl& impl_of(StrategyKind kind) {
 }  // namespace
 
 Feasibility check_feasible(StrategyKind strategy, const StrategyParams& params, const Workload& workload, int ranks) {
+  // The plan and workload fields exist; the stage lift and the 1F1B step do not yet.
+  if (params.pipeline_parallel != 1)
+    return {false, fmt::format("pipeline parallel degree {} is not supported yet (only 1)", params.pipeline_parallel)};
+  if (workload.microbatches != 1)
+    return {false, fmt::format("{} micro-batches are not supported yet (only 1)", workload.microbatches)};
   const int T = params.tensor_parallel;
   if (T == 1) return impl_of(strategy).feasible(params, workload, ranks);
   const Feasibility tensor = detail::tensor_feasibility(workload, T, ranks);

@@ -45,6 +45,9 @@ struct Workload {
   // The layers' GEMMs in fp8 (Transformer Engine's recipe); attention, the LM head and activations
   // stay in `dtype`.
   bool fp8_linear = false;
+  // M, micro-batches per step: each data-parallel replica's batch / D sequences run as M
+  // micro-batches of batch / (D * M) (docs/step.md "Pipeline parallelism"); M divides batch / D.
+  int microbatches = 1;
 
   int64_t q_width() const { return int64_t(heads) * head_dim; }      // H
   int64_t kv_width() const { return int64_t(kv_heads) * head_dim; }  // H_kv
@@ -55,7 +58,7 @@ struct Workload {
 
 // Optional overrides, one per CLI flag. Unset fields keep the preset's value.
 struct WorkloadOverrides {
-  std::optional<int> layers, heads, kv_heads, head_dim, batch, zero_stage, grad_bucket_MiB;
+  std::optional<int> layers, heads, kv_heads, head_dim, batch, zero_stage, grad_bucket_MiB, microbatches;
   std::optional<int64_t> hidden, ffn, vocab, seq;
   std::optional<std::string> dtype, checkpointing;
   std::optional<bool> causal, fp8_linear;
