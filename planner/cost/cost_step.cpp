@@ -17,37 +17,26 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   WF_ASSERT(plan.scope == Scope::Step, "evaluate_step needs a plan of step scope");
   const Workload& w = plan.workload;
   StepBuilder builder(plan);
-  // The ranks the attention cost would time, within the same op budget counted on templates.
-  std::vector<StepTemplate> templates;
+  // The ranks the attention cost would time (whole pipeline columns), within the same op budget
+  // counted on the attention programs.
   Schedule attention;  // the timed ranks' attention programs, for memory and the attention time
   build_timed(plan, attention);
-  TokenSetPool pool;
+  // Every layer of every micro-batch is timed: a few timed layers extended linearly were tried,
+  // and the per-layer increment of the list schedule keeps changing for many layers where the
+  // backward's gradient buckets queue up behind the strategy's collectives (docs/cost-model.md).
+  Schedule step;
+  step.dims = builder.dims();
+  step.flow_sets = builder.flow_sets();
   for (const RankProgram& program : attention.ranks)
-    templates.push_back(builder.build_template(program.rank, pool));
-
-  auto time_layers = [&](int layers) {
-    Schedule s;
-    s.dims = builder.dims();
-    s.flow_sets = builder.flow_sets();
-    s.tokens = pool;
-    for (const StepTemplate& t : templates)
-      s.ranks.push_back(unroll(t, layers));
-    CostBreakdown c = evaluate_times(plan, s);
-    c.volume = comm_volume(s);
-    return c;
-  };
-
-  // Every layer is timed: a few timed layers extended linearly were tried, and the per-layer
-  // increment of the list schedule keeps changing for many layers where the backward's gradient
-  // buckets queue up behind the strategy's collectives (docs/cost-model.md).
-  const int L = w.layers;
-  CostBreakdown cost = time_layers(L);
-  cost.layers_timed = L;
+    step.ranks.push_back(unroll(builder.build_template(program.rank, step.tokens)));
+  CostBreakdown cost = evaluate_times(plan, step);
+  cost.volume = comm_volume(step);
+  cost.layers_timed = w.layers;
   cost.backward_ms = cost.step_ms - cost.forward_ms;
   cost.memory = step_memory(plan, attention);
-  // The attention alone: its own schedule's step, once per layer.
+  // The attention alone: its own schedule's step (whole batch), once per layer.
   const CostBreakdown layer = evaluate_times(plan, attention);
-  cost.attention_ms = layer.step_ms * L;
+  cost.attention_ms = layer.step_ms * w.layers;
   cost.attention_flops = layer.attention_flops;
   cost.model_flops = step_model_flops(w);
   const double step_s = cost.step_ms * 1e-3;
@@ -60,16 +49,18 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
 double CostModel::step_compute_bound_ms(const Plan& plan) const {
   StepBuilder builder(plan);
   ComputeTimer timer(topology_.gpu(), calibration_, plan.workload);
-  const int L = plan.workload.layers;
   double busiest = 0;
   TokenSetPool pool;
   for (int rank : timed_ranks(plan)) {
     const StepTemplate t = builder.build_template(rank, pool);
+    // Layer sections run once per layer and micro-batch, the epilogue once, the rest per micro-batch.
+    const double M = t.microbatches, layer = double(t.layers) * M;
     double seconds = 0;
     for (uint32_t i = 0; i < t.program.ops.size(); ++i) {
       const Op& op = t.program.ops[i];
       if (op.stream != Stream::Compute) continue;
-      seconds += timer.seconds(op, pool) * (in_layer_section(t.sections, i) ? L : 1);
+      const double times = in_layer_section(t.sections, i) ? layer : in_epilogue(t.sections, i) ? 1 : M;
+      seconds += timer.seconds(op, pool) * times;
     }
     busiest = std::max(busiest, seconds);
   }

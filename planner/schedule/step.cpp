@@ -472,7 +472,7 @@ class StepTemplateBuilder {
   int32_t input_ = -1;              // the micro-batch's input: embedding, or the stage receive
   int32_t gradient_input_ = -1;     // other stages than the last: the output gradient's receive
   int world_ = 1;                   // ranks a gradient is averaged over (data x sequence parallel)
-  int32_t tensor_group_ = -1;  // this rank's tensor group, -1 without tensor parallelism
+  int32_t tensor_group_ = -1;       // this rank's tensor group, -1 without tensor parallelism
   std::vector<int32_t> buffer_map_, coll_map_;
   std::vector<FieldMask> bound_;  // by attention buffer: fields bound as inputs
   std::vector<int32_t> forward_map_, recompute_map_;
@@ -495,7 +495,8 @@ namespace {
 // The plan whose attention programs the step splices: one micro-batch of the plan's workload.
 Plan micro_plan(const Plan& plan) {
   const Feasibility feasible = check_feasible(plan.strategy, plan.params, plan.workload, plan.num_ranks());
-  if (!feasible.ok) throw InputError(fmt::format("plan for strategy {}: {}", to_string(plan.strategy), feasible.reason));
+  if (!feasible.ok)
+    throw InputError(fmt::format("plan for strategy {}: {}", to_string(plan.strategy), feasible.reason));
   Plan micro = plan;
   micro.workload = detail::micro_workload(plan.workload);
   return micro;
@@ -550,6 +551,10 @@ StepTemplate StepBuilder::build_template(int rank, TokenSetPool& pool) const {
 }
 
 Schedule StepBuilder::build(const std::vector<int>& ranks, int layers) const {
+  const int Pp = impl_->plan.params.pipeline_parallel;
+  if (layers % Pp != 0)
+    throw InputError(fmt::format("{} layers cannot be replayed over {} pipeline stages: a multiple of {} is needed",
+                                 layers, Pp, Pp));
   Schedule schedule;
   schedule.dims = dims();
   schedule.flow_sets = flow_sets();
@@ -559,7 +564,7 @@ Schedule StepBuilder::build(const std::vector<int>& ranks, int layers) const {
       list.push_back(r);
   schedule.ranks.reserve(list.size());
   for (int r : list)
-    schedule.ranks.push_back(unroll(build_template(r, schedule.tokens), layers));
+    schedule.ranks.push_back(unroll(build_template(r, schedule.tokens), layers / Pp));
   return schedule;
 }
 

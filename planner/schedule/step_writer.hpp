@@ -69,7 +69,7 @@ class TemplateWriter {
     op.tag = tag;
     op.flow_set = flow_set;
     op.fields = fieldset::kActivation;
-    op.buf[0] = flat_buffer(Field::Activation);
+    op.buf[0] = stage_buffer(kind == OpKind::Send, tag == 0);
     op.bytes = int64_t(dims_.elem_bytes) * elements;
     return program_.add(op, deps);
   }
@@ -109,6 +109,19 @@ class TemplateWriter {
     return b;
   }
 
+  // Stage messages have buffers of their own, one per direction and content, so that a receive
+  // for the next micro-batch never overwrites what a send still reads.
+  int32_t stage_buffer(bool send, bool activations) {
+    static constexpr const char* kNames[] = {"stage.grad_in", "stage.act_in", "stage.grad_out", "stage.act_out"};
+    const int slot = (send ? 2 : 0) + (activations ? 1 : 0);
+    int32_t& b = stage_buffers_[slot];
+    if (b < 0) {
+      b = int32_t(program_.buffers.size());
+      program_.buffers.push_back({kNames[slot], fieldset::kActivation, {}, 0, false});
+    }
+    return b;
+  }
+
   const Plan& plan_;
   RankProgram& program_;
   TokenSetPool& pool_;
@@ -116,6 +129,7 @@ class TemplateWriter {
   Phase phase_ = Phase::Forward;
   uint8_t flags_ = 0;
   int32_t flat_buffers_[3] = {-1, -1, -1};
+  int32_t stage_buffers_[4] = {-1, -1, -1, -1};
   int32_t last_compute_ = -1;
 };
 

@@ -102,27 +102,31 @@ std::vector<Work> enumerate_candidates(const Topology& topology, const Workload&
   std::vector<StrategyKind> strategies =
       options.strategy ? std::vector<StrategyKind>{*options.strategy} : all_strategies();
   std::vector<Work> work;
-  for (int T : options.tensor_degrees)
-    for (StrategyKind strategy : strategies) {
-      if (T < 1 || ranks % T != 0) continue;
-      const Workload slice = T == 1 ? workload : tensor_slice_workload(workload, T);
-      if (T > 1 && !tensor_slice_fits(workload, T)) continue;
-      for (StrategyParams params : enumerate_params(strategy, slice, ranks / T)) {
-        params.tensor_parallel = T;
-        if (options.sequence_parallel > 0 && params.sequence_parallel != options.sequence_parallel) continue;
-        if (options.data_parallel > 0 && params.data_parallel != options.data_parallel) continue;
-        Work w;
-        w.index = work.size();
-        w.candidate.plan.strategy = strategy;
-        w.candidate.plan.params = params;
-        w.candidate.plan.workload = workload;
-        w.candidate.plan.topology_name = topology.name();
-        const Feasibility rules = check_feasible(strategy, params, workload, ranks);
-        w.candidate.reason = !rules.ok ? rules.reason : dtype_problem;
-        w.priced = w.candidate.reason.empty();
-        work.push_back(std::move(w));
+  for (int Pp : options.pipeline_degrees)
+    for (int T : options.tensor_degrees)
+      for (StrategyKind strategy : strategies) {
+        if (T < 1 || Pp < 1 || ranks % (T * Pp) != 0 || workload.layers % Pp != 0) continue;
+        const Workload slice = T == 1 ? workload : tensor_slice_workload(workload, T);
+        if (T > 1 && !tensor_slice_fits(workload, T)) continue;
+        for (StrategyParams params : enumerate_params(strategy, slice, ranks / (T * Pp))) {
+          params.tensor_parallel = T;
+          params.pipeline_parallel = Pp;
+          if (options.sequence_parallel > 0 && params.sequence_parallel != options.sequence_parallel) continue;
+          if (options.data_parallel > 0 && params.data_parallel != options.data_parallel) continue;
+          Work w;
+          w.index = work.size();
+          w.candidate.plan.strategy = strategy;
+          w.candidate.plan.params = params;
+          w.candidate.plan.workload = workload;
+          if (Pp > 1 && options.auto_microbatches)
+            w.candidate.plan.workload.microbatches = std::max(1, workload.batch / params.data_parallel);
+          w.candidate.plan.topology_name = topology.name();
+          const Feasibility rules = check_feasible(strategy, params, w.candidate.plan.workload, ranks);
+          w.candidate.reason = !rules.ok ? rules.reason : dtype_problem;
+          w.priced = w.candidate.reason.empty();
+          work.push_back(std::move(w));
+        }
       }
-    }
   return work;
 }
 
@@ -175,7 +179,7 @@ struct Searcher {
   std::vector<Work> work;
 
   Plan identity_plan(const Candidate& c) const {
-    return make_plan(c.plan.strategy, c.plan.params, workload, topology, ranks, {}, options.all_reduce);
+    return make_plan(c.plan.strategy, c.plan.params, c.plan.workload, topology, ranks, {}, options.all_reduce);
   }
 
   void reject(Work& w, const std::exception& e) {
@@ -211,8 +215,8 @@ struct Searcher {
     for (size_t i = 0; i < work.size(); ++i) {
       if (!work[i].priced) continue;
       const Plan& p = work[i].candidate.plan;
-      work[i].estimate =
-          detail::screen_estimate_ms(p.strategy, p.params, workload, topology, model.calibration(), options.all_reduce);
+      work[i].estimate = detail::screen_estimate_ms(p.strategy, p.params, p.workload, topology, model.calibration(),
+                                                    options.all_reduce);
       priced.push_back(i);
     }
     auto by_estimate = [&](size_t a, size_t b) { return work[a].estimate < work[b].estimate; };
@@ -249,7 +253,7 @@ struct Searcher {
       c.feasible = true;
       c.pruned = true;
       c.cost.step_ms = w.estimate;
-      c.cost.memory = base_memory(workload, ranks);
+      c.cost.memory = base_memory(c.plan.workload, ranks);
       c.reason = fmt::format("screened out: closed-form estimate {:.2f} ms (schedule not priced)", w.estimate);
       check_memory(c, budget_GiB);
     }

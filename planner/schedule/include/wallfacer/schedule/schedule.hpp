@@ -216,6 +216,10 @@ struct Op {
   bool operator==(const Op&) const = default;
 };
 
+// A pipeline stage message: a Send or Recv of flat activations (no token rows) between the same
+// stage rank of two adjacent stages.
+bool is_stage_message(const Op& op);
+
 // A tensor slice a rank reads at the start (inputs) or provides at the end (outputs).
 struct Binding {
   int32_t buf = -1;

@@ -67,7 +67,8 @@ class StepBuilder {
   ScheduleDims dims() const;
   std::vector<FlowSet> flow_sets() const;
   StepTemplate build_template(int rank, TokenSetPool& pool) const;
-  // Unrolled programs of the given ranks (all when empty) with `layers` layers (0 = the model's).
+  // Unrolled programs of the given ranks (all when empty) with `layers` of the model's layers (0 =
+  // all; with pipeline parallelism a multiple of the stages, each stage running its share).
   Schedule build(const std::vector<int>& ranks = {}, int layers = 0) const;
 
   struct Impl;

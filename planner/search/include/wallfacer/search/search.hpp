@@ -40,6 +40,11 @@ struct SearchOptions {
   // skipped), and fixed sequence / data parallel degrees (0 = any).
   std::vector<int> tensor_degrees = {1};
   int sequence_parallel = 0, data_parallel = 0;
+  // Pipeline parallel degrees to try (each must divide the GPUs and the layers). With Pp > 1 and
+  // `auto_microbatches`, a candidate runs batch / D micro-batches of one sequence (the smallest
+  // bubble, (Pp - 1) / (M + Pp - 1) of the step); otherwise the workload's micro-batches.
+  std::vector<int> pipeline_degrees = {1};
+  bool auto_microbatches = true;
 };
 
 struct Candidate {
