@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
+#include <vector>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
@@ -46,23 +48,50 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   return cost;
 }
 
+namespace {
+
+// Compute seconds of one micro-batch's forward and backward on a rank, and of its epilogue.
+struct ComputeParts {
+  double forward = 0, backward = 0, epilogue = 0;
+};
+
+ComputeParts compute_parts(const StepTemplate& t, ComputeTimer& timer, const TokenSetPool& pool) {
+  ComputeParts parts;
+  for (uint32_t i = 0; i < t.program.ops.size(); ++i) {
+    const Op& op = t.program.ops[i];
+    if (op.stream != Stream::Compute) continue;
+    const double seconds = timer.seconds(op, pool) * (in_layer_section(t.sections, i) ? t.layers : 1);
+    if (in_epilogue(t.sections, i))
+      parts.epilogue += seconds;
+    else
+      (i < t.sections.head_end ? parts.forward : parts.backward) += seconds;
+  }
+  return parts;
+}
+
+}  // namespace
+
 double CostModel::step_compute_bound_ms(const Plan& plan) const {
   StepBuilder builder(plan);
   ComputeTimer timer(topology_.gpu(), calibration_, plan.workload);
-  double busiest = 0;
+  const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp, M = plan.workload.microbatches;
   TokenSetPool pool;
-  for (int rank : timed_ranks(plan)) {
-    const StepTemplate t = builder.build_template(rank, pool);
-    // Layer sections run once per layer and micro-batch, the epilogue once, the rest per micro-batch.
-    const double M = t.microbatches, layer = double(t.layers) * M;
-    double seconds = 0;
-    for (uint32_t i = 0; i < t.program.ops.size(); ++i) {
-      const Op& op = t.program.ops[i];
-      if (op.stream != Stream::Compute) continue;
-      const double times = in_layer_section(t.sections, i) ? layer : in_epilogue(t.sections, i) ? 1 : M;
-      seconds += timer.seconds(op, pool) * times;
+  std::map<int, std::vector<std::pair<int, ComputeParts>>> columns;  // stage rank -> (stage, parts)
+  for (int rank : timed_ranks(plan))
+    columns[rank % W].push_back({rank / W, compute_parts(builder.build_template(rank, pool), timer, pool)});
+  // Each rank's compute stream runs its micro-batches one op at a time; in a pipeline, a stage's
+  // first forward also waits for the earlier stages' forward of that micro-batch, and the step
+  // ends after the earlier stages ran the last micro-batch's backward.
+  double busiest = 0;
+  for (auto& [local, stages] : columns) {
+    std::sort(stages.begin(), stages.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    double before = 0;  // forward + backward of one micro-batch on the earlier stages of the column
+    int expected = 0;   // the ramp counts only when the earlier stages are all timed
+    for (const auto& [stage, parts] : stages) {
+      if (stage != expected++) before = 0, expected = stage + 1;
+      busiest = std::max(busiest, before + M * (parts.forward + parts.backward) + parts.epilogue);
+      before += parts.forward + parts.backward;
     }
-    busiest = std::max(busiest, seconds);
   }
   return busiest * 1e3;
 }

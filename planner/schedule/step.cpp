@@ -271,6 +271,8 @@ class StepTemplateBuilder {
     const int32_t gathered = w_.zero_stage == 3 && !flags ? gather_parameters(layer_parameters(), {}) : -1;
     std::vector<int32_t> start = after(gathered);
     if (!flags && !stage_.first()) start.push_back(input_);  // the previous stage's activations
+    // Recomputation runs when the backward reaches the layer: after its output gradient arrived.
+    if (flags && gradient_input_ >= 0) start.push_back(gradient_input_);
     writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e, start);
     std::vector<int32_t> input = tensor_gather(after(writer_.last_compute()));
     Producers p;
@@ -331,7 +333,7 @@ class StepTemplateBuilder {
     }
     if (w_.checkpointing != Checkpointing::Selective) return;
     writer_.set_flags(kOpRecompute);
-    writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e);
+    writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e, after(gradient_input_));
     writer_.pointwise(StepOp::Rope, 2 * s.m * (s.h() + s.hkv()) * s.e);
     writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e);
     writer_.pointwise(StepOp::Activation, (s.gated ? 3 : 2) * s.m * s.f() * s.e);

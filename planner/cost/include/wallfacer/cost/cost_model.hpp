@@ -105,7 +105,9 @@ class CostModel {
   // every layer and timed (docs/cost-model.md).
   CostBreakdown evaluate_step(const Plan& plan) const;
   // A lower bound of evaluate_step(plan).step_ms without timing: the busiest timed rank's compute
-  // stream, which runs one op at a time (every layer's compute ops included).
+  // stream, which runs one op at a time (every layer's compute ops included), plus, in a
+  // pipeline, the earlier stages' compute of one micro-batch that must run before its first
+  // forward and after its last backward.
   double step_compute_bound_ms(const Plan& plan) const;
   const Topology& topology() const { return topology_; }
   const Calibration& calibration() const { return calibration_; }
