@@ -47,6 +47,7 @@ struct PlanFlags {
   std::string scope = "step";
   std::string tensor = "auto";
   std::string pipeline = "auto";
+  std::string zero_stages, checkpointing_modes;
   int sequence = 0, data = 0;
 };
 
@@ -98,11 +99,36 @@ std::string bytes_text(int64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
+// A comma-separated list of `flag` ('auto': `all`; empty: none).
+std::vector<std::string> split_list(const char* flag, const std::string& text, const std::string& all) {
+  const std::string list = text == "auto" ? all : text;
+  std::vector<std::string> items;
+  size_t begin = 0;
+  while (begin < list.size()) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    if (end == begin) throw InputError(flag, 0, fmt::format("an empty item in '{}'", text));
+    items.push_back(list.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return items;
+}
+
 SearchOptions search_options(const PlanFlags& flags, const Topology& topology) {
   SearchOptions o;
   o.tensor_degrees = tensor_degrees(flags.tensor, topology);
   o.pipeline_degrees = pipeline_degrees(flags.pipeline, topology, flags.gpus);
   o.auto_microbatches = !flags.workload.overrides.microbatches.has_value();
+  for (const std::string& z : split_list("--zero-stages", flags.zero_stages, "0,1,2,3")) {
+    if (z.size() != 1 || z[0] < '0' || z[0] > '3')
+      throw InputError("--zero-stages", 0, fmt::format("expects ZeRO stages 0 to 3 or 'auto', got '{}'", z));
+    o.zero_stages.push_back(z[0] - '0');
+  }
+  for (const std::string& m : split_list("--checkpointing-modes", flags.checkpointing_modes, "none,selective,full"))
+    try {
+      o.checkpointing_modes.push_back(parse_checkpointing(m));
+    } catch (const InputError&) {
+      throw InputError("--checkpointing-modes", 0, fmt::format("expects none, selective, full or 'auto', got '{}'", m));
+    }
   o.sequence_parallel = flags.sequence;
   o.data_parallel = flags.data;
   if (flags.strategy != "auto") o.strategy = parse_strategy(flags.strategy);
@@ -378,6 +404,16 @@ void register_plan_command(CLI::App& app) {
                    "Pipeline parallel stages around the tensor-lifted strategy (1F1B over --microbatches, by "
                    "default batch / D micro-batches of one sequence), or auto: 1, 2, 4, ... stages of whole nodes")
       ->capture_default_str()
+      ->group(group);
+  command
+      ->add_option("--zero-stages", flags->zero_stages,
+                   "Let the step search choose the ZeRO stage among these (comma-separated, or auto: 0,1,2,3): the "
+                   "lowest whose memory fits, per checkpointing mode (default: the workload's --zero-stage)")
+      ->group(group);
+  command
+      ->add_option("--checkpointing-modes", flags->checkpointing_modes,
+                   "Let the step search choose the checkpointing mode among these (comma-separated, or auto: "
+                   "none,selective,full) (default: the workload's --checkpointing)")
       ->group(group);
   command->add_option("--sp", flags->sequence, "Only this sequence parallel degree S (0 = any; 1 = none)")
       ->capture_default_str()

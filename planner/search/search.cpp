@@ -148,6 +148,8 @@ std::string Candidate::describe_params() const {
   if (p.tensor_parallel > 1) text += fmt::format(" T={}", p.tensor_parallel);
   if (p.pipeline_parallel > 1) text += fmt::format(" P={}", p.pipeline_parallel);
   if (plan.workload.microbatches > 1) text += fmt::format(" M={}", plan.workload.microbatches);
+  if (chose_memory_settings)
+    text += fmt::format(" Z{}/{}", plan.workload.zero_stage, to_string(plan.workload.checkpointing)[0]);
   return text;
 }
 
@@ -301,7 +303,8 @@ struct Searcher {
       return;
     }
     c.feasible = true;
-    check_memory(c, budget_GiB);
+    // A whole-step search checks the step's memory once the step is priced (price_steps).
+    if (options.scope != Scope::Step) check_memory(c, budget_GiB);
     if (c.feasible && !c.pruned) best_step = std::min(best_step, c.cost.step_ms);
     w.schedule = Schedule{};  // release the programs
   }
@@ -335,7 +338,52 @@ struct Searcher {
   // Prices feasible candidates as whole steps (their attention order kept) and checks the step's
   // memory, the lowest compute bound first; once a candidate's bound (its busiest compute stream,
   // never above its step) reaches the best step priced, it and the rest stay pruned at their bound.
+  // For each checkpointing mode asked for, the lowest ZeRO stage asked for whose step memory fits
+  // (the attention programs, hence the memory's attention part, are the same for all); a
+  // candidate that fits with none keeps its lightest setting, to be rejected with its memory.
+  void choose_memory_settings() {
+    if (options.zero_stages.empty() && options.checkpointing_modes.empty()) return;
+    std::vector<int> zeros = options.zero_stages;
+    if (zeros.empty()) zeros = {workload.zero_stage};
+    std::sort(zeros.begin(), zeros.end());
+    std::vector<Checkpointing> modes = options.checkpointing_modes;
+    if (modes.empty()) modes = {workload.checkpointing};
+    std::sort(modes.begin(), modes.end());  // none, selective, full: the last recomputes the most
+    const size_t enumerated = work.size();
+    for (size_t i = 0; i < enumerated; ++i) {
+      if (!work[i].candidate.feasible || work[i].candidate.plan.ranks.empty()) continue;
+      Schedule attention;  // the timed ranks' attention programs: the same for every setting
+      model.build_timed(work[i].candidate.plan, attention);
+      std::vector<Plan> fitting;
+      Plan lightest = work[i].candidate.plan;
+      for (Checkpointing mode : modes)
+        for (int zero : zeros) {
+          Plan p = work[i].candidate.plan;
+          p.scope = Scope::Step;
+          p.workload.zero_stage = zero;
+          p.workload.checkpointing = mode;
+          const double GiB = step_memory(p, attention).total_GiB;
+          if (GiB <= budget_GiB) {
+            fitting.push_back(std::move(p));
+            break;
+          }
+          lightest = p;
+        }
+      if (fitting.empty()) fitting.push_back(lightest);
+      work[i].candidate.chose_memory_settings = true;
+      for (size_t v = 1; v < fitting.size(); ++v) {
+        Work copy;
+        copy.candidate = work[i].candidate;
+        copy.candidate.plan = std::move(fitting[v]);
+        copy.index = work.size();
+        work.push_back(std::move(copy));
+      }
+      work[i].candidate.plan = std::move(fitting.front());
+    }
+  }
+
   void price_steps() {
+    choose_memory_settings();
     std::vector<Work*> feasible;
     for (Work& w : work) {
       Candidate& c = w.candidate;
