@@ -225,7 +225,8 @@ NetworkChoice network_choice(const ImportOptions& options, SourceTable& sources,
     return {preset->body, preset->default_Gbps};
   }
   if (!std::filesystem::exists(options.network))
-    throw InputError(fmt::format("--network: error: '{}' is neither a network preset ({}) nor a file", options.network,
+    throw InputError("--network", 0,
+                     fmt::format("'{}' is neither a network preset ({}) nor a file", options.network,
                                  fmt::join(network_preset_names(), ", ")));
   const std::string text = yaml::read_file(options.network);
   const YAML::Node root = yaml::parse(text, options.network);
@@ -239,8 +240,8 @@ NetworkChoice network_choice(const ImportOptions& options, SourceTable& sources,
 }
 
 // NIC rates: the input's, else --nic-Gbps, else the network preset's nominal rate.
-std::string nics_text(const ImportedNode& node, const ImportOptions& options, const NetworkChoice& network,
-                      SourceTable& sources, std::vector<std::string>& notes) {
+std::string nics_text(const ImportedNode& node, const std::string& source, const ImportOptions& options,
+                      const NetworkChoice& network, SourceTable& sources, std::vector<std::string>& notes) {
   if (node.nics.empty()) return "";
   double rate = node.nics.front().rate_Gbps.value;
   std::string citation = node.nics.front().rate_Gbps.source;
@@ -253,10 +254,10 @@ std::string nics_text(const ImportedNode& node, const ImportOptions& options, co
       citation = fmt::format("[I] {} Gb/s, the nominal rate of --network {}; the input gives no NIC speed",
                              number(rate), options.network);
     } else {
-      throw InputError(fmt::format(
-          "{}: error: the input gives no NIC speed ({}); pass --nic-Gbps RATE or an InfiniBand --network preset "
-          "(ib-ndr, ib-hdr)",
-          node.input_label, node.nics.front().label));
+      throw InputError(source, 0,
+                       fmt::format("the input gives no NIC speed ({}); pass --nic-Gbps RATE or an InfiniBand --network "
+                                   "preset (ib-ndr, ib-hdr)",
+                                   node.nics.front().label));
     }
     notes.push_back(fmt::format("NIC rate assumed: {}", citation.substr(4)));
   }
@@ -275,7 +276,7 @@ std::vector<std::string> network_names() {
 
 ImportResult write_compact_topology(const ImportedNode& node, const std::string& source, const ImportOptions& options) {
   if (options.nodes < 1 || options.nodes > 65536)
-    throw InputError(fmt::format("--nodes: error: expected 1..65536 nodes, got {}", options.nodes));
+    throw InputError("--nodes", 0, fmt::format("expected 1..65536 nodes, got {}", options.nodes));
   ImportResult result;
   result.assumptions = node.assumptions;
   SourceTable sources;
@@ -292,7 +293,7 @@ ImportResult write_compact_topology(const ImportedNode& node, const std::string&
   body += cpus_text(node, sources);
   body += gpu_fabric_text(node, sources);
   body += pcie_text(node, sources);
-  body += nics_text(node, options, network, sources, result.assumptions);
+  body += nics_text(node, source, options, network, sources, result.assumptions);
   body += fmt::format("network: {}\n", network.body);
 
   std::string name = options.name;

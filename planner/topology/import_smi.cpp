@@ -166,10 +166,9 @@ ImportedNode build_node(const Matrix& m, const std::string& source, const Import
   ImportedNode node;
   node.input_label = "`nvidia-smi topo -m` output " + source;
   if (options.gpu.empty())
-    throw InputError(
-        fmt::format("{}: error: the matrix does not name the GPU model: pass --gpu with a topology preset "
-                    "({})",
-                    source, fmt::join(Topology::preset_names(), ", ")));
+    throw InputError(source, 0,
+                     fmt::format("the matrix does not name the GPU model: pass --gpu with a topology preset ({})",
+                                 fmt::join(Topology::preset_names(), ", ")));
   use_preset_gpu(options.gpu, "--gpu", node);
   const Sourced pcie = preset_pcie_rate(options.gpu);
   const int n = static_cast<int>(m.names.size());
