@@ -69,8 +69,9 @@ TEST(TopologyImport, GcpA3DumpGivesNvSwitchPcieAndNicRatesOfTheXml) {
   const Route& across = topo.route(0, 8);
   EXPECT_DOUBLE_EQ(across.bottleneck_GBps, 25);
   for (const Hop& hop : across.hops)
-    if (topo.links()[hop.link].kind == LinkKind::Pcie)
+    if (topo.links()[hop.link].kind == LinkKind::Pcie) {
       EXPECT_NEAR(topo.links()[hop.link].bandwidth_GBps, kGen4x16, 1e-3);
+    }
   // eth0..eth4 at 200 Gb/s stay; the three 10 Gb/s virtual interfaces are left out and said.
   EXPECT_EQ(std::count_if(topo.devices().begin(), topo.devices().end(),
                           [](const Device& d) { return d.kind == DeviceKind::Nic && d.node == 0; }),
@@ -95,7 +96,9 @@ TEST(TopologyImport, DgxA100DumpKeepsTheNestedPcieTreeAndSocketRate) {
     sockets += d.kind == DeviceKind::Cpu && d.node == 0;
   EXPECT_EQ(sockets, 4);
   for (const Link& link : topo.links())
-    if (link.kind == LinkKind::CpuBus) EXPECT_DOUBLE_EQ(link.bandwidth_GBps, 16);
+    if (link.kind == LinkKind::CpuBus) {
+      EXPECT_DOUBLE_EQ(link.bandwidth_GBps, 16);
+    }
   EXPECT_EQ(topo.fabric().type, "rail_optimized");
 }
 
@@ -312,7 +315,9 @@ network: {type: single_switch, link_latency_us: 0.35}
   EXPECT_DOUBLE_EQ(topo.route(0, 8).bottleneck_GBps, 50);
   EXPECT_NE(topo.nic_of_gpu(0), topo.nic_of_gpu(1));
   for (const Link& link : topo.links())
-    if (link.kind == LinkKind::Pcie) EXPECT_DOUBLE_EQ(link.bandwidth_GBps, 63);
+    if (link.kind == LinkKind::Pcie) {
+      EXPECT_DOUBLE_EQ(link.bandwidth_GBps, 63);
+    }
   EXPECT_TRUE(Topology::load("dgx-h100").assumptions().empty());
 }
 
