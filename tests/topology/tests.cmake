@@ -1,6 +1,6 @@
 # Topology model: presets, routing against hand-computed figures and brute force, malformed
 # inputs with their exact messages, scale, the `wallfacer topo` command, and importing NCCL XML and
-# nvidia-smi matrices (fixtures/README.md).
+# nvidia-smi matrices (tests/topology/fixtures/README.md).
 wallfacer_add_test(NAME test_topology
   SOURCES
     ${CMAKE_CURRENT_SOURCE_DIR}/topology/test_presets.cpp
