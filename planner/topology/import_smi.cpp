@@ -24,7 +24,6 @@ struct Matrix {
   std::vector<std::string> names;  // GPU0.., NIC0..
   std::vector<std::vector<Relation>> relation;
   std::vector<std::vector<int>> nvlinks;  // NV<k> counts
-  std::vector<int> numa;                  // NUMA Affinity per row, -1 when not given
   std::vector<int> line;                  // line of each row
   std::map<std::string, std::string> nic_names;
 };
@@ -76,7 +75,6 @@ Matrix read_matrix(const std::string& text, const std::string& source) {
   int header_line = 0;
   size_t devices = 0;
   std::vector<std::string> header;
-  int numa_column = -1;
   while (std::getline(in, raw)) {
     ++line_no;
     if (!raw.empty() && raw.back() == '\r') raw.pop_back();
@@ -88,8 +86,6 @@ Matrix read_matrix(const std::string& text, const std::string& source) {
       header_line = line_no;
       while (devices < header.size() && is_device(header[devices]))
         ++devices;
-      for (size_t c = devices; c < header.size(); ++c)
-        if (header[c] == "NUMA Affinity") numa_column = static_cast<int>(c);
       m.names.assign(header.begin(), header.begin() + static_cast<std::ptrdiff_t>(devices));
       continue;
     }
@@ -115,15 +111,8 @@ Matrix read_matrix(const std::string& text, const std::string& source) {
     std::vector<int> counts(devices);
     for (size_t c = 0; c < devices; ++c)
       row[c] = parse_relation(source, line_no, cells.front(), m.names[c], cells[c + 1], counts[c]);
-    int numa = -1;
-    if (numa_column >= 0 && cells.size() > static_cast<size_t>(numa_column) && m.names[m.relation.size()][0] == 'G') {
-      const std::string& value = cells[static_cast<size_t>(numa_column)];
-      if (!value.empty() && std::all_of(value.begin(), value.end(), [](unsigned char c) { return std::isdigit(c); }))
-        numa = std::stoi(value);
-    }
     m.relation.push_back(row);
     m.nvlinks.push_back(counts);
-    m.numa.push_back(numa);
     m.line.push_back(line_no);
   }
   if (header_line == 0)
@@ -177,7 +166,7 @@ ImportedNode build_node(const Matrix& m, const std::string& source, const Import
     (m.names[i][0] == 'G' ? gpu_rows : nic_rows).push_back(i);
   if (gpu_rows.empty()) throw InputError(source, m.line.front(), "the matrix has no GPU rows");
 
-  // Sockets: the GPUs' NUMA Affinity where given, else the components of non-SYS relations.
+  // Sockets: the groups of devices joined by PCIe relations other than SYS.
   Groups socket(n);
   for (int a = 0; a < n; ++a)
     for (int b = 0; b < n; ++b)
@@ -189,8 +178,6 @@ ImportedNode build_node(const Matrix& m, const std::string& source, const Import
     const auto [it, fresh] = socket_index.emplace(root, static_cast<int>(socket_index.size()));
     cpu_of[i] = it->second;
   }
-  // NVLink-only pairs say nothing of sockets: a device joined to no one sits on its own socket
-  // unless it has PCIe relations, which the union above already counted.
   node.cpus = static_cast<int>(socket_index.size());
   node.cpu_model = "";
   node.cpu_link_GBps = {10, "[I] the matrix gives no inter-socket rate: 10 GB/s, NCCL's SKL_QPI_BW (src/graph/topo.h)"};
