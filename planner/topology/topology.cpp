@@ -316,6 +316,9 @@ const std::string& Topology::content_hash() const {
 const std::string& Topology::source() const {
   return impl_->model.source;
 }
+const std::string& Topology::source_text() const {
+  return impl_->source_text;
+}
 
 int Topology::gpu_device(int gpu) const {
   WF_ASSERT(gpu >= 0 && gpu < num_gpus(), fmt::format("GPU index {} out of range", gpu));

@@ -52,6 +52,11 @@ struct Candidate {
   // large cluster (cost.step_ms is then that estimate). `reason` says which.
   bool pruned = false;
   std::vector<int> local_order;         // node-local GPU order used (empty when the rules reject it)
+  // Set by the explanation of a ranking (wallfacer/search/explain.hpp): the candidates that build
+  // the same schedule as this one ("double-ring w=1 T=4 (default)"), merged into it, and whether
+  // its step is within the cost model's expected error of the best one's.
+  std::vector<std::string> same_schedule_as;
+  bool tie = false;
   std::string describe_params() const;  // "C=2", "u=4 r=2", "w=4", "S=8 D=2"
   std::string describe_placement() const;
 };

@@ -1,0 +1,148 @@
+// The nearest changes that make a plan feasible (explain.hpp, suggest_fixes): each kind of change
+// is tried from the nearest value outwards, and the first that plans a feasible candidate is kept.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <optional>
+#include <set>
+
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/log.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/search/explain.hpp>
+#include <wallfacer/topology/topology.hpp>
+
+namespace wallfacer {
+namespace {
+
+constexpr const char* kLog = "search";
+// Sequence lengths and GPU counts tried per direction before a kind of change is given up.
+constexpr int kTriesPerDirection = 3;
+
+struct Trial {
+  const Topology& topology;
+  const CostModel& model;
+  std::vector<Suggestion> found;
+
+  // Plans with the changed inputs; records the suggestion when a candidate is feasible.
+  bool attempt(const Workload& workload, SearchOptions options, std::string flags, std::string change) {
+    // Feasibility does not depend on how hard the search looks for the best order.
+    options.mode = SearchMode::Heuristic;
+    try {
+      validate(workload, flags);
+      const SearchResult result = search_plans(topology, workload, model, options);
+      if (result.best < 0) return false;
+      const Candidate& best = result.candidates[size_t(result.best)];
+      found.push_back({std::move(flags), std::move(change),
+                       fmt::format("{}, {:.1f} ms, {:.1f} GiB", candidate_label(best), best.cost.step_ms,
+                                   best.cost.memory.total_GiB),
+                       best.cost.step_ms});
+      return true;
+    } catch (const InputError& e) {
+      WF_LOG_DEBUG(kLog, "suggestion {} not plannable: {}", flags, e.what());
+      return false;
+    }
+  }
+};
+
+// Values on one side of `from`, nearest first: `next` steps away from it, `ok` filters.
+std::vector<int64_t> walk(int64_t from, const std::function<int64_t(int64_t)>& next, int tries) {
+  std::vector<int64_t> values;
+  for (int64_t v = next(from); v > 0 && int(values.size()) < tries; v = next(v))
+    values.push_back(v);
+  return values;
+}
+
+// Sequence lengths near `seq` that many layouts divide: multiples of the GPUs times a power of two.
+std::vector<int64_t> nearby_lengths(int64_t seq, int ranks, bool down) {
+  std::set<int64_t> values;
+  for (int64_t unit = ranks; unit <= int64_t(ranks) * 1024; unit *= 2) {
+    const int64_t below = seq / unit * unit, above = (seq + unit - 1) / unit * unit;
+    if (down && below > 0 && below < seq) values.insert(below);
+    if (!down && above > seq) values.insert(above);
+  }
+  std::vector<int64_t> sorted(values.begin(), values.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [&](int64_t a, int64_t b) { return std::llabs(a - seq) < std::llabs(b - seq); });
+  if (int(sorted.size()) > kTriesPerDirection) sorted.resize(kTriesPerDirection);
+  return sorted;
+}
+
+}  // namespace
+
+std::vector<Suggestion> suggest_fixes(const Topology& topology, const Workload& workload, const CostModel& model,
+                                      const SearchOptions& options) {
+  Trial trial{topology, model, {}};
+  const int ranks = options.ranks > 0 ? options.ranks : topology.num_gpus();
+  const bool step = options.scope == Scope::Step;
+
+  if (step)
+    for (int stage = workload.zero_stage + 1; stage <= 3; ++stage) {
+      Workload w = workload;
+      w.zero_stage = stage;
+      if (trial.attempt(w, options, fmt::format("--zero-stage {}", stage),
+                        fmt::format("ZeRO stage {} shards {}", stage,
+                                    stage == 1   ? "the optimizer state"
+                                    : stage == 2 ? "the gradients too"
+                                                 : "the weights too")))
+        break;
+    }
+  if (step)
+    for (Checkpointing mode : {Checkpointing::Selective, Checkpointing::Full}) {
+      if (mode <= workload.checkpointing) continue;
+      Workload w = workload;
+      w.checkpointing = mode;
+      if (trial.attempt(w, options, fmt::format("--checkpointing {}", to_string(mode)),
+                        fmt::format("{} activation checkpointing keeps fewer activations", to_string(mode))))
+        break;
+    }
+  for (bool down : {true, false})
+    for (int64_t seq : nearby_lengths(workload.seq, ranks, down)) {
+      Workload w = workload;
+      w.seq = seq;
+      if (trial.attempt(w, options, fmt::format("--seq {}", seq),
+                        fmt::format("{} tokens instead of {}", seq, workload.seq)))
+        break;
+    }
+  const int per_node = std::max(1, topology.gpus_per_node());
+  auto fewer = [&](int64_t g) -> int64_t { return g > per_node ? (g - 1) / per_node * per_node : g / 2; };
+  auto more = [&](int64_t g) -> int64_t {
+    const int64_t next = g < per_node ? g * 2 : (g / per_node + 1) * per_node;
+    return next <= topology.num_gpus() ? next : 0;
+  };
+  for (const auto& step_gpus : {std::function<int64_t(int64_t)>(fewer), std::function<int64_t(int64_t)>(more)})
+    for (int64_t gpus : walk(ranks, step_gpus, kTriesPerDirection)) {
+      SearchOptions o = options;
+      o.ranks = int(gpus);
+      if (trial.attempt(workload, o, fmt::format("--gpus {}", gpus), fmt::format("{} GPUs instead of {}", gpus, ranks)))
+        break;
+    }
+  if (options.memory_budget_fraction < 1.0) {
+    SearchOptions o = options;
+    o.memory_budget_fraction = 1.0;
+    o.mode = SearchMode::Heuristic;
+    const SearchResult all = search_plans(topology, workload, model, o);
+    if (all.best >= 0) {
+      // The smallest fraction, in hundredths, that holds the plan using the least memory.
+      double least = all.candidates[size_t(all.best)].cost.memory.total_GiB;
+      for (const Candidate& c : all.candidates)
+        if (c.feasible && !c.pruned) least = std::min(least, c.cost.memory.total_GiB);
+      const double fraction = std::min(1.0, std::ceil(100 * least / topology.gpu().memory_GiB) / 100);
+      o.memory_budget_fraction = fraction;
+      trial.attempt(workload, o, fmt::format("--memory-fraction {:.2f}", fraction),
+                    fmt::format("let a plan use {:.0f} % of the GPU memory instead of {:.0f} %", 100 * fraction,
+                                100 * options.memory_budget_fraction));
+    }
+  }
+  if (options.strategy) {
+    SearchOptions o = options;
+    o.strategy.reset();
+    trial.attempt(workload, o, "--strategy auto",
+                  fmt::format("any strategy instead of {} alone", to_string(*options.strategy)));
+  }
+  return trial.found;
+}
+
+}  // namespace wallfacer
