@@ -170,9 +170,8 @@ nlohmann::json breakdown_json(const StepParts& p) {
     exposed[to_string(CommTier(t))] = p.exposed_ms[t];
     transfers[to_string(CommTier(t))] = p.transfers_per_layer[t];
   }
-  return {{"compute", p.compute_ms},          {"load_imbalance", p.imbalance_ms},
-          {"exposed_comm", exposed},          {"idle", p.idle_ms},
-          {"hidden_comm", p.hidden_ms},       {"transfers_per_layer", transfers}};
+  return {{"compute", p.compute_ms}, {"load_imbalance", p.imbalance_ms}, {"exposed_comm", exposed},
+          {"idle", p.idle_ms},       {"hidden_comm", p.hidden_ms},       {"transfers_per_layer", transfers}};
 }
 
 nlohmann::json candidate_json(const Candidate& c, const std::optional<double>& simulated) {
@@ -238,8 +237,9 @@ constexpr const char* kPartsHeader = "cmp imb nvl pci net idle";
 std::string parts_text(const CostBreakdown& k) {
   const StepParts& p = k.parts;
   auto share = [&](double ms) { return k.step_ms > 0 ? 100 * ms / k.step_ms : 0.0; };
-  return fmt::format("{:>3.0f} {:>3.0f} {:>3.0f} {:>3.0f} {:>3.0f} {:>4.0f}", share(p.compute_ms), share(p.imbalance_ms),
-                     share(p.exposed_ms[0]), share(p.exposed_ms[1]), share(p.exposed_ms[2]), share(p.idle_ms));
+  return fmt::format("{:>3.0f} {:>3.0f} {:>3.0f} {:>3.0f} {:>3.0f} {:>4.0f}", share(p.compute_ms),
+                     share(p.imbalance_ms), share(p.exposed_ms[0]), share(p.exposed_ms[1]), share(p.exposed_ms[2]),
+                     share(p.idle_ms));
 }
 
 void print_row(size_t rank, const Candidate& c, const std::optional<double>& simulated, bool with_sim) {
@@ -256,8 +256,7 @@ void print_row(size_t rank, const Candidate& c, const std::optional<double>& sim
              partial ? "" : parts_text(k), partial ? "" : fmt::format("{:.1f}%", 100 * k.mfu));
   if (with_sim) fmt::print(" {:>10}", simulated ? fmt::format("{:.3f}", *simulated) : "");
   fmt::print("{}\n", c.pruned ? "  " + c.reason : "");
-  if (!c.same_schedule_as.empty())
-    fmt::print("      the same schedule as: {}\n", fmt::join(c.same_schedule_as, "; "));
+  if (!c.same_schedule_as.empty()) fmt::print("      the same schedule as: {}\n", fmt::join(c.same_schedule_as, "; "));
 }
 
 void print_table(const Ranked& ranked, const Workload& workload, const Topology& topology, int gpus, int top,
@@ -286,13 +285,14 @@ void print_table(const Ranked& ranked, const Workload& workload, const Topology&
   if (feasible == 0) fmt::print("    (no feasible candidate)\n");
   if (feasible > shown) fmt::print("    ... {} more feasible (--top {} shows them)\n", feasible - shown, feasible);
   if (shown > 0)
-    fmt::print("    {} in % of the step: compute, load imbalance, communication not hidden behind compute over "
-               "NVLink/NVSwitch, PCIe and the network, idle{}\n",
-               kPartsHeader,
-               ties > 0 ? fmt::format("; '=' marks a tie: within the cost model's expected error ({:.0f} %) of the "
-                                      "best step, the order of those is not significant",
-                                      100 * kCostModelExpectedError)
-                        : "");
+    fmt::print(
+        "    {} in % of the step: compute, load imbalance, communication not hidden behind compute over "
+        "NVLink/NVSwitch, PCIe and the network, idle{}\n",
+        kPartsHeader,
+        ties > 0 ? fmt::format("; '=' marks a tie: within the cost model's expected error ({:.0f} %) of the "
+                               "best step, the order of those is not significant",
+                               100 * kCostModelExpectedError)
+                 : "");
   for (const std::string& line : explain_ranking(ranked.result))
     fmt::print("{}\n", line);
   if (feasible == candidates.size()) return;
@@ -329,13 +329,14 @@ bool check_plan(const Plan& plan, bool quiet) {
 void print_suggestions(const std::vector<Suggestion>& suggestions, const std::string& strategy) {
   fmt::print(stderr, "no feasible plan{}\n", strategy != "auto" ? " for strategy " + strategy : "");
   if (suggestions.empty()) {
-    fmt::print(stderr, "no nearby change of ZeRO stage, checkpointing, sequence length, GPUs or memory fraction "
-                       "makes one feasible\n");
+    fmt::print(stderr,
+               "no nearby change of ZeRO stage, checkpointing, sequence length, GPUs or memory fraction "
+               "makes one feasible\n");
     return;
   }
   fmt::print(stderr, "each of these changes makes one feasible (checked by planning with it):\n");
   for (const Suggestion& s : suggestions)
-    fmt::print(stderr, "  {:<24} {}: {}\n", s.flags, s.change, s.outcome);
+    fmt::print(stderr, "  {}  ({}): {}\n", s.flags, s.change, s.outcome);
 }
 
 // The explanation's preparation of a ranking: every strategy's best priced, equal schedules

@@ -76,13 +76,15 @@ std::string calibration_gap(const Calibration& calibration, const GpuModel& gpu,
   const bool attention =
       calibration.curve(gpu.name, KernelOp::AttnFwd, workload.dtype, workload.head_dim, peak).is_fallback() ||
       calibration.curve(gpu.name, KernelOp::AttnBwd, workload.dtype, workload.head_dim, peak).is_fallback();
+  const std::string peak_text = fmt::format("the {:.0f} TFLOP/s {} peak", peak, to_string(workload.dtype));
   if (attention)
-    gaps.push_back(fmt::format("attention kernels at {:.0f} % of the {:.0f} TFLOP/s {} peak",
-                               100 * calibration.fallback_efficiency(), peak, to_string(workload.dtype)));
+    gaps.push_back(
+        fmt::format("attention kernels at {:.0f} % of {}", 100 * calibration.fallback_efficiency(), peak_text));
   bool gemm_fallback = false, hbm_fallback = false;
   const double gemm = calibration.gemm_efficiency(gpu.name, 8192, 8192, 8192, &gemm_fallback);
   const double hbm = calibration.hbm_efficiency(gpu.name, &hbm_fallback);
-  if (whole_step && gemm_fallback) gaps.push_back(fmt::format("GEMMs at {:.0f} % of that peak", 100 * gemm));
+  if (whole_step && gemm_fallback)
+    gaps.push_back(fmt::format("GEMMs at {:.0f} % of {}", 100 * gemm, attention ? "it" : peak_text));
   if (whole_step && hbm_fallback)
     gaps.push_back(fmt::format("memory-bound kernels at {:.0f} % of its {:.0f} GB/s HBM", 100 * hbm, gpu.hbm_GBps));
   if (gaps.empty()) return {};

@@ -34,6 +34,9 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
       s.ranks.push_back(unroll(t, layers));
     CostBreakdown c = evaluate_times(plan, s);
     c.volume = comm_volume(s);
+    count_transfers(topology_, plan, s, c.parts);
+    for (double& count : c.parts.transfers_per_layer)
+      count /= layers;
     return c;
   };
 
@@ -48,7 +51,6 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   // The attention alone: its own schedule's step, once per layer.
   const CostBreakdown layer = evaluate_times(plan, attention);
   cost.attention_ms = layer.step_ms * L;
-  count_transfers(topology_, plan, attention, cost.parts);
   cost.attention_flops = layer.attention_flops;
   cost.model_flops = step_model_flops(w);
   const double step_s = cost.step_ms * 1e-3;

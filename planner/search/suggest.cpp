@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <optional>
 #include <set>
 
@@ -47,12 +46,29 @@ struct Trial {
   }
 };
 
-// Values on one side of `from`, nearest first: `next` steps away from it, `ok` filters.
-std::vector<int64_t> walk(int64_t from, const std::function<int64_t(int64_t)>& next, int tries) {
-  std::vector<int64_t> values;
-  for (int64_t v = next(from); v > 0 && int(values.size()) < tries; v = next(v))
-    values.push_back(v);
-  return values;
+// GPU counts on one side of `ranks`, nearest first: whole nodes (halves below one node), the
+// nearest few, then doubling up to the whole cluster.
+std::vector<int> nearby_gpu_counts(const Topology& topology, int ranks, bool down) {
+  const int per_node = std::max(1, topology.gpus_per_node()), total = topology.num_gpus();
+  std::vector<int> counts;
+  if (down) {
+    for (int g = ranks; int(counts.size()) < kTriesPerDirection;) {
+      g = g > per_node ? (g - 1) / per_node * per_node : g / 2;
+      if (g < 1) break;
+      counts.push_back(g);
+    }
+    return counts;
+  }
+  int g = ranks;
+  while (int(counts.size()) < kTriesPerDirection) {
+    g = g < per_node ? g * 2 : (g / per_node + 1) * per_node;
+    if (g > total) break;
+    counts.push_back(g);
+  }
+  for (g = std::max(g, ranks) * 2; g <= total; g *= 2)
+    counts.push_back(g);
+  if (counts.empty() || (counts.back() < total && total > ranks)) counts.push_back(total);
+  return counts;
 }
 
 // Sequence lengths near `seq` that many layouts divide: multiples of the GPUs times a power of two.
@@ -106,16 +122,10 @@ std::vector<Suggestion> suggest_fixes(const Topology& topology, const Workload& 
                         fmt::format("{} tokens instead of {}", seq, workload.seq)))
         break;
     }
-  const int per_node = std::max(1, topology.gpus_per_node());
-  auto fewer = [&](int64_t g) -> int64_t { return g > per_node ? (g - 1) / per_node * per_node : g / 2; };
-  auto more = [&](int64_t g) -> int64_t {
-    const int64_t next = g < per_node ? g * 2 : (g / per_node + 1) * per_node;
-    return next <= topology.num_gpus() ? next : 0;
-  };
-  for (const auto& step_gpus : {std::function<int64_t(int64_t)>(fewer), std::function<int64_t(int64_t)>(more)})
-    for (int64_t gpus : walk(ranks, step_gpus, kTriesPerDirection)) {
+  for (bool down : {true, false})
+    for (int gpus : nearby_gpu_counts(topology, ranks, down)) {
       SearchOptions o = options;
-      o.ranks = int(gpus);
+      o.ranks = gpus;
       if (trial.attempt(workload, o, fmt::format("--gpus {}", gpus), fmt::format("{} GPUs instead of {}", gpus, ranks)))
         break;
     }
@@ -134,6 +144,25 @@ std::vector<Suggestion> suggest_fixes(const Topology& topology, const Workload& 
       trial.attempt(workload, o, fmt::format("--memory-fraction {:.2f}", fraction),
                     fmt::format("let a plan use {:.0f} % of the GPU memory instead of {:.0f} %", 100 * fraction,
                                 100 * options.memory_budget_fraction));
+    }
+  }
+  // No single change is enough: all the memory savings at once, on more GPUs where needed.
+  if (trial.found.empty() && step) {
+    Workload w = workload;
+    w.zero_stage = 3;
+    w.checkpointing = Checkpointing::Full;
+    std::vector<int> counts{ranks};
+    for (int gpus : nearby_gpu_counts(topology, ranks, false))
+      counts.push_back(gpus);
+    for (int gpus : counts) {
+      SearchOptions o = options;
+      o.ranks = gpus;
+      if (trial.attempt(w, o,
+                        fmt::format("--zero-stage 3 --checkpointing full{}",
+                                    gpus == ranks ? "" : fmt::format(" --gpus {}", gpus)),
+                        "ZeRO stage 3 and full checkpointing together" +
+                            (gpus == ranks ? std::string() : fmt::format(", on {} GPUs", gpus))))
+        break;
     }
   }
   if (options.strategy) {

@@ -64,8 +64,9 @@ struct StepParts {
   double exposed_ms[kNumCommTiers] = {};  // transfers run, compute does not; by the slowest tier running
   double idle_ms = 0;                     // nothing runs, and the rest of the waiting for other ranks
   double hidden_ms = 0;                   // transfers that run while compute runs
-  // Transfers (sends and collectives) a GPU starts per attention layer, by tier: the mean over the
-  // timed ranks of their attention programs (evaluate and evaluate_step; not evaluate_times).
+  // Transfers (sends and collectives) a GPU starts per layer, by tier: the mean over the timed
+  // ranks (evaluate: of the attention layer; evaluate_step: of the whole step, divided by the
+  // layers; evaluate_times leaves them 0).
   double transfers_per_layer[kNumCommTiers] = {};
   double exposed_total_ms() const { return exposed_ms[0] + exposed_ms[1] + exposed_ms[2]; }
   double sum_ms() const { return compute_ms + imbalance_ms + exposed_total_ms() + idle_ms; }
