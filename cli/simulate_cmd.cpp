@@ -173,7 +173,9 @@ void register_simulate_command(CLI::App& app) {
   command->add_option("PLAN", flags->plan_path, "Plan file written by `wallfacer plan`")->required();
   add_topology_flags(command, flags->topology);
   flags->topology_option = command->get_option("--topology");
-  flags->topology_option->description("Topology preset or file (default: the file the plan records, or the preset it names)")->default_str("");
+  flags->topology_option
+      ->description("Topology preset or file (default: the file the plan records, or the preset it names)")
+      ->default_str("");
   command->add_option("--trace", flags->trace_path, "Write a Chrome trace (Perfetto, chrome://tracing) to this file");
   command->add_option("--trace-ranks", flags->trace_ranks,
                       "Ranks the trace shows, e.g. 0-7,64 (default: all; large runs open faster with a few)");

@@ -65,8 +65,8 @@ CommTier TierClassifier::group_tier(int group, int rank) {
   if (!fresh) return it->second;
   const std::vector<int>& members = plan_.groups[size_t(group)].ranks;
   const int node = plan_.ranks[size_t(rank)].node;
-  const bool spans_nodes = std::any_of(members.begin(), members.end(),
-                                       [&](int member) { return plan_.ranks[size_t(member)].node != node; });
+  const bool spans_nodes =
+      std::any_of(members.begin(), members.end(), [&](int member) { return plan_.ranks[size_t(member)].node != node; });
   CommTier worst = spans_nodes ? CommTier::Network : CommTier::NvLink;
   for (size_t m = 0; !spans_nodes && m < members.size(); ++m)
     worst = std::max(worst, route_tier(rank, members[m]));

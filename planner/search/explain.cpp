@@ -70,8 +70,7 @@ std::string transfers_text(const Candidate& best, const Candidate& other) {
     if (x == 0 && y == 0) continue;
     if (std::abs(x - y) < 0.05) return "";
     const char* tier = t == 2 ? "the network" : t == 1 ? "PCIe" : "NVLink";
-    if (x == 0)
-      return fmt::format("; each GPU sends over {} {:.1f} times per layer, the winner never", tier, y);
+    if (x == 0) return fmt::format("; each GPU sends over {} {:.1f} times per layer, the winner never", tier, y);
     return fmt::format("; each GPU sends over {} {:.1f} times per layer, the winner {:.1f}", tier, y, x);
   }
   return "";
@@ -145,9 +144,8 @@ void mark_ties(SearchResult& result, double relative_error) {
 std::string compare_parts(const Candidate& best, const Candidate& other, int max_parts) {
   std::vector<Part> parts = parts_of(best.cost.parts, other.cost.parts);
   // The parts where the other loses most come first; when it loses nowhere, the largest change.
-  std::stable_sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) {
-    return a.other_ms - a.best_ms > b.other_ms - b.best_ms;
-  });
+  std::stable_sort(parts.begin(), parts.end(),
+                   [](const Part& a, const Part& b) { return a.other_ms - a.best_ms > b.other_ms - b.best_ms; });
   if (parts.front().other_ms - parts.front().best_ms <= 0)
     std::stable_sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) {
       return std::abs(a.other_ms - a.best_ms) > std::abs(b.other_ms - b.best_ms);
@@ -188,15 +186,18 @@ std::vector<std::string> explain_ranking(const SearchResult& result, double rela
                        tie ? ", a tie" : "", compare_parts(best, other), transfers_text(best, other));
   };
   const StepParts& p = best.cost.parts;
-  std::string first = fmt::format(
-      "{} wins: of its {} ms, {} ms compute, {} ms exposed communication ({} hidden behind compute)",
-      candidate_label(best), ms_text(best.cost.step_ms), ms_text(p.compute_ms + p.imbalance_ms),
-      ms_text(p.exposed_total_ms()), ms_text(p.hidden_ms));
+  std::string first =
+      fmt::format("{} wins: of its {} ms, {} ms compute, {} ms exposed communication ({} hidden behind compute)",
+                  candidate_label(best), ms_text(best.cost.step_ms), ms_text(p.compute_ms + p.imbalance_ms),
+                  ms_text(p.exposed_total_ms()), ms_text(p.hidden_ms));
   std::string tiers;
   for (int t = 0; t < kNumCommTiers; ++t)
     if (p.transfers_per_layer[t] > 0)
       tiers += fmt::format("{}{:.1f}{} over {}", tiers.empty() ? "" : ", ", p.transfers_per_layer[t],
-                           tiers.empty() ? " transfers" : "", t == 2 ? "the network" : t == 1 ? "PCIe" : "NVLink");
+                           tiers.empty() ? " transfers" : "",
+                           t == 2   ? "the network"
+                           : t == 1 ? "PCIe"
+                                    : "NVLink");
   if (!tiers.empty())
     first += fmt::format("; per layer each GPU starts {}{}", tiers,
                          p.transfers_per_layer[int(CommTier::Network)] == 0 ? ", none between nodes" : "");

@@ -40,9 +40,9 @@ std::string compare_parts(const Candidate& best, const Candidate& other, int max
 
 // A change of the inputs that makes a plan feasible, as found by planning with it.
 struct Suggestion {
-  std::string flags;     // what to pass: "--zero-stage 3", "--seq 131072", "--gpus 16"
-  std::string change;    // in words: "ZeRO stage 3 shards the weights too"
-  std::string outcome;   // the best plan it gives: "usp u=2 r=2 T=4 (head-first), 2594.4 ms, 43.1 GiB"
+  std::string flags;    // what to pass: "--zero-stage 3", "--seq 131072", "--gpus 16"
+  std::string change;   // in words: "ZeRO stage 3 shards the weights too"
+  std::string outcome;  // the best plan it gives: "usp u=2 r=2 T=4 (head-first), 2594.4 ms, 43.1 GiB"
   double step_ms = 0;
 };
 
