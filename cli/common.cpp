@@ -58,6 +58,11 @@ void add_workload_flags(CLI::App* app, WorkloadFlags& flags) {
          "--fp8-linear", [&o] { o.fp8_linear = true; },
          "The layers' GEMMs in fp8 (Transformer Engine's recipe; attention and the LM head stay in --dtype)")
       ->group(group);
+  app->add_option("--microbatches", o.microbatches,
+                  "Micro-batches per step M: each data-parallel replica runs its sequences as M micro-batches "
+                  "(gradient accumulation; the 1F1B pipeline schedule with --pp) (default: 1)")
+      ->check(CLI::PositiveNumber)
+      ->group(group);
   app->add_option("--grad-bucket-MiB", o.grad_bucket_MiB, "Gradient synchronisation bucket in MiB (default: 25)")
       ->check(CLI::Range(1, 1 << 20))
       ->group(group);

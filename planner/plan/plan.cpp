@@ -31,7 +31,7 @@ constexpr NameTable<Placement, 5> kPlacementNames{{{Placement::Default, "default
                                                    {Placement::CollectIntra, "collect-intra"},
                                                    {Placement::P2PIntra, "p2p-intra"}}};
 
-constexpr NameTable<GroupKind, 10> kGroupKindNames{{{GroupKind::Ring, "ring"},
+constexpr NameTable<GroupKind, 11> kGroupKindNames{{{GroupKind::Ring, "ring"},
                                                     {GroupKind::SubRing, "sub-ring"},
                                                     {GroupKind::Team, "team"},
                                                     {GroupKind::AllToAll, "all-to-all"},
@@ -40,7 +40,8 @@ constexpr NameTable<GroupKind, 10> kGroupKindNames{{{GroupKind::Ring, "ring"},
                                                     {GroupKind::Sequence, "sequence"},
                                                     {GroupKind::Data, "data"},
                                                     {GroupKind::World, "world"},
-                                                    {GroupKind::Tensor, "tensor"}}};
+                                                    {GroupKind::Tensor, "tensor"},
+                                                    {GroupKind::Pipeline, "pipeline"}}};
 
 constexpr NameTable<AllReduceAlgorithm, 2> kAllReduceNames{
     {{AllReduceAlgorithm::Ring, "ring"}, {AllReduceAlgorithm::Tree, "tree"}}};
@@ -172,7 +173,7 @@ bool operator==(const Workload& a, const Workload& b) {
          a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.ffn == b.ffn && a.vocab == b.vocab &&
          a.gated_ffn == b.gated_ffn && a.seq == b.seq && a.batch == b.batch && a.dtype == b.dtype &&
          a.causal == b.causal && a.zero_stage == b.zero_stage && a.checkpointing == b.checkpointing &&
-         a.grad_bucket_MiB == b.grad_bucket_MiB && a.fp8_linear == b.fp8_linear;
+         a.grad_bucket_MiB == b.grad_bucket_MiB && a.fp8_linear == b.fp8_linear && a.microbatches == b.microbatches;
 }
 
 bool operator==(const Plan& a, const Plan& b) {

@@ -139,14 +139,16 @@ Placement read_placement(const std::string& source, const YAML::Node& node, Stra
 
 StrategyParams read_params(const std::string& source, const YAML::Node& root, StrategyKind strategy) {
   const YAML::Node node = section(source, root, "params");
-  yaml::check_keys(
-      source, node,
-      {"sequence_parallel", "data_parallel", "tensor_parallel", "team", "ulysses", "ring", "window", "placement"},
-      "params");
+  yaml::check_keys(source, node,
+                   {"sequence_parallel", "data_parallel", "tensor_parallel", "pipeline_parallel", "team", "ulysses",
+                    "ring", "window", "placement"},
+                   "params");
   StrategyParams p;
   p.sequence_parallel = get_int_at_least(source, node, "sequence_parallel", 1);
   p.data_parallel = get_int_at_least(source, node, "data_parallel", 1);
   if (node["tensor_parallel"].IsDefined()) p.tensor_parallel = get_int_at_least(source, node, "tensor_parallel", 1);
+  if (node["pipeline_parallel"].IsDefined())
+    p.pipeline_parallel = get_int_at_least(source, node, "pipeline_parallel", 1);
   const Placement placement = read_placement(source, node, strategy);
   const ContextPlacement context =
       placement == Placement::ContextFirst ? ContextPlacement::ContextFirst : ContextPlacement::HeadFirst;
@@ -298,14 +300,16 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source) {
   plan.strategy = parse_at(source, section(source, root, "strategy"), "strategy", parse_strategy);
   plan.params = read_params(source, root, plan.strategy);
   plan.ranks = read_ranks(source, root, plan.topology_nodes);
-  const int64_t p = int64_t(plan.params.sequence_parallel) * plan.params.data_parallel * plan.params.tensor_parallel;
+  const StrategyParams& sp = plan.params;
+  const int64_t p = int64_t(sp.sequence_parallel) * sp.data_parallel * sp.tensor_parallel * sp.pipeline_parallel;
   if (p != plan.num_ranks()) {
-    yaml::fail(source, root["params"],
-               fmt::format("sequence_parallel * data_parallel{} = {} * {}{} = {}, but the plan lists {} ranks",
-                           plan.params.tensor_parallel > 1 ? " * tensor_parallel" : "", plan.params.sequence_parallel,
-                           plan.params.data_parallel,
-                           plan.params.tensor_parallel > 1 ? fmt::format(" * {}", plan.params.tensor_parallel) : "", p,
-                           plan.num_ranks()));
+    yaml::fail(
+        source, root["params"],
+        fmt::format("sequence_parallel * data_parallel{}{} = {} * {}{}{} = {}, but the plan lists {} ranks",
+                    sp.tensor_parallel > 1 ? " * tensor_parallel" : "",
+                    sp.pipeline_parallel > 1 ? " * pipeline_parallel" : "", sp.sequence_parallel, sp.data_parallel,
+                    sp.tensor_parallel > 1 ? fmt::format(" * {}", sp.tensor_parallel) : "",
+                    sp.pipeline_parallel > 1 ? fmt::format(" * {}", sp.pipeline_parallel) : "", p, plan.num_ranks()));
   }
   plan.groups = read_groups(source, root, plan.num_ranks());
   if (root["prediction"].IsDefined()) plan.prediction = read_prediction(source, root["prediction"]);

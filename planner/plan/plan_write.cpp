@@ -64,6 +64,7 @@ void write_workload(const Workload& w, std::ostream& out) {
                      to_string(w.dtype), boolean(w.causal), w.zero_stage);
   out << fmt::format("  checkpointing: {}\n  grad_bucket_MiB: {}\n", to_string(w.checkpointing), w.grad_bucket_MiB);
   if (w.fp8_linear) out << "  fp8_linear: true\n";
+  if (w.microbatches > 1) out << fmt::format("  microbatches: {}\n", w.microbatches);
 }
 
 // The degrees, then the strategy's own knobs and placement (none for strategies without).
@@ -71,6 +72,7 @@ void write_params(const StrategyParams& p, std::ostream& out) {
   out << "params:\n";
   out << fmt::format("  sequence_parallel: {}\n  data_parallel: {}\n", p.sequence_parallel, p.data_parallel);
   if (p.tensor_parallel > 1) out << fmt::format("  tensor_parallel: {}\n", p.tensor_parallel);
+  if (p.pipeline_parallel > 1) out << fmt::format("  pipeline_parallel: {}\n", p.pipeline_parallel);
   if (const auto* k = std::get_if<UspKnobs>(&p.knobs))
     out << fmt::format("  ulysses: {}\n  ring: {}\n", k->ulysses, k->ring);
   if (const auto* k = std::get_if<DoubleRingKnobs>(&p.knobs))

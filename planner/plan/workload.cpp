@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -64,14 +65,24 @@ int64_t Workload::attention_parameters_per_layer() const {
   return hidden * q_width() + 2 * hidden * kv_width() + q_width() * hidden;
 }
 
-int64_t Workload::parameter_count() const {
+int64_t Workload::layer_parameter_count() const {
   const int64_t ffn_matrices = gated_ffn ? 3 : 2;
   const int64_t norms_per_layer = 2 * hidden;  // one weight vector before attention, one before the FFN
-  const int64_t per_layer = attention_parameters_per_layer() + ffn_matrices * hidden * ffn + norms_per_layer;
+  return attention_parameters_per_layer() + ffn_matrices * hidden * ffn + norms_per_layer;
+}
+
+int64_t Workload::parameter_count() const {
+  return stage_parameter_count(0, 1);
+}
+
+int64_t Workload::stage_parameter_count(int stage, int stages) const {
   const int64_t embeddings = vocab * hidden;
   const int64_t output_head = vocab * hidden;  // untied
   const int64_t final_norm = hidden;
-  return int64_t(layers) * per_layer + embeddings + output_head + final_norm;
+  int64_t count = int64_t(layers / std::max(1, stages)) * layer_parameter_count();
+  if (stage == 0) count += embeddings;
+  if (stage == stages - 1) count += output_head + final_norm;
+  return count;
 }
 
 namespace {
@@ -109,10 +120,11 @@ std::string flag_of(const std::string& field) {
 }
 
 std::optional<Problem> find_problem(const Workload& w) {
-  const std::pair<const char*, int64_t> sizes[] = {
-      {"layers", w.layers},     {"hidden", w.hidden},     {"heads", w.heads},
-      {"kv_heads", w.kv_heads}, {"head_dim", w.head_dim}, {"ffn", w.ffn},
-      {"vocab", w.vocab},       {"seq", w.seq},           {"batch", w.batch}};
+  const std::pair<const char*, int64_t> sizes[] = {{"layers", w.layers},     {"hidden", w.hidden},
+                                                   {"heads", w.heads},       {"kv_heads", w.kv_heads},
+                                                   {"head_dim", w.head_dim}, {"ffn", w.ffn},
+                                                   {"vocab", w.vocab},       {"seq", w.seq},
+                                                   {"batch", w.batch},       {"microbatches", w.microbatches}};
   for (const auto& [name, value] : sizes) {
     if (value < 1) return Problem{{name}, fmt::format("'{}' must be at least 1, got {}", name, value)};
     if (value > kMaxSize) return Problem{{name}, fmt::format("'{}' must be at most {}, got {}", name, kMaxSize, value)};
@@ -120,6 +132,9 @@ std::optional<Problem> find_problem(const Workload& w) {
   if (w.grad_bucket_MiB < 1 || w.grad_bucket_MiB > 1 << 20)
     return Problem{{"grad_bucket_MiB"},
                    fmt::format("'grad_bucket_MiB' must be between 1 and {}, got {}", 1 << 20, w.grad_bucket_MiB)};
+  if (w.batch % w.microbatches != 0)
+    return Problem{{"microbatches", "batch"},
+                   fmt::format("'microbatches' ({}) must divide 'batch' ({})", w.microbatches, w.batch)};
   if (w.zero_stage < 0 || w.zero_stage > 3)
     return Problem{{"zero_stage"}, fmt::format("'zero_stage' must be 0, 1, 2 or 3, got {}", w.zero_stage)};
   if (w.heads % w.kv_heads != 0)
@@ -133,13 +148,13 @@ std::optional<Problem> find_problem(const Workload& w) {
 }
 
 const std::initializer_list<std::string_view> kPlanKeys = {
-    "model",         "layers",          "hidden",    "heads", "kv_heads", "head_dim", "ffn",
-    "vocab",         "gated_ffn",       "seq",       "batch", "dtype",    "causal",   "zero_stage",
-    "checkpointing", "grad_bucket_MiB", "fp8_linear"};
+    "model",         "layers",          "hidden",     "heads",       "kv_heads", "head_dim", "ffn",
+    "vocab",         "gated_ffn",       "seq",        "batch",       "dtype",    "causal",   "zero_stage",
+    "checkpointing", "grad_bucket_MiB", "fp8_linear", "microbatches"};
 const std::initializer_list<std::string_view> kModelFileKeys = {
-    "model",    "description", "source",        "layers",          "hidden",    "heads", "kv_heads",
-    "head_dim", "ffn",         "vocab",         "gated_ffn",       "seq",       "batch", "dtype",
-    "causal",   "zero_stage",  "checkpointing", "grad_bucket_MiB", "fp8_linear"};
+    "model",    "description", "source",        "layers",          "hidden",     "heads",       "kv_heads",
+    "head_dim", "ffn",         "vocab",         "gated_ffn",       "seq",        "batch",       "dtype",
+    "causal",   "zero_stage",  "checkpointing", "grad_bucket_MiB", "fp8_linear", "microbatches"};
 
 // Reads the fields present in `node`; absent ones keep Workload's defaults for now.
 Workload read_fields(const YAML::Node& node, WorkloadSource& from, bool all_fields) {
@@ -175,6 +190,7 @@ Workload read_fields(const YAML::Node& node, WorkloadSource& from, bool all_fiel
   read_int("batch", w.batch);
   read_int("zero_stage", w.zero_stage);
   read_int("grad_bucket_MiB", w.grad_bucket_MiB);
+  read_int("microbatches", w.microbatches);
   if (has("checkpointing")) {
     try {
       w.checkpointing = parse_checkpointing(yaml::as_string(src, node["checkpointing"], "checkpointing"));
@@ -218,6 +234,7 @@ void apply_overrides(Workload& w, WorkloadSource& from, const WorkloadOverrides&
   take("batch", o.batch, w.batch);
   take("zero_stage", o.zero_stage, w.zero_stage);
   take("grad_bucket_MiB", o.grad_bucket_MiB, w.grad_bucket_MiB);
+  take("microbatches", o.microbatches, w.microbatches);
   if (o.checkpointing) {
     try {
       w.checkpointing = parse_checkpointing(*o.checkpointing);

@@ -142,6 +142,8 @@ std::string Candidate::describe_params() const {
   std::string text = std::visit(Describe{p.sequence_parallel}, p.knobs);
   if (p.data_parallel > 1) text += fmt::format(" D={}", p.data_parallel);
   if (p.tensor_parallel > 1) text += fmt::format(" T={}", p.tensor_parallel);
+  if (p.pipeline_parallel > 1) text += fmt::format(" P={}", p.pipeline_parallel);
+  if (plan.workload.microbatches > 1) text += fmt::format(" M={}", plan.workload.microbatches);
   return text;
 }
 

@@ -81,7 +81,7 @@ TEST(PlanErrors, UnknownNames) {
                    "unknown placement 'collect_intra' (default, head-first, context-first, collect-intra, p2p-intra)"});
   expect_rejected({"kind: sub-ring", "kind: subring",
                    "unknown group kind 'subring' (ring, sub-ring, team, all-to-all, window, inter-window, sequence, "
-                   "data, world, tensor)"});
+                   "data, world, tensor, pipeline)"});
 }
 
 TEST(PlanErrors, UnknownKeys) {
@@ -92,11 +92,11 @@ TEST(PlanErrors, UnknownKeys) {
        "comment: hand edited"});
   expect_rejected(
       {"nodes: 2}", "nodes: 2, gpus: 8}", "unknown key 'gpus' in topology (allowed: name, hash, nodes)", "topology:"});
-  expect_rejected(
-      {"  seq: 131072\n", "  seq: 131072\n  source: paper\n",
-       "unknown key 'source' in workload (allowed: model, layers, hidden, heads, kv_heads, head_dim, ffn, "
-       "vocab, gated_ffn, seq, batch, dtype, causal, zero_stage, checkpointing, grad_bucket_MiB, fp8_linear)",
-       "source: paper"});
+  expect_rejected({"  seq: 131072\n", "  seq: 131072\n  source: paper\n",
+                   "unknown key 'source' in workload (allowed: model, layers, hidden, heads, kv_heads, head_dim, ffn, "
+                   "vocab, gated_ffn, seq, batch, dtype, causal, zero_stage, checkpointing, grad_bucket_MiB, "
+                   "fp8_linear, microbatches)",
+                   "source: paper"});
   expect_rejected({"  mfu:", "  mfu_percent: 1\n  mfu:",
                    "unknown key 'mfu_percent' in prediction (allowed: forward_ms, backward_ms, step_ms, "
                    "p2p_bytes_forward, p2p_bytes_backward, collective_bytes_forward, collective_bytes_backward, "

@@ -52,7 +52,7 @@ TEST(PlanNames, GroupKinds) {
   }
   EXPECT_EQ(input_error_of([] { parse_group_kind("subring"); }),
             "error: unknown group kind 'subring' (ring, sub-ring, team, all-to-all, window, inter-window, sequence, "
-            "data, world, tensor)");
+            "data, world, tensor, pipeline)");
 }
 
 TEST(Plan, FindGroup) {

@@ -19,7 +19,7 @@ const BadModel kBadModels[] = {
     {"unknown key", "layers: 2\nhiden: 64\n",
      "m.yaml:2: error: unknown key 'hiden' in model file (allowed: model, description, source, layers, hidden, "
      "heads, kv_heads, head_dim, ffn, vocab, gated_ffn, seq, batch, dtype, causal, zero_stage, checkpointing, "
-     "grad_bucket_MiB, fp8_linear)"},
+     "grad_bucket_MiB, fp8_linear, microbatches)"},
     {"zero heads", "layers: 2\nhidden: 64\nheads: 0\nkv_heads: 1\nhead_dim: 16\nffn: 128\nvocab: 100\nseq: 256\n",
      "m.yaml:3: error: 'heads' must be at least 1, got 0"},
     {"heads not a multiple of kv_heads",

@@ -69,6 +69,10 @@ struct StrategyParams {
   // global rank g = (d * S + s) * T + t; the T ranks of a tensor group split every layer's heads and
   // matrices, and each tensor slice t runs the strategy over its S * D ranks on heads / T.
   int tensor_parallel = 1;
+  // Pp, pipeline stages around the tensor-lifted strategy (docs/step.md "Pipeline parallelism"):
+  // global rank g = ((p * D + d) * S + s) * T + t; stage p holds layers [p L / Pp, (p + 1) L / Pp)
+  // and runs the 1F1B schedule over the workload's micro-batches. P = T * S * D * Pp.
+  int pipeline_parallel = 1;
   bool operator==(const StrategyParams&) const = default;
 };
 
@@ -112,6 +116,7 @@ enum class GroupKind {
   Data,         // ranks holding the same shard of different sequences (gradient averaging)
   World,        // every rank (of one tensor slice when tensor parallel)
   Tensor,       // the T ranks of a tensor-parallel group
+  Pipeline,     // the Pp ranks of one (t, s, d) position, one per pipeline stage
 };
 const char* to_string(GroupKind kind);
 GroupKind parse_group_kind(const std::string& name);

@@ -45,17 +45,24 @@ struct Workload {
   // The layers' GEMMs in fp8 (Transformer Engine's recipe); attention, the LM head and activations
   // stay in `dtype`.
   bool fp8_linear = false;
+  // M, micro-batches per step: each data-parallel replica's batch / D sequences run as M
+  // micro-batches of batch / (D * M) (docs/step.md "Pipeline parallelism"); M divides batch / D.
+  int microbatches = 1;
 
   int64_t q_width() const { return int64_t(heads) * head_dim; }      // H
   int64_t kv_width() const { return int64_t(kv_heads) * head_dim; }  // H_kv
   // Parameters of the whole model (attention, FFN, norms, embeddings and untied output head).
   int64_t parameter_count() const;
   int64_t attention_parameters_per_layer() const;  // W_q, W_k, W_v, W_o
+  int64_t layer_parameter_count() const;           // one layer: attention, FFN and its two norms
+  // Parameters of pipeline stage `stage` of `stages` (layers / stages layers; the embedding on the
+  // first stage, the final norm and output head on the last). stages = 1: parameter_count().
+  int64_t stage_parameter_count(int stage, int stages) const;
 };
 
 // Optional overrides, one per CLI flag. Unset fields keep the preset's value.
 struct WorkloadOverrides {
-  std::optional<int> layers, heads, kv_heads, head_dim, batch, zero_stage, grad_bucket_MiB;
+  std::optional<int> layers, heads, kv_heads, head_dim, batch, zero_stage, grad_bucket_MiB, microbatches;
   std::optional<int64_t> hidden, ffn, vocab, seq;
   std::optional<std::string> dtype, checkpointing;
   std::optional<bool> causal, fp8_linear;

@@ -134,6 +134,7 @@ enum class StepOp : uint8_t {
   ParamGather,    // ZeRO parameter all-gather
   TensorGather,   // tensor parallel: all-gather of the sequence-parallel activations
   TensorScatter,  // tensor parallel: reduce-scatter of a row-parallel product
+  StageTransfer,  // pipeline parallel: activations to the next stage, their gradient to the previous
 };
 const char* to_string(StepOp op);
 // Which product of a linear layer a Gemm is.
