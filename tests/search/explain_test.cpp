@@ -182,5 +182,131 @@ TEST(Explain, SentencesCompareTheWinnerWithTheRunnerUpAndEachOtherStrategy) {
   EXPECT_EQ(lines.size(), others.empty() ? 1 : 2 + others.size());
 }
 
+// ---- suggestions when nothing is feasible ----------------------------------------------------
+
+class Suggestions : public ::testing::Test {
+ protected:
+  Suggestions() : topology_(Topology::load("dgx-h100", 4)), model_(topology_, Calibration::defaults()) {}
+  SearchOptions options(int gpus, std::vector<int> tensor = {1, 2, 4, 8}) const {
+    SearchOptions o;
+    o.scope = Scope::Step;
+    o.ranks = gpus;
+    o.mode = SearchMode::Heuristic;
+    o.tensor_degrees = std::move(tensor);
+    return o;
+  }
+  bool feasible(const Workload& w, const SearchOptions& o) const {
+    return search_plans(topology_, w, model_, o).best >= 0;
+  }
+  // The suggestion whose flags are `flags`; fails the test when there is none.
+  const Suggestion* find(const std::vector<Suggestion>& list, const std::string& flags) const {
+    for (const Suggestion& s : list)
+      if (s.flags == flags) return &s;
+    std::string all;
+    for (const Suggestion& s : list)
+      all += s.flags + "; ";
+    ADD_FAILURE() << "no suggestion '" << flags << "' among: " << all;
+    return nullptr;
+  }
+  Topology topology_;
+  CostModel model_;
+};
+
+Workload llama(int64_t seq) {
+  Workload w = load_workload("llama-3-8b");
+  w.seq = seq;
+  return w;
+}
+
+TEST_F(Suggestions, HigherZeroStage) {
+  Workload w = llama(4096);
+  w.zero_stage = 0;
+  const SearchOptions o = options(2);
+  ASSERT_FALSE(feasible(w, o));
+  const auto list = suggest_fixes(topology_, w, model_, o);
+  ASSERT_TRUE(find(list, "--zero-stage 2"));
+  w.zero_stage = 1;  // the nearer stage is not enough, so it is not suggested
+  EXPECT_FALSE(feasible(w, o));
+  w.zero_stage = 2;
+  EXPECT_TRUE(feasible(w, o));
+}
+
+TEST_F(Suggestions, CheckpointingAndMoreGpus) {
+  Workload w = llama(131072);
+  w.checkpointing = Checkpointing::None;
+  const SearchOptions o = options(8, {1});
+  ASSERT_FALSE(feasible(w, o));
+  const auto list = suggest_fixes(topology_, w, model_, o);
+  const Suggestion* full = find(list, "--checkpointing full");
+  const Suggestion* more = find(list, "--gpus 24");
+  ASSERT_TRUE(full && more);
+  EXPECT_GT(full->step_ms, 0);
+  Workload selective = w;
+  selective.checkpointing = Checkpointing::Selective;
+  EXPECT_FALSE(feasible(selective, o));
+  Workload checkpointed = w;
+  checkpointed.checkpointing = Checkpointing::Full;
+  EXPECT_TRUE(feasible(checkpointed, o));
+  SearchOptions sixteen = o, twenty_four = o;
+  sixteen.ranks = 16;
+  twenty_four.ranks = 24;
+  EXPECT_FALSE(feasible(w, sixteen));
+  EXPECT_TRUE(feasible(w, twenty_four));
+}
+
+TEST_F(Suggestions, NearestSequenceLengthsFewerGpusAndAnyStrategy) {
+  const Workload w = llama(1032);
+  SearchOptions o = options(16, {1});
+  o.strategy = StrategyKind::Zigzag;
+  ASSERT_FALSE(feasible(w, o));
+  const auto list = suggest_fixes(topology_, w, model_, o);
+  ASSERT_TRUE(find(list, "--seq 1024") && find(list, "--seq 1056") && find(list, "--gpus 4") &&
+              find(list, "--strategy auto"));
+  // Zigzag on 16 GPUs needs a multiple of 32 tokens: 1024 and 1056 are the nearest.
+  for (int64_t seq = 1025; seq < 1056; ++seq)
+    if (seq != 1032 && seq % 32 != 0) EXPECT_FALSE(feasible(llama(seq), o)) << seq;
+  EXPECT_TRUE(feasible(llama(1024), o));
+  SearchOptions eight = o, four = o, any = o;
+  eight.ranks = 8;
+  four.ranks = 4;
+  any.strategy.reset();
+  EXPECT_FALSE(feasible(w, eight));
+  EXPECT_TRUE(feasible(w, four));
+  EXPECT_TRUE(feasible(w, any));
+}
+
+TEST_F(Suggestions, SmallestMemoryFractionThatFits) {
+  Workload w = llama(8192);
+  w.zero_stage = 3;
+  const SearchOptions o = options(2);
+  ASSERT_FALSE(feasible(w, o));
+  const auto list = suggest_fixes(topology_, w, model_, o);
+  ASSERT_TRUE(find(list, "--memory-fraction 0.94"));
+  SearchOptions fits = o, short_of_it = o;
+  fits.memory_budget_fraction = 0.94;
+  short_of_it.memory_budget_fraction = 0.93;
+  EXPECT_TRUE(feasible(w, fits));
+  EXPECT_FALSE(feasible(w, short_of_it));
+}
+
+TEST_F(Suggestions, SeveralChangesTogetherWhenNoneAloneFits) {
+  Workload w = load_workload("llama-3-70b");
+  w.layers = 40;
+  w.seq = 8192;
+  const SearchOptions o = options(8);
+  ASSERT_FALSE(feasible(w, o));
+  const auto list = suggest_fixes(topology_, w, model_, o);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].flags, "--zero-stage 3 --checkpointing full");
+  Workload zero3 = w, full = w;
+  zero3.zero_stage = 3;
+  full.checkpointing = Checkpointing::Full;
+  EXPECT_FALSE(feasible(zero3, o));
+  EXPECT_FALSE(feasible(full, o));
+  w.zero_stage = 3;
+  w.checkpointing = Checkpointing::Full;
+  EXPECT_TRUE(feasible(w, o));
+}
+
 }  // namespace
 }  // namespace wallfacer
