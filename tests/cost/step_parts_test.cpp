@@ -6,8 +6,8 @@
 
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/schedule/strategy.hpp>
-#include "step_parts.hpp"
 #include "cost_test_util.hpp"
+#include "step_parts.hpp"
 
 namespace wallfacer {
 namespace {
@@ -38,8 +38,8 @@ Op recv_op(int peer) {
 void expect_sums_to_step(const CostBreakdown& cost) {
   const StepParts& p = cost.parts;
   EXPECT_NEAR(p.sum_ms(), cost.step_ms, 1e-9 * cost.step_ms);
-  for (double part : {p.compute_ms, p.imbalance_ms, p.exposed_ms[0], p.exposed_ms[1], p.exposed_ms[2], p.idle_ms,
-                      p.hidden_ms})
+  for (double part :
+       {p.compute_ms, p.imbalance_ms, p.exposed_ms[0], p.exposed_ms[1], p.exposed_ms[2], p.idle_ms, p.hidden_ms})
     EXPECT_GE(part, 0);
   EXPECT_LE(p.hidden_ms, p.compute_ms + p.imbalance_ms + 1e-9);
 }

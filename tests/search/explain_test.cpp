@@ -50,7 +50,8 @@ TEST(Explain, ComparisonNamesThePartsWhereTheOtherLoses) {
   other.cost.parts.exposed_ms[int(CommTier::NvLink)] = 3;
   other.cost.parts.imbalance_ms = 7;
   EXPECT_EQ(compare_parts(best, other), "load imbalance 7.0 vs 0 ms, exposed NVLink 3.0 vs 0 ms");
-  EXPECT_EQ(compare_parts(best, other, 3), "load imbalance 7.0 vs 0 ms, exposed NVLink 3.0 vs 0 ms, compute 16.0 vs 15.0 ms");
+  EXPECT_EQ(compare_parts(best, other, 3),
+            "load imbalance 7.0 vs 0 ms, exposed NVLink 3.0 vs 0 ms, compute 16.0 vs 15.0 ms");
 }
 
 const char* kTwoNodes = R"(name: test-two-nodes
@@ -128,7 +129,8 @@ TEST(Explain, MergesAUspSplitWithTheDoubleRingOfOneWindow) {
   const Workload w = small_workload();
   auto candidate = [&](StrategyKind kind, StrategyKnobs knobs) {
     Candidate c;
-    c.plan = make_plan(kind, StrategyParams{.sequence_parallel = 8, .data_parallel = 1, .knobs = knobs}, w, topology, 8);
+    c.plan =
+        make_plan(kind, StrategyParams{.sequence_parallel = 8, .data_parallel = 1, .knobs = knobs}, w, topology, 8);
     c.feasible = true;
     c.cost = model.evaluate(c.plan);
     return c;
@@ -172,7 +174,8 @@ TEST(Explain, SentencesCompareTheWinnerWithTheRunnerUpAndEachOtherStrategy) {
   // One line per other strategy that has a priced candidate, each naming its best.
   std::vector<StrategyKind> others;
   for (const Candidate& c : result.candidates)
-    if (c.feasible && !c.pruned && c.plan.strategy != best.plan.strategy && c.plan.strategy != runner_up.plan.strategy &&
+    if (c.feasible && !c.pruned && c.plan.strategy != best.plan.strategy &&
+        c.plan.strategy != runner_up.plan.strategy &&
         std::find(others.begin(), others.end(), c.plan.strategy) == others.end()) {
       others.push_back(c.plan.strategy);
       const std::string line = "  " + candidate_label(c) + " is ";
