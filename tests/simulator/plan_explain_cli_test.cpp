@@ -154,5 +154,23 @@ TEST_F(PlanExplain, PlansRecordTheirTopologyFileForSimulateAndRun) {
   }
 }
 
+TEST_F(PlanExplain, ArgumentErrorsNameTheFlagWhatItAcceptsAndAnExample) {
+  const auto typo = test::run_cli("plan --serch auto", "2>&1");
+  EXPECT_EQ(typo.status, 2);
+  EXPECT_EQ(typo.output,
+            "wallfacer plan: error: unknown argument '--serch'; did you mean --search?\n"
+            "  `wallfacer plan --help` lists what it takes\n");
+  const auto range = test::run_cli("plan --memory-fraction 2", "2>&1");
+  EXPECT_EQ(range.status, 2);
+  EXPECT_EQ(range.output,
+            "wallfacer plan: error: --memory-fraction: expects a number from 0.01 to 1, got 2\n"
+            "  --memory-fraction: Share of GPU memory a plan may use\n"
+            "  example: wallfacer plan --memory-fraction 0.9\n");
+  const auto missing = test::run_cli("run", "2>&1");
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.output.find("wallfacer run: error: --plan is required"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("example: wallfacer run --plan plan.yaml"), std::string::npos) << missing.output;
+}
+
 }  // namespace
 }  // namespace wallfacer
