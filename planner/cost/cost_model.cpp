@@ -218,7 +218,7 @@ CostBreakdown CostModel::evaluate_times(const Plan& plan, const Schedule& schedu
   return evaluate_times(plan, PreparedTiming(plan, schedule, timing));
 }
 
-CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& prepared) const {
+CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& prepared, bool with_parts) const {
   const Schedule& schedule = prepared.schedule_;
   WF_ASSERT(prepared.shape_->size() == schedule.ranks.size(), "the schedule changed after its timing was prepared");
   const double peak = kernel_peak_tflops(topology_.gpu(), plan.workload.dtype);
@@ -236,7 +236,7 @@ CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& 
   double forward_s = 0, step_s = 0, critical_compute = 0, busiest_compute = 0, total_compute = 0;
   size_t critical = 0;
   std::vector<std::vector<double>> ends;
-  const std::vector<detail::RankTiming> timings = prepared.shape_->run(duration, &ends);
+  const std::vector<detail::RankTiming> timings = prepared.shape_->run(duration, with_parts ? &ends : nullptr);
   // Forward ends with the last forward op of any rank, the step with the last op (as simulated).
   for (size_t p = 0; p < timings.size(); ++p) {
     const detail::RankTiming& t = timings[p];
@@ -250,7 +250,7 @@ CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& 
       critical = p;
     }
   }
-  if (!timings.empty()) {
+  if (with_parts && !timings.empty()) {
     detail::TierClassifier tiers(topology_, plan);
     cost.parts = detail::step_parts(schedule.ranks[critical], duration[critical], ends[critical], step_s,
                                     total_compute / double(timings.size()), busiest_compute, tiers);

@@ -64,7 +64,7 @@ void price_orders(Work& work, const std::vector<std::vector<int>>& orders, const
     Plan plan = make_plan(c.plan.strategy, c.plan.params, c.plan.workload, topology, ranks,
                           node_orders.gpu_order(order), all_reduce);
     if (!prepared) prepared.emplace(plan, work.schedule, timing);
-    CostBreakdown cost = model.evaluate_times(plan, *prepared);
+    CostBreakdown cost = model.evaluate_times(plan, *prepared, /*with_parts=*/false);
     if (cost.step_ms < best) {
       best = cost.step_ms;
       c.plan = std::move(plan);
@@ -72,6 +72,7 @@ void price_orders(Work& work, const std::vector<std::vector<int>>& orders, const
       c.local_order = order;
     }
   }
+  if (prepared) c.cost.parts = model.evaluate_times(c.plan, *prepared).parts;
   c.cost.volume = comm_volume(work.schedule);
   c.cost.memory = model.memory(c.plan, work.schedule);
 }

@@ -130,8 +130,9 @@ class CostModel {
   // Times, compute and MFU only (no volume, no memory): what changes with the GPU order.
   CostBreakdown evaluate_times(const Plan& plan, const Schedule& schedule, Timing timing = Timing::Estimate) const;
   // The same with the schedule's timing structure prepared beforehand (for any GPU order of
-  // the plan it was prepared with).
-  CostBreakdown evaluate_times(const Plan& plan, const PreparedTiming& prepared) const;
+  // the plan it was prepared with). Without `with_parts`, `parts` stays empty (the search prices
+  // every GPU order and needs the parts of the chosen one only).
+  CostBreakdown evaluate_times(const Plan& plan, const PreparedTiming& prepared, bool with_parts = true) const;
   MemoryEstimate memory(const Plan& plan, const Schedule& schedule) const;
   // The whole step of `plan` (its scope must be Step): the timed ranks' step templates unrolled to
   // every layer and timed (docs/cost-model.md).
