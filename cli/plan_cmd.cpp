@@ -4,7 +4,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -326,6 +330,26 @@ bool check_plan(const Plan& plan, bool quiet) {
   return true;
 }
 
+// Prints "\rsearch: orders 12/84 candidates" to stderr at most twice a second, from one second on;
+// clears the line when the search is done.
+std::function<void(const char*, size_t, size_t)> search_progress() {
+  using Clock = std::chrono::steady_clock;
+  struct State {
+    Clock::time_point start = Clock::now(), last;
+    bool shown = false;
+  };
+  auto state = std::make_shared<State>();
+  return [state](const char* stage, size_t done, size_t total) {
+    const auto now = Clock::now();
+    if (now - state->start < std::chrono::seconds(1) || now - state->last < std::chrono::milliseconds(500)) return;
+    state->last = now;
+    state->shown = true;
+    fmt::print(stderr, "\rsearch: pricing {} {}/{} candidates ({:.0f} s)\x1b[K", stage, done, total,
+               std::chrono::duration<double>(now - state->start).count());
+    std::fflush(stderr);
+  };
+}
+
 void print_suggestions(const std::vector<Suggestion>& suggestions, const std::string& strategy) {
   fmt::print(stderr, "no feasible plan{}\n", strategy != "auto" ? " for strategy " + strategy : "");
   if (suggestions.empty()) {
@@ -353,9 +377,12 @@ int run_plan(const PlanFlags& flags) {
   const Calibration calibration =
       flags.calibration.empty() ? Calibration::defaults() : Calibration::load(flags.calibration);
   const CostModel model(topology, calibration);
-  const SearchOptions options = search_options(flags, topology);
+  SearchOptions options = search_options(flags, topology);
+  // On a terminal, a search that takes more than a second says how far it got.
+  if (::isatty(STDERR_FILENO)) options.progress = search_progress();
   warn_about_assumptions(topology, calibration, workload, options.scope == Scope::Step);
   Ranked ranked{search_plans(topology, workload, model, options), {}};
+  if (options.progress) fmt::print(stderr, "\r\x1b[K");
   const int gpus = options.ranks > 0 ? options.ranks : topology.num_gpus();
   const double budget_GiB = options.memory_budget_fraction * topology.gpu().memory_GiB;
   if (flags.simulate_top > 0)

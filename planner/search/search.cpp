@@ -280,8 +280,11 @@ struct Searcher {
       std::stable_sort(visit.begin(), visit.end(),
                        [&](size_t a, size_t b) { return work[a].lower_bound < work[b].lower_bound; });
     double best_step = std::numeric_limits<double>::infinity();
-    for (size_t i : visit)
+    size_t done = 0;
+    for (size_t i : visit) {
       price(work[i], best_step);
+      if (options.progress) options.progress("orders", ++done, visit.size());
+    }
   }
 
   // Prices one candidate in full, unless (heuristic) its bound already exceeds `best_step`.
@@ -344,8 +347,10 @@ struct Searcher {
     std::stable_sort(feasible.begin(), feasible.end(),
                      [](const Work* a, const Work* b) { return a->estimate < b->estimate; });
     double best = std::numeric_limits<double>::infinity();
+    size_t done = 0;
     for (Work* w : feasible) {
       Candidate& c = w->candidate;
+      if (options.progress) options.progress("steps", done++, feasible.size());
       if (w->estimate >= best) {
         c.cost = CostBreakdown{};
         c.cost.step_ms = w->estimate;

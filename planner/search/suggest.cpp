@@ -29,6 +29,7 @@ struct Trial {
   bool attempt(const Workload& workload, SearchOptions options, std::string flags, std::string change) {
     // Feasibility does not depend on how hard the search looks for the best order.
     options.mode = SearchMode::Heuristic;
+    options.progress = {};
     try {
       validate(workload, flags);
       const SearchResult result = search_plans(topology, workload, model, options);
@@ -133,6 +134,7 @@ std::vector<Suggestion> suggest_fixes(const Topology& topology, const Workload& 
     SearchOptions o = options;
     o.memory_budget_fraction = 1.0;
     o.mode = SearchMode::Heuristic;
+    o.progress = {};
     const SearchResult all = search_plans(topology, workload, model, o);
     if (all.best >= 0) {
       // The smallest fraction, in hundredths, that holds the plan using the least memory.

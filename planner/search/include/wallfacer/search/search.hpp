@@ -4,6 +4,7 @@
 // inputs give the same ranking and a byte-identical plan.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ struct SearchOptions {
   // skipped), and fixed sequence / data parallel degrees (0 = any).
   std::vector<int> tensor_degrees = {1};
   int sequence_parallel = 0, data_parallel = 0;
+  // Called after each candidate is priced, with the stage ("orders": under every GPU order;
+  // "steps": as a whole step), the candidates done and the total of that stage. Empty: none.
+  std::function<void(const char* stage, size_t done, size_t total)> progress;
 };
 
 struct Candidate {
