@@ -4,8 +4,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/simulator/simulator.hpp>
 #include "commands.hpp"
 
@@ -80,6 +84,77 @@ void add_topology_flags(CLI::App* app, TopologyFlags& flags) {
 
 Topology load(const TopologyFlags& flags) {
   return Topology::load(flags.topology, flags.nodes);
+}
+
+bool is_topology_file(const std::string& topology) {
+  const auto presets = Topology::preset_names();
+  return std::find(presets.begin(), presets.end(), topology) == presets.end();
+}
+
+std::string path_from_plan(const std::string& topology_path, const std::string& plan_path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path folder = fs::absolute(fs::path(plan_path), ec).parent_path();
+  const fs::path relative = fs::absolute(fs::path(topology_path), ec).lexically_relative(folder);
+  return relative.empty() ? fs::absolute(fs::path(topology_path), ec).generic_string() : relative.generic_string();
+}
+
+namespace {
+
+// Loads `name` and scales a compact file to the plan's node count when --nodes is not given.
+Topology load_for_plan(const std::string& name, const Plan& plan, std::optional<int> nodes) {
+  Topology topology = Topology::load(name, nodes);
+  if (!nodes && plan.topology_nodes > 0 && topology.num_nodes() != plan.topology_nodes)
+    return Topology::load(name, plan.topology_nodes);
+  return topology;
+}
+
+}  // namespace
+
+Topology plan_topology(const Plan& plan, const std::string& plan_path, const TopologyFlags& flags, bool given) {
+  if (given) return load_for_plan(flags.topology, plan, flags.nodes);
+  if (!plan.topology_file.empty()) {
+    namespace fs = std::filesystem;
+    fs::path file = fs::path(plan.topology_file);
+    if (file.is_relative()) file = fs::path(plan_path).parent_path() / file;
+    const std::string shown = file.lexically_normal().generic_string();
+    std::error_code ec;
+    if (!fs::is_regular_file(file, ec))
+      throw InputError(plan_path, 0,
+                       fmt::format("the plan was made from the topology file '{}' (topology '{}', hash {}), which "
+                                   "does not exist; pass --topology FILE with that topology",
+                                   shown, plan.topology_name, plan.topology_hash));
+    Topology topology = load_for_plan(shown, plan, flags.nodes);
+    if (topology.content_hash() != plan.topology_hash)
+      throw InputError(plan_path, 0,
+                       fmt::format("the plan was made from the topology file '{}' with hash {}, but that file now "
+                                   "has hash {}; pass --topology FILE with the file the plan was made from, or plan "
+                                   "again",
+                                   shown, plan.topology_hash, topology.content_hash()));
+    return topology;
+  }
+  if (is_topology_file(plan.topology_name))
+    throw InputError(plan_path, 0,
+                     fmt::format("the plan names topology '{}', which is no preset, and records no topology file; "
+                                 "pass --topology FILE with the file the plan was made from",
+                                 plan.topology_name));
+  return load_for_plan(plan.topology_name, plan, flags.nodes);
+}
+
+void warn_about_assumptions(const Topology& topology, const Calibration& calibration, const Workload& workload,
+                            bool whole_step) {
+  const std::string gap = calibration_gap(calibration, topology.gpu(), workload, whole_step);
+  if (!gap.empty()) fmt::print(stderr, "warning: {}\n", gap);
+  const std::vector<UnsourcedBlock> unsourced = unsourced_blocks(topology);
+  if (unsourced.empty()) return;
+  std::string where;
+  for (size_t i = 0; i < unsourced.size() && i < 6; ++i)
+    where += fmt::format("{}{} (line {})", i ? ", " : "", unsourced[i].path, unsourced[i].line);
+  if (unsourced.size() > 6) where += fmt::format(" and {} more", unsourced.size() - 6);
+  fmt::print(stderr,
+             "note: {} gives no source for the numbers of {}; add `source:` citations "
+             "(docs/formats/topology.md, \"Units, sources and evidence\") so the figures can be checked\n",
+             topology.source(), where);
 }
 
 nlohmann::json to_json(const Workload& w) {

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include <wallfacer/cost/calibration.hpp>
+#include <wallfacer/plan/plan.hpp>
 #include <wallfacer/plan/workload.hpp>
 #include <wallfacer/topology/topology.hpp>
 
@@ -35,6 +37,22 @@ struct TopologyFlags {
 };
 void add_topology_flags(CLI::App* app, TopologyFlags& flags);
 Topology load(const TopologyFlags& flags);
+// Whether --topology names a file rather than an embedded preset.
+bool is_topology_file(const std::string& topology);
+// The path of `topology_path` relative to the folder `plan_path` is written in (what a plan
+// records as topology.file).
+std::string path_from_plan(const std::string& topology_path, const std::string& plan_path);
+// The topology a plan file is simulated or run on: --topology when given; else the file the plan
+// records (relative to the plan) when it exists and its hash matches; else the plan's topology by
+// name when that is a preset. A compact topology is scaled to the plan's node count unless --nodes
+// is given. An InputError names the --topology FILE to pass when none of these works.
+Topology plan_topology(const Plan& plan, const std::string& plan_path, const TopologyFlags& flags, bool given);
+
+// Prints to stderr, once per command, what the inputs leave to assumptions: a GPU model the
+// calibration does not know (priced at fallback efficiencies) and topology blocks whose numbers
+// cite no source.
+void warn_about_assumptions(const Topology& topology, const Calibration& calibration, const Workload& workload,
+                            bool whole_step);
 
 // --progress SECONDS for commands that run simulations: how often each prints how far it got to
 // stderr; 10 s when stderr is a terminal, else 0 (never).

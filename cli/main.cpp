@@ -8,6 +8,7 @@
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
+#include "arg_errors.hpp"
 #include "commands.hpp"
 
 #ifndef WALLFACER_VERSION
@@ -57,8 +58,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    // --help and --version are parse "errors" with status 0; CLI11 prints them.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fputs(wallfacer::cli::describe_parse_error(app, e).c_str(), stderr);
+    return 2;
   } catch (const wallfacer::InputError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;

@@ -2,8 +2,14 @@
 // a topology (wallfacer/search/search.hpp), prints the ranking (or JSON), and optionally writes the best
 // plan, checks its full schedule and re-ranks the best few by simulation.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -13,6 +19,7 @@
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/search/explain.hpp>
 #include <wallfacer/search/search.hpp>
 #include <wallfacer/simulator/simulator.hpp>
 #include "commands.hpp"
@@ -205,6 +212,17 @@ nlohmann::json params_json(const Candidate& c) {
   return j;
 }
 
+// Where the step goes, in milliseconds (StepParts; docs/cost-model.md, "Where the step goes").
+nlohmann::json breakdown_json(const StepParts& p) {
+  nlohmann::json exposed, transfers;
+  for (int t = 0; t < kNumCommTiers; ++t) {
+    exposed[to_string(CommTier(t))] = p.exposed_ms[t];
+    transfers[to_string(CommTier(t))] = p.transfers_per_layer[t];
+  }
+  return {{"compute", p.compute_ms}, {"load_imbalance", p.imbalance_ms}, {"exposed_comm", exposed},
+          {"idle", p.idle_ms},       {"hidden_comm", p.hidden_ms},       {"transfers_per_layer", transfers}};
+}
+
 nlohmann::json candidate_json(const Candidate& c, const std::optional<double>& simulated) {
   const CostBreakdown& cost = c.cost;
   nlohmann::json j{
@@ -230,12 +248,23 @@ nlohmann::json candidate_json(const Candidate& c, const std::optional<double>& s
         {"activations", cost.memory.activations_GiB},
         {"attention", cost.memory.attention_GiB},
         {"working", cost.memory.working_GiB}}},
-      {"mfu", cost.mfu}};
+      {"mfu", cost.mfu},
+      {"tie", c.tie},
+      {"same_schedule_as", c.same_schedule_as}};
+  if (c.feasible && !c.pruned) j["breakdown"] = breakdown_json(cost.parts);
   if (simulated) j["simulated_ms"] = *simulated;
   return j;
 }
 
-void print_json_result(const Ranked& ranked, const Workload& workload, const Topology& topology, int gpus) {
+nlohmann::json suggestions_json(const std::vector<Suggestion>& suggestions) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const Suggestion& s : suggestions)
+    list.push_back({{"flags", s.flags}, {"change", s.change}, {"outcome", s.outcome}, {"step_ms", s.step_ms}});
+  return list;
+}
+
+void print_json_result(const Ranked& ranked, const Workload& workload, const Topology& topology, int gpus,
+                       const std::vector<Suggestion>& suggestions) {
   nlohmann::json candidates = nlohmann::json::array();
   for (size_t i = 0; i < ranked.result.candidates.size(); ++i)
     candidates.push_back(candidate_json(ranked.result.candidates[i],
@@ -245,8 +274,21 @@ void print_json_result(const Ranked& ranked, const Workload& workload, const Top
                      {"gpus", gpus},
                      {"workload", to_json(workload)},
                      {"candidates", candidates},
-                     {"best", ranked.result.best >= 0 ? nlohmann::json(ranked.result.best) : nlohmann::json(nullptr)}};
+                     {"best", ranked.result.best >= 0 ? nlohmann::json(ranked.result.best) : nlohmann::json(nullptr)},
+                     {"expected_error", kCostModelExpectedError},
+                     {"explanation", explain_ranking(ranked.result)}};
+  if (ranked.result.best < 0) out["suggestions"] = suggestions_json(suggestions);
   print_json(out);
+}
+
+// The compact breakdown: each part as a share of the step, in the order of kPartsHeader.
+constexpr const char* kPartsHeader = "cmp imb nvl pci net idle";
+std::string parts_text(const CostBreakdown& k) {
+  const StepParts& p = k.parts;
+  auto share = [&](double ms) { return k.step_ms > 0 ? 100 * ms / k.step_ms : 0.0; };
+  return fmt::format("{:>3.0f} {:>3.0f} {:>3.0f} {:>3.0f} {:>3.0f} {:>4.0f}", share(p.compute_ms),
+                     share(p.imbalance_ms), share(p.exposed_ms[0]), share(p.exposed_ms[1]), share(p.exposed_ms[2]),
+                     share(p.idle_ms));
 }
 
 void print_row(size_t rank, const Candidate& c, const std::optional<double>& simulated, bool with_sim) {
@@ -255,14 +297,15 @@ void print_row(size_t rank, const Candidate& c, const std::optional<double>& sim
   const bool partial = c.pruned, screened = c.plan.ranks.empty();
   auto ms = [&](double v) { return partial ? std::string() : fmt::format("{:.3f}", v); };
   const std::string tokens = k.tokens_per_s > 0 && !partial ? fmt::format("{:.0f}", k.tokens_per_s) : "";
-  fmt::print("{:>3} {:<11} {:<12} {:<34} {:>10} {:>10} {:>11} {:>9} {:>10} {:>10} {:>9.1f} {:>7}", rank,
+  fmt::print("{:>3} {:<11} {:<12} {:<34} {:>10} {:>10} {:>11} {:>9} {:>10} {:>10} {:>9.1f} {:>24} {:>7}", rank,
              to_string(c.plan.strategy), c.describe_params(), c.describe_placement(), ms(k.forward_ms),
-             ms(k.backward_ms), (partial ? "~" : "") + fmt::format("{:.3f}", k.step_ms), tokens,
+             ms(k.backward_ms), (partial ? "~" : "") + fmt::format("{:.3f}", k.step_ms) + (c.tie ? "=" : ""), tokens,
              screened ? "" : bytes_text(k.volume.p2p_forward + k.volume.p2p_backward),
              screened ? "" : bytes_text(k.volume.collective_forward + k.volume.collective_backward), k.memory.total_GiB,
-             partial ? "" : fmt::format("{:.1f}%", 100 * k.mfu));
+             partial ? "" : parts_text(k), partial ? "" : fmt::format("{:.1f}%", 100 * k.mfu));
   if (with_sim) fmt::print(" {:>10}", simulated ? fmt::format("{:.3f}", *simulated) : "");
   fmt::print("{}\n", c.pruned ? "  " + c.reason : "");
+  if (!c.same_schedule_as.empty()) fmt::print("      the same schedule as: {}\n", fmt::join(c.same_schedule_as, "; "));
 }
 
 void print_table(const Ranked& ranked, const Workload& workload, const Topology& topology, int gpus, int top,
@@ -277,18 +320,30 @@ void print_table(const Ranked& ranked, const Workload& workload, const Topology&
                to_string(workload.checkpointing), workload.grad_bucket_MiB);
   else
     fmt::print("one attention layer, forward and backward\n");
-  fmt::print("{:>3} {:<11} {:<12} {:<34} {:>10} {:>10} {:>11} {:>9} {:>10} {:>10} {:>9} {:>7}{}\n", "#", "strategy",
-             "params", "placement", "fwd ms", "bwd ms", "step ms", "tokens/s", "p2p/GPU", "coll/GPU", "mem GiB", "MFU",
-             with_sim ? "     sim ms" : "");
-  size_t shown = 0, feasible = 0;
+  fmt::print("{:>3} {:<11} {:<12} {:<34} {:>10} {:>10} {:>11} {:>9} {:>10} {:>10} {:>9} {:>24} {:>7}{}\n", "#",
+             "strategy", "params", "placement", "fwd ms", "bwd ms", "step ms", "tokens/s", "p2p/GPU", "coll/GPU",
+             "mem GiB", kPartsHeader, "MFU", with_sim ? "     sim ms" : "");
+  size_t shown = 0, feasible = 0, ties = 0;
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (!candidates[i].feasible) continue;
     ++feasible;
     if (int(shown) >= top) continue;
+    ties += candidates[i].tie ? 1 : 0;
     print_row(++shown, candidates[i], with_sim ? ranked.simulated_ms[i] : std::nullopt, with_sim);
   }
   if (feasible == 0) fmt::print("    (no feasible candidate)\n");
   if (feasible > shown) fmt::print("    ... {} more feasible (--top {} shows them)\n", feasible - shown, feasible);
+  if (shown > 0)
+    fmt::print(
+        "    {} in % of the step: compute, load imbalance, communication not hidden behind compute over "
+        "NVLink/NVSwitch, PCIe and the network, idle{}\n",
+        kPartsHeader,
+        ties > 0 ? fmt::format("; '=' marks a tie: within the cost model's expected error ({:.0f} %) of the "
+                               "best step, the order of those is not significant",
+                               100 * kCostModelExpectedError)
+                 : "");
+  for (const std::string& line : explain_ranking(ranked.result))
+    fmt::print("{}\n", line);
   if (feasible == candidates.size()) return;
   fmt::print("rejected:\n");
   size_t rejected = 0;
@@ -320,29 +375,81 @@ bool check_plan(const Plan& plan, bool quiet) {
   return true;
 }
 
+// Prints "\rsearch: orders 12/84 candidates" to stderr at most twice a second, from one second on;
+// clears the line when the search is done.
+std::function<void(const char*, size_t, size_t)> search_progress() {
+  using Clock = std::chrono::steady_clock;
+  struct State {
+    Clock::time_point start = Clock::now(), last;
+    bool shown = false;
+  };
+  auto state = std::make_shared<State>();
+  return [state](const char* stage, size_t done, size_t total) {
+    const auto now = Clock::now();
+    if (now - state->start < std::chrono::seconds(1) || now - state->last < std::chrono::milliseconds(500)) return;
+    state->last = now;
+    state->shown = true;
+    fmt::print(stderr, "\rsearch: pricing {} {}/{} candidates ({:.0f} s)\x1b[K", stage, done, total,
+               std::chrono::duration<double>(now - state->start).count());
+    std::fflush(stderr);
+  };
+}
+
+void print_suggestions(const std::vector<Suggestion>& suggestions, const std::string& strategy) {
+  fmt::print(stderr, "no feasible plan{}\n", strategy != "auto" ? " for strategy " + strategy : "");
+  if (suggestions.empty()) {
+    fmt::print(stderr,
+               "no nearby change of ZeRO stage, checkpointing, sequence length, GPUs or memory fraction "
+               "makes one feasible\n");
+    return;
+  }
+  fmt::print(stderr, "each of these changes makes one feasible (checked by planning with it):\n");
+  for (const Suggestion& s : suggestions)
+    fmt::print(stderr, "  {}  ({}): {}\n", s.flags, s.change, s.outcome);
+}
+
+// The explanation's preparation of a ranking: every strategy's best priced, equal schedules
+// merged, ties marked.
+void explain(Ranked& ranked, const CostModel& model, double budget_GiB) {
+  complete_strategy_bests(ranked.result, model, budget_GiB);
+  merge_same_schedules(ranked.result, model);
+  mark_ties(ranked.result);
+}
+
 int run_plan(const PlanFlags& flags) {
   const Workload workload = resolve(flags.workload);
   const Topology topology = load(flags.topology);
   const Calibration calibration =
       flags.calibration.empty() ? Calibration::defaults() : Calibration::load(flags.calibration);
   const CostModel model(topology, calibration);
-  const SearchOptions options = search_options(flags, topology);
+  SearchOptions options = search_options(flags, topology);
+  // On a terminal, a search that takes more than a second says how far it got.
+  if (::isatty(STDERR_FILENO)) options.progress = search_progress();
+  warn_about_assumptions(topology, calibration, workload, options.scope == Scope::Step);
   Ranked ranked{search_plans(topology, workload, model, options), {}};
+  if (options.progress) fmt::print(stderr, "\r\x1b[K");
   const int gpus = options.ranks > 0 ? options.ranks : topology.num_gpus();
+  const double budget_GiB = options.memory_budget_fraction * topology.gpu().memory_GiB;
   if (flags.simulate_top > 0)
     simulate_best(ranked, model, flags.simulate_top, flags.jobs, flags.progress_s, flags.sim_threads);
+  else
+    explain(ranked, model, budget_GiB);
+  std::vector<Suggestion> suggestions;
+  if (ranked.result.best < 0) suggestions = suggest_fixes(topology, workload, model, options);
 
   if (flags.json)
-    print_json_result(ranked, workload, topology, gpus);
+    print_json_result(ranked, workload, topology, gpus, suggestions);
   else
     print_table(ranked, workload, topology, gpus, flags.top, options.scope);
   if (ranked.result.best < 0) {
-    fmt::print(stderr, "no feasible plan{}\n", flags.strategy != "auto" ? " for strategy " + flags.strategy : "");
+    print_suggestions(suggestions, flags.strategy);
     return 1;
   }
-  const Candidate& best = ranked.result.candidates[size_t(ranked.result.best)];
+  Candidate& best = ranked.result.candidates[size_t(ranked.result.best)];
   if (flags.check && !check_plan(best.plan, flags.json)) return 1;
   if (!flags.out.empty()) {
+    if (is_topology_file(flags.topology.topology))
+      best.plan.topology_file = path_from_plan(flags.topology.topology, flags.out);
     std::ofstream out(flags.out);
     if (!out) throw InputError(flags.out, 0, "cannot open for writing");
     write_plan(best.plan, out);

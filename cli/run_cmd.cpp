@@ -49,8 +49,10 @@ std::unique_ptr<Prepared> prepare(const RunFlags& flags, int launched_ranks) {
     throw InputError(flags.plan, 0,
                      fmt::format("the plan has {} ranks but {} processes were started; run it with mpirun -np {}",
                                  p->plan.num_ranks(), launched_ranks, p->plan.num_ranks()));
-  if (!flags.topology.empty()) {
-    const Topology topology = Topology::load(flags.topology, flags.nodes);
+  // The topology only checks that the plan belongs to it: the CPU backends do not model links.
+  if (!flags.topology.empty() || !p->plan.topology_file.empty()) {
+    const Topology topology =
+        plan_topology(p->plan, flags.plan, TopologyFlags{flags.topology, flags.nodes}, !flags.topology.empty());
     check_plan_against_topology(p->plan, topology, flags.plan);
   }
   const Workload& w = p->plan.workload;
@@ -195,8 +197,10 @@ void register_run_command(CLI::App& app) {
       "Run one attention layer (forward and backward) of a plan on CPUs and optionally check it against the fp64 "
       "reference. Under mpirun each process is one rank (MPI backend); otherwise all ranks run as threads here.");
   cmd->add_option("--plan", flags->plan, "Plan file written by `wallfacer plan --out`")->required();
-  cmd->add_option("--topology", flags->topology,
-                  "Topology preset or file the plan must have been made for (checked by name, nodes and hash)");
+  cmd->add_option(
+      "--topology", flags->topology,
+      "Topology preset or file the plan must have been made for (checked by name, nodes and hash; default: the "
+      "file the plan records, when it records one)");
   cmd->add_option("--nodes", flags->nodes, "Node count of a compact --topology file, as given to `wallfacer plan`")
       ->check(at_least(1));
   cmd->add_flag("--check", flags->check,

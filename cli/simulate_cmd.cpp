@@ -68,19 +68,6 @@ std::vector<int> parse_rank_list(const std::string& text) {
   return ranks;
 }
 
-// The plan's own topology unless --topology is given; a compact topology is scaled to the plan's
-// node count unless --nodes is given.
-Topology load_topology(const SimulateFlags& flags, const Plan& plan) {
-  TopologyFlags which = flags.topology;
-  if (flags.topology_option->count() == 0) which.topology = plan.topology_name;
-  Topology topology = load(which);
-  if (!which.nodes && topology.num_nodes() != plan.topology_nodes && plan.topology_nodes > 0) {
-    which.nodes = plan.topology_nodes;
-    return load(which);
-  }
-  return topology;
-}
-
 struct Spread {
   double min = 0, mean = 0, max = 0;
 };
@@ -134,7 +121,7 @@ void print_summary(const SimulateFlags& flags, const Plan& plan, const Topology&
 
 void run(const SimulateFlags& flags) {
   Plan plan = read_plan_file(flags.plan_path);
-  Topology topology = load_topology(flags, plan);
+  Topology topology = plan_topology(plan, flags.plan_path, flags.topology, flags.topology_option->count() > 0);
   check_plan_against_topology(plan, topology, flags.plan_path);
   SimOptions options;
   options.network_model = flags.network_model;
@@ -152,6 +139,7 @@ void run(const SimulateFlags& flags) {
   options.threads = flags.threads;
   options.step_layers = flags.step_layers;
   if (!flags.calibration_path.empty()) options.calibration = Calibration::load(flags.calibration_path);
+  warn_about_assumptions(topology, options.calibration, plan.workload, plan.scope == Scope::Step);
   SimResult result;
   try {
     result = simulate(plan, topology, options);
@@ -185,7 +173,9 @@ void register_simulate_command(CLI::App& app) {
   command->add_option("PLAN", flags->plan_path, "Plan file written by `wallfacer plan`")->required();
   add_topology_flags(command, flags->topology);
   flags->topology_option = command->get_option("--topology");
-  flags->topology_option->description("Topology preset or file (default: the one the plan names)")->default_str("");
+  flags->topology_option
+      ->description("Topology preset or file (default: the file the plan records, or the preset it names)")
+      ->default_str("");
   command->add_option("--trace", flags->trace_path, "Write a Chrome trace (Perfetto, chrome://tracing) to this file");
   command->add_option("--trace-ranks", flags->trace_ranks,
                       "Ranks the trace shows, e.g. 0-7,64 (default: all; large runs open faster with a few)");

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <ostream>
 
 #include <wallfacer/core/errors.hpp>
@@ -27,9 +30,19 @@ std::string json_string(const std::string& text) {
   return quoted + "\"";
 }
 
+// Times on a nanosecond grid: a slice's start and end are each rounded to it and its duration is
+// their difference, so slices that touch in the replay touch in the trace instead of overlapping
+// by a rounding.
+int64_t nanos(double seconds) {
+  return std::llround(seconds * 1e9);
+}
+
 // Microseconds with nanosecond resolution: fixed digits keep the output byte-stable.
+std::string micros_of_nanos(int64_t ns) {
+  return fmt::format("{}{}.{:03}", ns < 0 ? "-" : "", std::llabs(ns) / 1000, std::llabs(ns) % 1000);
+}
 std::string micros(double seconds) {
-  return fmt::format("{:.3f}", seconds * 1e6);
+  return micros_of_nanos(nanos(seconds));
 }
 
 // " step 3", or nothing for ops outside the step loop (step -1).
@@ -88,6 +101,7 @@ class TraceWriter {
       write_metadata(rank);
     for (int rank : ranks_)
       write_rank(rank);
+    write_counters();
     flush();
     out_ << "\n]}\n";
   }
@@ -137,8 +151,8 @@ class TraceWriter {
     const RankProgram& program = c_.schedule.ranks[size_t(rank)];
     const Op& op = program.ops[size_t(r.op)];
     int tid = tid_of(r.kind);
-    std::string common =
-        fmt::format(R"("pid":{},"tid":{},"ts":{},"dur":{})", rank, tid, micros(r.start), micros(r.finish - r.start));
+    std::string common = fmt::format(R"("pid":{},"tid":{},"ts":{},"dur":{})", rank, tid, micros(r.start),
+                                     micros_of_nanos(nanos(r.finish) - nanos(r.start)));
     std::string phase = json_string(to_string(op.phase));
     switch (r.kind) {
       case RecordKind::Compute:
@@ -169,6 +183,77 @@ class TraceWriter {
             R"({{"ph":"X","name":{},"cat":"collective",{},"args":{{"op":{},"phase":{},"bytes":{},"group":{},"members":{},"fields":{}}}}})",
             json_string(collective_name(op, group)), common, r.op, phase, op.bytes, json_string(group.name),
             group.ranks.size(), json_string(fields_to_string(spec.fields))));
+      }
+    }
+  }
+
+  // The slowest kind of link between two GPUs (a collective: between the member and any other).
+  LinkKind slowest_kind(int src_gpu, int dst_gpu) const {
+    LinkKind worst = LinkKind::NvLink;
+    if (src_gpu == dst_gpu) return worst;
+    for (const Hop& hop : c_.topology.route(src_gpu, dst_gpu).hops) {
+      const LinkKind kind = c_.topology.links()[size_t(hop.link)].kind;
+      if (rank_of(kind) > rank_of(worst)) worst = kind;
+    }
+    return worst;
+  }
+  static int rank_of(LinkKind kind) {
+    return kind == LinkKind::Network ? 3 : kind == LinkKind::Pcie ? 2 : kind == LinkKind::CpuBus ? 1 : 0;
+  }
+  LinkKind kind_of(int rank, const Op& op, const RankProgram& program) const {
+    const int gpu = c_.plan.ranks[size_t(rank)].gpu;
+    if (op.kind == OpKind::Send) return slowest_kind(gpu, c_.plan.ranks[size_t(op.peer)].gpu);
+    LinkKind worst = LinkKind::NvLink;
+    for (int member : c_.plan.groups[size_t(program.collectives[size_t(op.coll)].group)].ranks) {
+      const LinkKind kind = slowest_kind(gpu, c_.plan.ranks[size_t(member)].gpu);
+      if (rank_of(kind) > rank_of(worst)) worst = kind;
+    }
+    return worst;
+  }
+
+  // Counter tracks in a process of their own after the ranks: bytes in flight (sent and not yet
+  // received) and, per link class, the share of the class's aggregate bandwidth (every link of
+  // that kind, both directions when full duplex) that the transfers whose slowest link is of that
+  // class use, each at its mean rate over its span. Sends and collectives of the traced ranks.
+  void write_counters() {
+    const int pid = c_.plan.num_ranks();
+    std::map<LinkKind, double> capacity_GBps;
+    for (const Link& link : c_.topology.links())
+      capacity_GBps[link.kind] += link.bandwidth_GBps * (link.full_duplex ? 2 : 1);
+    // (time on the grid, kind) -> change of bytes in flight and of rate in bytes/s.
+    std::map<int64_t, std::map<LinkKind, std::pair<double, double>>> changes;
+    for (int rank : ranks_) {
+      const RankProgram& program = c_.schedule.ranks[size_t(rank)];
+      for (const Record& r : c_.outcomes[size_t(rank)].records) {
+        const Op& op = program.ops[size_t(r.op)];
+        const bool counted = r.kind == RecordKind::Send || (r.kind == RecordKind::Collective && op.coll >= 0);
+        const int64_t start = nanos(r.start), end = nanos(r.finish);
+        if (!counted || op.bytes <= 0 || end <= start) continue;
+        const LinkKind kind = kind_of(rank, op, program);
+        const double rate = double(op.bytes) / ((end - start) * 1e-9);
+        changes[start][kind].first += double(op.bytes);
+        changes[start][kind].second += rate;
+        changes[end][kind].first -= double(op.bytes);
+        changes[end][kind].second -= rate;
+      }
+    }
+    if (changes.empty()) return;
+    event(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"links"}}}})", pid));
+    event(fmt::format(R"({{"ph":"M","name":"process_sort_index","pid":{},"args":{{"sort_index":{}}}}})", pid, pid));
+    double in_flight = 0;
+    std::map<LinkKind, double> rate;
+    for (const auto& [at, by_kind] : changes) {
+      for (const auto& [kind, change] : by_kind) {
+        in_flight += change.first;
+        rate[kind] += change.second;
+      }
+      event(fmt::format(R"({{"ph":"C","name":"bytes in flight","pid":{},"ts":{},"args":{{"bytes":{:.0f}}}}})", pid,
+                        micros_of_nanos(at), std::max(0.0, in_flight)));
+      for (const auto& [kind, change] : by_kind) {
+        const double capacity = capacity_GBps[kind] * 1e9;
+        const double share = capacity > 0 ? std::max(0.0, rate[kind]) / capacity : 0;
+        event(fmt::format(R"({{"ph":"C","name":"{} utilisation","pid":{},"ts":{},"args":{{"percent":{:.3f}}}}})",
+                          to_string(kind), pid, micros_of_nanos(at), 100 * share));
       }
     }
   }

@@ -1,8 +1,10 @@
 // Chrome trace-event JSON (Perfetto, chrome://tracing) of a replay: one process per rank named
 // "rank r (node/gpu)", one thread per stream (compute, send, recv, collective), a complete
 // ("X") slice per op with its kind, step, bytes and FLOPs, and a flow arrow from every send to
-// its receive. The output is byte-identical across runs: fixed number formatting and a stable
-// event order (by rank, thread, start time, op).
+// its receive. Slice starts and ends lie on one nanosecond grid, so slices of one thread never
+// overlap. A last process, "links", holds counter tracks: bytes in flight and the utilisation of
+// each link class (trace.cpp, write_counters). The output is byte-identical across runs: fixed
+// number formatting and a stable event order (by rank, thread, start time, op).
 #pragma once
 
 #include <iosfwd>

@@ -15,6 +15,7 @@
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include <wallfacer/topology/topology.hpp>
+#include "step_parts.hpp"
 #include "timeline.hpp"
 
 namespace wallfacer {
@@ -66,6 +67,34 @@ std::string dtype_issue(const GpuModel& gpu, DType dtype) {
   if (dtype == DType::BF16 && gpu.peak_bf16_tflops <= 0)
     return fmt::format("{} has no bf16 tensor cores; use --dtype fp16", gpu.name);
   return {};
+}
+
+std::string calibration_gap(const Calibration& calibration, const GpuModel& gpu, const Workload& workload,
+                            bool whole_step) {
+  const double peak = kernel_peak_tflops(gpu, workload.dtype);
+  std::vector<std::string> gaps;
+  const bool attention =
+      calibration.curve(gpu.name, KernelOp::AttnFwd, workload.dtype, workload.head_dim, peak).is_fallback() ||
+      calibration.curve(gpu.name, KernelOp::AttnBwd, workload.dtype, workload.head_dim, peak).is_fallback();
+  const std::string peak_text = fmt::format("the {:.0f} TFLOP/s {} peak", peak, to_string(workload.dtype));
+  if (attention)
+    gaps.push_back(
+        fmt::format("attention kernels at {:.0f} % of {}", 100 * calibration.fallback_efficiency(), peak_text));
+  bool gemm_fallback = false, hbm_fallback = false;
+  const double gemm = calibration.gemm_efficiency(gpu.name, 8192, 8192, 8192, &gemm_fallback);
+  const double hbm = calibration.hbm_efficiency(gpu.name, &hbm_fallback);
+  if (whole_step && gemm_fallback)
+    gaps.push_back(fmt::format("GEMMs at {:.0f} % of {}", 100 * gemm, attention ? "it" : peak_text));
+  if (whole_step && hbm_fallback)
+    gaps.push_back(fmt::format("memory-bound kernels at {:.0f} % of its {:.0f} GB/s HBM", 100 * hbm, gpu.hbm_GBps));
+  if (gaps.empty()) return {};
+  std::string list;
+  for (size_t i = 0; i < gaps.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == gaps.size() ? " and " : ", ") + gaps[i];
+  return fmt::format(
+      "the calibration has no measurements for GPU model '{}': {} are assumed; measure them and pass "
+      "--calibration FILE with `points:`{} entries for '{}' (docs/calibration.md, \"File format\")",
+      gpu.name, list, whole_step && (gemm_fallback || hbm_fallback) ? ", `gemm:` and `hbm:`" : "", gpu.name);
 }
 
 Prediction CostBreakdown::to_prediction() const {
@@ -193,6 +222,7 @@ CostBreakdown CostModel::evaluate(const Plan& plan, const Schedule& schedule) co
   CostBreakdown cost = evaluate_times(plan, schedule);
   cost.volume = comm_volume(schedule);
   cost.memory = memory(plan, schedule);
+  count_transfers(topology_, plan, schedule, cost.parts);
   return cost;
 }
 
@@ -218,7 +248,7 @@ CostBreakdown CostModel::evaluate_times(const Plan& plan, const Schedule& schedu
   return evaluate_times(plan, PreparedTiming(plan, schedule, timing));
 }
 
-CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& prepared) const {
+CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& prepared, bool with_parts) const {
   const Schedule& schedule = prepared.schedule_;
   WF_ASSERT(prepared.shape_->size() == schedule.ranks.size(), "the schedule changed after its timing was prepared");
   const double peak = kernel_peak_tflops(topology_.gpu(), plan.workload.dtype);
@@ -233,16 +263,27 @@ CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& 
   }
 
   CostBreakdown cost;
-  double forward_s = 0, step_s = 0, critical_compute = 0, busiest_compute = 0;
+  double forward_s = 0, step_s = 0, critical_compute = 0, busiest_compute = 0, total_compute = 0;
+  size_t critical = 0;
+  std::vector<std::vector<double>> ends;
+  const std::vector<detail::RankTiming> timings = prepared.shape_->run(duration, with_parts ? &ends : nullptr);
   // Forward ends with the last forward op of any rank, the step with the last op (as simulated).
-  for (const detail::RankTiming& t : prepared.shape_->run(duration)) {
+  for (size_t p = 0; p < timings.size(); ++p) {
+    const detail::RankTiming& t = timings[p];
     forward_s = std::max(forward_s, t.forward_end_s);
     const double compute = t.compute_forward_s + t.compute_backward_s;
     busiest_compute = std::max(busiest_compute, compute);
+    total_compute += compute;
     if (t.end_s > step_s) {
       step_s = t.end_s;
       critical_compute = compute;
+      critical = p;
     }
+  }
+  if (with_parts && !timings.empty()) {
+    detail::TierClassifier tiers(topology_, plan);
+    cost.parts = detail::step_parts(schedule.ranks[critical], duration[critical], ends[critical], step_s,
+                                    total_compute / double(timings.size()), busiest_compute, tiers);
   }
   cost.forward_ms = forward_s * 1e3;
   cost.step_ms = step_s * 1e3;

@@ -34,6 +34,11 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   CostBreakdown cost = evaluate_times(plan, step);
   cost.volume = comm_volume(step);
   cost.layers_timed = w.layers;
+  // Transfers per layer instance a rank runs: its stage's layers, once per micro-batch.
+  count_transfers(topology_, plan, step, cost.parts);
+  const double instances = double(w.layers / plan.params.pipeline_parallel) * w.microbatches;
+  for (double& count : cost.parts.transfers_per_layer)
+    count /= instances;
   cost.backward_ms = cost.step_ms - cost.forward_ms;
   cost.memory = step_memory(plan, attention);
   // The attention alone: its own schedule's step (whole batch), once per layer.

@@ -210,6 +210,13 @@ class TimelineRun {
   }
 
   std::vector<RankTiming> run();
+  // Every op's end, by program (valid after run()).
+  std::vector<std::vector<double>> take_ends() {
+    std::vector<std::vector<double>> ends(state_.size());
+    for (size_t p = 0; p < state_.size(); ++p)
+      ends[p] = std::move(state_[p].end);
+    return ends;
+  }
 
  private:
   struct State {
@@ -312,8 +319,12 @@ std::vector<RankTiming> TimelineRun::run() {
 
 }  // namespace
 
-std::vector<RankTiming> TimelineShape::run(const std::vector<std::vector<double>>& duration) const {
-  return TimelineRun(*impl_, duration).run();
+std::vector<RankTiming> TimelineShape::run(const std::vector<std::vector<double>>& duration,
+                                           std::vector<std::vector<double>>* op_ends) const {
+  TimelineRun timeline(*impl_, duration);
+  std::vector<RankTiming> times = timeline.run();
+  if (op_ends) *op_ends = timeline.take_ends();
+  return times;
 }
 
 std::vector<RankTiming> time_programs(const std::vector<const RankProgram*>& programs,

@@ -48,8 +48,10 @@ class TimelineShape {
 
   // `duration[p][i]`: seconds op i of the p-th program lasts. One entry per program. A pairing that
   // cannot be honoured (an end that is never posted) falls back to starting the waiting op on its
-  // own, so timing always finishes.
-  std::vector<RankTiming> run(const std::vector<std::vector<double>>& duration) const;
+  // own, so timing always finishes. `op_ends`, when given, receives every op's end time (by
+  // program, then op): an op started at its end minus its duration.
+  std::vector<RankTiming> run(const std::vector<std::vector<double>>& duration,
+                              std::vector<std::vector<double>>* op_ends = nullptr) const;
   size_t size() const;
 
   struct Impl;

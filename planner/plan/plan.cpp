@@ -178,9 +178,9 @@ bool operator==(const Workload& a, const Workload& b) {
 
 bool operator==(const Plan& a, const Plan& b) {
   return a.format_version == b.format_version && a.scope == b.scope && a.topology_name == b.topology_name &&
-         a.topology_hash == b.topology_hash && a.topology_nodes == b.topology_nodes && a.workload == b.workload &&
-         a.strategy == b.strategy && a.params == b.params && a.ranks == b.ranks && a.groups == b.groups &&
-         a.prediction == b.prediction;
+         a.topology_hash == b.topology_hash && a.topology_nodes == b.topology_nodes &&
+         a.topology_file == b.topology_file && a.workload == b.workload && a.strategy == b.strategy &&
+         a.params == b.params && a.ranks == b.ranks && a.groups == b.groups && a.prediction == b.prediction;
 }
 
 namespace {

@@ -100,8 +100,9 @@ int read_format_version(const std::string& source, const YAML::Node& root) {
 
 void read_topology(const std::string& source, const YAML::Node& root, Plan& plan) {
   const YAML::Node node = section(source, root, "topology");
-  yaml::check_keys(source, node, {"name", "hash", "nodes"}, "topology");
+  yaml::check_keys(source, node, {"name", "hash", "nodes", "file"}, "topology");
   plan.topology_name = yaml::get_string(source, node, "name");
+  plan.topology_file = yaml::get_string(source, node, "file", "");
   plan.topology_hash = yaml::get_string(source, node, "hash");
   plan.topology_nodes = get_int_at_least(source, node, "nodes", 1);
   if (plan.topology_hash.empty()) yaml::fail(source, node["hash"], "'hash' must not be empty");

@@ -126,8 +126,9 @@ void write_prediction(const Prediction& p, std::ostream& out) {
 void write_plan(const Plan& plan, std::ostream& out) {
   out << "# wallfacer plan: strategy, rank -> GPU mapping and communication groups (docs/formats/plan.md)\n";
   out << "format_version: " << Plan::kFormatVersion << "\n";
-  out << fmt::format("topology: {{name: {}, hash: {}, nodes: {}}}\n", quoted(plan.topology_name),
-                     double_quoted(plan.topology_hash), plan.topology_nodes);
+  out << fmt::format("topology: {{name: {}, hash: {}, nodes: {}{}}}\n", quoted(plan.topology_name),
+                     double_quoted(plan.topology_hash), plan.topology_nodes,
+                     plan.topology_file.empty() ? "" : ", file: " + double_quoted(plan.topology_file));
   out << "scope: " << to_string(plan.scope) << "\n";
   write_workload(plan.workload, out);
   out << "strategy: " << to_string(plan.strategy) << "\n";

@@ -64,7 +64,7 @@ void price_orders(Work& work, const std::vector<std::vector<int>>& orders, const
     Plan plan = make_plan(c.plan.strategy, c.plan.params, c.plan.workload, topology, ranks,
                           node_orders.gpu_order(order), all_reduce);
     if (!prepared) prepared.emplace(plan, work.schedule, timing);
-    CostBreakdown cost = model.evaluate_times(plan, *prepared);
+    CostBreakdown cost = model.evaluate_times(plan, *prepared, /*with_parts=*/false);
     if (cost.step_ms < best) {
       best = cost.step_ms;
       c.plan = std::move(plan);
@@ -72,6 +72,7 @@ void price_orders(Work& work, const std::vector<std::vector<int>>& orders, const
       c.local_order = order;
     }
   }
+  if (prepared) c.cost.parts = model.evaluate_times(c.plan, *prepared).parts;
   c.cost.volume = comm_volume(work.schedule);
   c.cost.memory = model.memory(c.plan, work.schedule);
 }
@@ -285,8 +286,11 @@ struct Searcher {
       std::stable_sort(visit.begin(), visit.end(),
                        [&](size_t a, size_t b) { return work[a].lower_bound < work[b].lower_bound; });
     double best_step = std::numeric_limits<double>::infinity();
-    for (size_t i : visit)
+    size_t done = 0;
+    for (size_t i : visit) {
       price(work[i], best_step);
+      if (options.progress) options.progress("orders", ++done, visit.size());
+    }
   }
 
   // Prices one candidate in full, unless (heuristic) its bound already exceeds `best_step`.
@@ -395,8 +399,10 @@ struct Searcher {
     std::stable_sort(feasible.begin(), feasible.end(),
                      [](const Work* a, const Work* b) { return a->estimate < b->estimate; });
     double best = std::numeric_limits<double>::infinity();
+    size_t done = 0;
     for (Work* w : feasible) {
       Candidate& c = w->candidate;
+      if (options.progress) options.progress("steps", done++, feasible.size());
       if (w->estimate >= best) {
         c.cost = CostBreakdown{};
         c.cost.step_ms = w->estimate;

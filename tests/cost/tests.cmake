@@ -1,9 +1,10 @@
 # The analytic cost model: calibration, contention, closed forms of docs/algorithms.md §10 and
-# §11, the list schedule of rank programs and the memory model.
+# §11, the list schedule of rank programs, where the step goes and the memory model.
 wallfacer_add_test(NAME test_cost
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/calibration_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/network_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/closed_form_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/timeline_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/step_cost_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/step_parts_test.cpp
   LIBS wallfacer::cost_internal wallfacer::planner)

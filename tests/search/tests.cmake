@@ -1,7 +1,9 @@
 # The topology scheduler: heuristic against exhaustive search, determinism, filters, rejections,
-# and the closed-form screen of large clusters.
+# the closed-form screen of large clusters, and the explanation of a ranking (ties, merged
+# schedules, sentences, suggestions when nothing is feasible).
 wallfacer_add_test(NAME test_search
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/search_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/orders_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/screen_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/explain_test.cpp
   LIBS wallfacer::search_internal wallfacer::planner)

@@ -121,7 +121,10 @@ TEST(SimulateCommandInput, BadCountsAreRejectedWithTheFlagAndStatus2) {
   EXPECT_NE(jobs.output.find("--jobs: must be at least 1 (got 0)"), std::string::npos) << jobs.output;
   const test::CliResult top = test::run_cli("plan --simulate-top x", "2>&1");
   EXPECT_EQ(top.status, 2);
-  EXPECT_NE(top.output.find("--simulate-top: not an integer: x"), std::string::npos) << top.output;
+  EXPECT_NE(top.output.find("wallfacer plan: error: --simulate-top: expects a whole number, got 'x'"),
+            std::string::npos)
+      << top.output;
+  EXPECT_NE(top.output.find("example: wallfacer plan --simulate-top 0"), std::string::npos) << top.output;
   const test::CliResult steps = test::run_cli("simulate plan.yaml --max-ring-steps -1", "2>&1");
   EXPECT_EQ(steps.status, 2);
   EXPECT_NE(steps.output.find("--max-ring-steps: must be at least 0 (got -1)"), std::string::npos) << steps.output;
@@ -159,7 +162,9 @@ TEST(SimulateCommandInput, AllReduceFlagReachesThePlanAndTheReplay) {
   EXPECT_EQ(simulated[0]["transfers"].get<int64_t>() - simulated[1]["transfers"].get<int64_t>(), 16 * 30 - 4 * 4 * 15);
   const test::CliResult bad = test::run_cli("plan --all-reduce star", "2>&1");
   EXPECT_EQ(bad.status, 2);
-  EXPECT_NE(bad.output.find("--all-reduce: star not in {auto,ring,tree}"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("--all-reduce: expects one of auto, ring, tree, got 'star'"), std::string::npos)
+      << bad.output;
+  EXPECT_NE(bad.output.find("example: wallfacer plan --all-reduce ring"), std::string::npos) << bad.output;
 }
 
 TEST(SimulateCommandProgress, LinesGoToStderrAndClimbTowardsTheStep) {

@@ -1,6 +1,9 @@
 // The Chrome trace: valid JSON with one process per rank, the four stream threads, one slice
 // per op and a flow arrow from every send to its receive; byte-identical across runs.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -85,8 +88,10 @@ TEST(SimulatorTrace, HasRankProcessesStreamThreadsSlicesAndFlows) {
       flow_ends[e.at("id")].second = e.at("pid");
     }
   }
-  ASSERT_EQ(process_names.size(), 4u);
+  ASSERT_EQ(process_names.size(), 5u);  // the ranks and the link counters
   EXPECT_EQ(process_names[2], "rank 2 (n0/gpu2)");
+  EXPECT_EQ(process_names[4], "links");
+  threads.erase(4);
   for (const auto& [pid, names] : threads)
     EXPECT_EQ(names, (std::set<std::string>{"compute", "send", "recv", "collective"})) << pid;
   EXPECT_EQ(slices_by_cat["compute"], c.ranks * c.steps);
@@ -110,6 +115,59 @@ TEST(SimulatorTrace, SliceTimesMatchTheSimulation) {
   EXPECT_NEAR(trace["otherData"]["step_us"].get<double>(), result.step_ms * 1e3, 1e-3);
 }
 
+// Nanoseconds of a trace time printed as microseconds with three decimals.
+int64_t trace_nanos(const nlohmann::json& value) {
+  return std::llround(value.get<double>() * 1000);
+}
+
+TEST(SimulatorTrace, SlicesOfOneThreadNeverOverlap) {
+  RingTraceCase c;
+  nlohmann::json trace = nlohmann::json::parse(c.simulate_to("g.json"));
+  std::map<std::pair<int, int>, std::vector<std::pair<int64_t, int64_t>>> spans;
+  for (const auto& e : trace["traceEvents"])
+    if (e.at("ph") == "X") {
+      const int64_t start = trace_nanos(e.at("ts"));
+      spans[{e.at("pid").get<int>(), e.at("tid").get<int>()}].push_back({start, start + trace_nanos(e.at("dur"))});
+    }
+  ASSERT_FALSE(spans.empty());
+  for (auto& [track, list] : spans) {
+    std::sort(list.begin(), list.end());
+    for (size_t i = 1; i < list.size(); ++i)
+      EXPECT_LE(list[i - 1].second, list[i].first) << "pid " << track.first << " tid " << track.second;
+  }
+}
+
+// Each rank sends 1 MiB three times: bytes in flight climb by a multiple of 1 MiB, never above
+// every rank's send at once, and end at zero. The star's links are NVLink: 4 links of 100 GB/s
+// each way, 800 GB/s in all, and each send can use only its sender's link out (100 GB/s), so
+// the four at once reach at most 50 %.
+TEST(SimulatorTrace, CountersOfBytesInFlightAndLinkUtilisation) {
+  RingTraceCase c;
+  nlohmann::json trace = nlohmann::json::parse(c.simulate_to("h.json"));
+  std::vector<double> in_flight;
+  std::set<std::string> counters;
+  double busiest = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.at("ph") != "C") continue;
+    EXPECT_EQ(e.at("pid"), c.ranks);
+    counters.insert(e.at("name").get<std::string>());
+    if (e.at("name") == "bytes in flight") in_flight.push_back(e.at("args").at("bytes").get<double>());
+    if (e.at("name") != "bytes in flight") {
+      EXPECT_GE(e.at("args").at("percent").get<double>(), 0);
+      busiest = std::max(busiest, e.at("args").at("percent").get<double>());
+    }
+  }
+  ASSERT_FALSE(in_flight.empty());
+  EXPECT_EQ(in_flight.back(), 0);
+  EXPECT_LE(*std::max_element(in_flight.begin(), in_flight.end()), double(c.ranks) * (1 << 20));
+  EXPECT_GE(*std::max_element(in_flight.begin(), in_flight.end()), double(1 << 20));
+  for (double bytes : in_flight)
+    EXPECT_EQ(std::fmod(bytes, double(1 << 20)), 0) << bytes;
+  EXPECT_EQ(counters, (std::set<std::string>{"bytes in flight", "nvlink utilisation"}));
+  EXPECT_GT(busiest, 0);
+  EXPECT_LE(busiest, 50 + 1e-3);
+}
+
 TEST(SimulatorTrace, ChosenRanksOnlyWithArrowsBetweenThem) {
   RingTraceCase c;
   // Ranks 1 and 2 (listed twice and out of order): the ring edge 1 -> 2 keeps its arrows, the
@@ -119,7 +177,7 @@ TEST(SimulatorTrace, ChosenRanksOnlyWithArrowsBetweenThem) {
   std::map<int64_t, std::pair<int, int>> flows;  // id -> (starts, finishes)
   int p2p_slices = 0;
   for (const auto& e : trace["traceEvents"]) {
-    pids.insert(e.at("pid").get<int>());
+    if (e.at("pid").get<int>() != c.ranks) pids.insert(e.at("pid").get<int>());  // c.ranks: the counters
     if (e.at("ph") == "X" && e.at("cat") == "p2p") ++p2p_slices;
     if (e.at("ph") == "s") {
       ++flows[e.at("id")].first;

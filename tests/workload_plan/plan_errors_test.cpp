@@ -90,8 +90,8 @@ TEST(PlanErrors, UnknownKeys) {
        "unknown key 'comment' in plan (allowed: format_version, scope, topology, workload, strategy, params, "
        "ranks, groups, prediction)",
        "comment: hand edited"});
-  expect_rejected(
-      {"nodes: 2}", "nodes: 2, gpus: 8}", "unknown key 'gpus' in topology (allowed: name, hash, nodes)", "topology:"});
+  expect_rejected({"nodes: 2}", "nodes: 2, gpus: 8}",
+                   "unknown key 'gpus' in topology (allowed: name, hash, nodes, file)", "topology:"});
   expect_rejected({"  seq: 131072\n", "  seq: 131072\n  source: paper\n",
                    "unknown key 'source' in workload (allowed: model, layers, hidden, heads, kv_heads, head_dim, ffn, "
                    "vocab, gated_ffn, seq, batch, dtype, causal, zero_stage, checkpointing, grad_bucket_MiB, "

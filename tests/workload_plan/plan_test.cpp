@@ -117,6 +117,20 @@ TEST(PlanRoundTrip, AllReduceAlgorithm) {
   EXPECT_EQ(parse_plan(ring_text, "p.yaml").groups[size_t(world)].all_reduce, AllReduceAlgorithm::Ring);
 }
 
+// The topology file is optional: absent for presets and in older plans, which read as before.
+TEST(PlanRoundTrip, TopologyFile) {
+  Plan plan = sample_plan();
+  const std::string preset_text = plan_to_yaml(plan);
+  EXPECT_EQ(preset_text.find("file:"), std::string::npos);
+  EXPECT_EQ(parse_plan(preset_text, "p.yaml").topology_file, "");
+  plan.topology_file = "../clusters/my lab: 4 nodes.yaml";
+  const std::string text = plan_to_yaml(plan);
+  EXPECT_NE(text.find(", file: \"../clusters/my lab: 4 nodes.yaml\"}"), std::string::npos) << text;
+  const Plan back = parse_plan(text, "p.yaml");
+  EXPECT_EQ(back.topology_file, plan.topology_file);
+  EXPECT_TRUE(back == plan);
+}
+
 TEST(PlanRoundTrip, EveryStrategyAndGroupKind) {
   for (StrategyKind kind : all_strategies()) {
     Plan plan = sample_plan();

@@ -41,6 +41,37 @@ struct CostOptions {
   int64_t max_timed_ops = 250'000;
 };
 
+// Where a transfer runs, by the slowest kind of link on its way: NVLink or NVSwitch inside a node,
+// PCIe (or the CPU bus) inside a node, or the network between nodes.
+enum class CommTier : uint8_t { NvLink, Pcie, Network };
+constexpr int kNumCommTiers = 3;
+const char* to_string(CommTier tier);  // "nvlink", "pcie", "network"
+
+// The cost model's expected error on a step time: its agreement with the SimGrid replay of the same
+// schedule (docs/cost-model.md, "Validation": every strategy's whole step within 2 %). Candidates
+// whose predicted steps differ by less than this share of the faster one are a tie. Replace it by
+// the error against published measurements once docs/validation.md reaches its goal.
+constexpr double kCostModelExpectedError = 0.02;
+
+// Where the step time goes, on the rank that ends last (the critical rank), read off the timeline
+// (docs/cost-model.md, "Where the step goes"). compute + imbalance + exposed (every tier) + idle is
+// the step time; hidden communication runs under compute and is not part of that sum.
+struct StepParts {
+  double compute_ms = 0;  // the critical rank's compute, up to the mean over the timed ranks
+  // The critical rank's compute above that mean, plus its waiting for other ranks up to how much
+  // more compute the busiest timed rank has.
+  double imbalance_ms = 0;
+  double exposed_ms[kNumCommTiers] = {};  // transfers run, compute does not; by the slowest tier running
+  double idle_ms = 0;                     // nothing runs, and the rest of the waiting for other ranks
+  double hidden_ms = 0;                   // transfers that run while compute runs
+  // Transfers (sends and collectives) a GPU starts per layer, by tier: the mean over the timed
+  // ranks (evaluate: of the attention layer; evaluate_step: of the whole step, divided by the
+  // layers; evaluate_times leaves them 0).
+  double transfers_per_layer[kNumCommTiers] = {};
+  double exposed_total_ms() const { return exposed_ms[0] + exposed_ms[1] + exposed_ms[2]; }
+  double sum_ms() const { return compute_ms + imbalance_ms + exposed_total_ms() + idle_ms; }
+};
+
 struct CostBreakdown {
   double forward_ms = 0, backward_ms = 0, step_ms = 0;
   double attention_ms = 0;     // step scope: the attention layer alone (its own schedule) x layers
@@ -53,6 +84,7 @@ struct CostBreakdown {
   double model_flops = 0;      // step scope: step_model_flops (docs/step.md)
   double mfu = 0;              // attention_flops (step scope: model_flops) / (step time * ranks * peak)
   int layers_timed = 0;        // step scope: layers unrolled for timing (all of them)
+  StepParts parts;             // where step_ms goes (sums to it)
   Prediction to_prediction() const;
 };
 
@@ -98,8 +130,9 @@ class CostModel {
   // Times, compute and MFU only (no volume, no memory): what changes with the GPU order.
   CostBreakdown evaluate_times(const Plan& plan, const Schedule& schedule, Timing timing = Timing::Estimate) const;
   // The same with the schedule's timing structure prepared beforehand (for any GPU order of
-  // the plan it was prepared with).
-  CostBreakdown evaluate_times(const Plan& plan, const PreparedTiming& prepared) const;
+  // the plan it was prepared with). Without `with_parts`, `parts` stays empty (the search prices
+  // every GPU order and needs the parts of the chosen one only).
+  CostBreakdown evaluate_times(const Plan& plan, const PreparedTiming& prepared, bool with_parts = true) const;
   MemoryEstimate memory(const Plan& plan, const Schedule& schedule) const;
   // The whole step of `plan` (its scope must be Step): the timed ranks' step templates unrolled to
   // every layer and timed (docs/cost-model.md).
@@ -132,6 +165,12 @@ double kernel_peak_tflops(const GpuModel& gpu, DType dtype);
 // Why this GPU cannot run this dtype ("V100-SXM2-16GB has no bf16 tensor cores; use --dtype fp16"),
 // empty when it can.
 std::string dtype_issue(const GpuModel& gpu, DType dtype);
+// What the calibration does not know about this GPU model for this workload and is therefore
+// priced at an assumed efficiency: the attention kernels (fallback_efficiency of the dense peak),
+// and with `whole_step` the GEMMs (the same) and the memory-bound kernels (a default HBM share).
+// One sentence naming the model, the efficiencies and how to add them; empty when nothing falls back.
+std::string calibration_gap(const Calibration& calibration, const GpuModel& gpu, const Workload& workload,
+                            bool whole_step);
 
 // Weights, gradients and Adam state per GPU in bytes: 16 bytes per parameter in mixed precision
 // (2 bf16 weights, 2 bf16 gradients, 12 fp32 master weights and moments), sharded over all
@@ -164,6 +203,9 @@ PaperMemoryTerms paper_memory_terms(const Plan& plan, const Schedule& schedule);
 
 // Bytes of one rank's buffers at capacity (WeightGrad excluded: it is model state).
 double buffer_bytes(const ScheduleDims& dims, const RankProgram& program);
+
+// Transfers (sends and collectives) per rank of `schedule`'s programs by tier, mean over them.
+void count_transfers(const Topology& topology, const Plan& plan, const Schedule& schedule, StepParts& parts);
 
 // Communication volume of a full or partial schedule (sent bytes per rank, max over ranks).
 CommVolume comm_volume(const Schedule& schedule);

@@ -166,6 +166,9 @@ struct Plan {
   std::string topology_name;
   std::string topology_hash;
   int topology_nodes = 0;
+  // The topology file the plan was made from, relative to the plan file's folder (optional; empty
+  // for a preset): `simulate` and `run` load it when its hash still matches.
+  std::string topology_file;
   Workload workload;
   StrategyKind strategy = StrategyKind::Ring;
   StrategyParams params;

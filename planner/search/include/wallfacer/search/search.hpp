@@ -4,6 +4,7 @@
 // inputs give the same ranking and a byte-identical plan.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,6 +50,9 @@ struct SearchOptions {
   // each checkpointing mode, the lowest of these ZeRO stages whose step memory fits the budget.
   std::vector<int> zero_stages;
   std::vector<Checkpointing> checkpointing_modes;
+  // Called after each candidate is priced, with the stage ("orders": under every GPU order;
+  // "steps": as a whole step), the candidates done and the total of that stage. Empty: none.
+  std::function<void(const char* stage, size_t done, size_t total)> progress;
 };
 
 struct Candidate {
@@ -62,7 +66,12 @@ struct Candidate {
   bool pruned = false;
   std::vector<int> local_order;         // node-local GPU order used (empty when the rules reject it)
   bool chose_memory_settings = false;   // the search picked its ZeRO stage and checkpointing mode
-  std::string describe_params() const;  // "C=2", "u=4 r=2", "w=4", "S=8 D=2"; "Z1 sel" when chosen
+  // Set by the explanation of a ranking (wallfacer/search/explain.hpp): the candidates that build
+  // the same schedule as this one ("double-ring w=1 T=4 (default)"), merged into it, and whether
+  // its step is within the cost model's expected error of the best one's.
+  std::vector<std::string> same_schedule_as;
+  bool tie = false;
+  std::string describe_params() const;  // "C=2", "u=4 r=2", "w=4", "S=8 D=2"; "Z1/s" when chosen
   std::string describe_placement() const;
 };
 

@@ -133,7 +133,7 @@ class Topology {
   // 64-bit FNV-1a (16 hex digits) of the canonical description (independent of comments, key order and whitespace;
   // changes with the node count). Plans record it.
   const std::string& content_hash() const;
-  // The source file text (for diagnostics) and the source name.
+  // The source name (a file path or a preset's name) and the text it was parsed from.
   const std::string& source() const;
   const std::string& source_text() const;
 
@@ -168,5 +168,13 @@ struct TopologySummary {
   double bisection_GBps = 0;
 };
 TopologySummary summarize(const Topology& topology);
+
+// A block of the topology's file that holds numbers with units (bandwidths, latencies, peaks,
+// memory) but no `source`, neither its own nor one of a block around it.
+struct UnsourcedBlock {
+  std::string path;  // "node.nics", "network"
+  int line = 0;      // 1-based, in the file
+};
+std::vector<UnsourcedBlock> unsourced_blocks(const Topology& topology);
 
 }  // namespace wallfacer

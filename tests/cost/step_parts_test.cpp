@@ -1,0 +1,126 @@
+// Where the step goes (StepParts): the parts of a hand-timed rank against their hand-computed
+// values, the parts of every strategy's attention layer and whole step summing to the step, and
+// the tiers following the links (one NVSwitch node: nothing over the network; one GPU per node:
+// nothing over NVLink).
+#include <gtest/gtest.h>
+
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include "cost_test_util.hpp"
+#include "step_parts.hpp"
+
+namespace wallfacer {
+namespace {
+
+Op compute_op() {
+  Op op;
+  op.kind = OpKind::AttnFwd;
+  op.stream = Stream::Compute;
+  return op;
+}
+
+Op send_op(int peer) {
+  Op op;
+  op.kind = OpKind::Send;
+  op.stream = Stream::Send;
+  op.peer = peer;
+  return op;
+}
+
+Op recv_op(int peer) {
+  Op op;
+  op.kind = OpKind::Recv;
+  op.stream = Stream::Recv;
+  op.peer = peer;
+  return op;
+}
+
+void expect_sums_to_step(const CostBreakdown& cost) {
+  const StepParts& p = cost.parts;
+  EXPECT_NEAR(p.sum_ms(), cost.step_ms, 1e-9 * cost.step_ms);
+  for (double part :
+       {p.compute_ms, p.imbalance_ms, p.exposed_ms[0], p.exposed_ms[1], p.exposed_ms[2], p.idle_ms, p.hidden_ms})
+    EXPECT_GE(part, 0);
+  EXPECT_LE(p.hidden_ms, p.compute_ms + p.imbalance_ms + 1e-9);
+}
+
+// Rank 0 of two nodes of two GPUs (ranks 0, 1 on node 0, ranks 2, 3 on node 1), timed by hand in ms:
+//   compute [0, 2] and [5, 6]; send to rank 2 (network) [1, 3]; receive from rank 1 (NVLink)
+//   [3, 4]; send to rank 1 (NVLink) [5.5, 6]; nothing in [4, 5].
+// Compute 3, of which 1.5 hides transfers; the network is exposed in [2, 3], NVLink in [3, 4];
+// idle [4, 5]. With a mean compute of 2.5 and a busiest rank at 3.5: compute 2.5, imbalance
+// 0.5 above the mean plus 0.5 of the idle second waiting for the busier rank; idle 0.5.
+TEST(StepParts, HandTimedRank) {
+  const Topology topology = testing::switch_nodes(2, 2);
+  const Workload w = testing::mha_workload(4096);
+  const Plan plan = make_plan(StrategyKind::Ring, enumerate_params(StrategyKind::Ring, w, 4).front(), w, topology, 4);
+  ASSERT_EQ(plan.ranks[1].node, 0);
+  ASSERT_EQ(plan.ranks[2].node, 1);
+  RankProgram program;
+  program.rank = 0;
+  program.add(compute_op());
+  program.add(send_op(2));
+  program.add(recv_op(1));
+  program.add(compute_op());
+  program.add(send_op(1));
+  const std::vector<double> duration{2e-3, 2e-3, 1e-3, 1e-3, 0.5e-3};
+  const std::vector<double> end{2e-3, 3e-3, 4e-3, 6e-3, 6e-3};
+  detail::TierClassifier tiers(topology, plan);
+  const StepParts p = detail::step_parts(program, duration, end, 6e-3, 2.5e-3, 3.5e-3, tiers);
+  EXPECT_NEAR(p.compute_ms, 2.5, 1e-12);
+  EXPECT_NEAR(p.imbalance_ms, 1.0, 1e-12);
+  EXPECT_NEAR(p.hidden_ms, 1.5, 1e-12);
+  EXPECT_NEAR(p.exposed_ms[int(CommTier::Network)], 1.0, 1e-12);
+  EXPECT_NEAR(p.exposed_ms[int(CommTier::NvLink)], 1.0, 1e-12);
+  EXPECT_EQ(p.exposed_ms[int(CommTier::Pcie)], 0);
+  EXPECT_NEAR(p.idle_ms, 0.5, 1e-12);
+  EXPECT_NEAR(p.sum_ms(), 6.0, 1e-12);
+}
+
+TEST(StepParts, SumToTheStepForEveryStrategyAndScope) {
+  const Topology topology = testing::switch_nodes(2, 4);
+  Workload w = testing::mha_workload(4096, 8, 64, /*causal=*/true);
+  w.layers = 3;
+  const CostModel model(topology, Calibration::defaults());
+  int checked = 0;
+  for (StrategyKind kind : all_strategies())
+    for (const StrategyParams& params : enumerate_params(kind, w, 8)) {
+      if (!check_feasible(kind, params, w, 8).ok) continue;
+      Plan plan = make_plan(kind, params, w, topology, 8);
+      SCOPED_TRACE(std::string(to_string(kind)));
+      const CostBreakdown attention = model.evaluate(plan);
+      expect_sums_to_step(attention);
+      plan.scope = Scope::Step;
+      const CostBreakdown step = model.evaluate(plan);
+      expect_sums_to_step(step);
+      // Two nodes: something crosses the network in every layout that splits the sequence.
+      if (plan.params.sequence_parallel > 1) EXPECT_GT(attention.parts.transfers_per_layer[int(CommTier::Network)], 0);
+      ++checked;
+    }
+  EXPECT_GT(checked, 10);
+}
+
+TEST(StepParts, TiersFollowTheLinks) {
+  const Workload w = testing::mha_workload(8192, 8, 64, /*causal=*/false);
+  const Topology one_node = testing::switch_nodes(1, 8, 450, /*fast_compute=*/true);
+  const CostModel one_node_model(one_node, Calibration::defaults());
+  const Plan inside = make_plan(StrategyKind::Ring, enumerate_params(StrategyKind::Ring, w, 8).front(), w, one_node, 8);
+  const CostBreakdown a = one_node_model.evaluate(inside);
+  EXPECT_EQ(a.parts.exposed_ms[int(CommTier::Network)], 0);
+  EXPECT_EQ(a.parts.exposed_ms[int(CommTier::Pcie)], 0);
+  EXPECT_EQ(a.parts.transfers_per_layer[int(CommTier::Network)], 0);
+  EXPECT_GT(a.parts.exposed_ms[int(CommTier::NvLink)], 0.5 * a.step_ms);  // compute is negligible
+
+  const Topology spread = testing::switch_nodes(8, 1, 450, /*fast_compute=*/true);
+  const CostModel spread_model(spread, Calibration::defaults());
+  const Plan across = make_plan(StrategyKind::Ring, enumerate_params(StrategyKind::Ring, w, 8).front(), w, spread, 8);
+  const CostBreakdown b = spread_model.evaluate(across);
+  EXPECT_EQ(b.parts.exposed_ms[int(CommTier::NvLink)], 0);
+  EXPECT_GT(b.parts.exposed_ms[int(CommTier::Network)], 0.5 * b.step_ms);
+  EXPECT_EQ(b.parts.transfers_per_layer[int(CommTier::NvLink)], 0);
+  // The ring's K,V pass P-1 times forward; the backward passes K,V and dK,dV back.
+  EXPECT_GE(b.parts.transfers_per_layer[int(CommTier::Network)], 7);
+}
+
+}  // namespace
+}  // namespace wallfacer
