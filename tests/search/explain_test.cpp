@@ -244,13 +244,15 @@ Workload llama(int64_t seq) {
 TEST_F(Suggestions, HigherZeroStage) {
   Workload w = llama(4096);
   w.zero_stage = 0;
-  const SearchOptions o = options(2);
+  const SearchOptions o = options(2, {1});
   ASSERT_FALSE(feasible(w, o));
   const auto list = suggest_fixes(topology_, w, model_, o);
-  ASSERT_TRUE(find(list, "--zero-stage 2"));
-  w.zero_stage = 1;  // the nearer stage is not enough, so it is not suggested
-  EXPECT_FALSE(feasible(w, o));
-  w.zero_stage = 2;
+  ASSERT_TRUE(find(list, "--zero-stage 3"));
+  for (int nearer : {1, 2}) {  // the nearer stages are not enough, so they are not suggested
+    w.zero_stage = nearer;
+    EXPECT_FALSE(feasible(w, o)) << "ZeRO " << nearer;
+  }
+  w.zero_stage = 3;
   EXPECT_TRUE(feasible(w, o));
 }
 
@@ -316,7 +318,7 @@ TEST_F(Suggestions, SeveralChangesTogetherWhenNoneAloneFits) {
   Workload w = load_workload("llama-3-70b");
   w.layers = 40;
   w.seq = 8192;
-  const SearchOptions o = options(8);
+  const SearchOptions o = options(8, {1});
   ASSERT_FALSE(feasible(w, o));
   const auto list = suggest_fixes(topology_, w, model_, o);
   ASSERT_EQ(list.size(), 1u);
