@@ -15,6 +15,34 @@
 #include <wallfacer/schedule/strategy.hpp>
 
 namespace wallfacer {
+namespace {
+
+// `schedule` without its weight-gradient all-reduces (nothing waits for them).
+Schedule without_gradient_all_reduce(const Schedule& schedule) {
+  Schedule out;
+  out.dims = schedule.dims;
+  out.tokens = schedule.tokens;
+  out.flow_sets = schedule.flow_sets;
+  for (const RankProgram& program : schedule.ranks) {
+    RankProgram& p = out.ranks.emplace_back(program);
+    p.ops.clear();
+    p.deps.clear();
+    std::vector<int32_t> at(program.ops.size(), -1);
+    std::vector<int32_t> deps;
+    for (size_t i = 0; i < program.ops.size(); ++i) {
+      const Op& op = program.ops[i];
+      if (op.kind == OpKind::AllReduce && (op.fields & fieldset::kWeightGrad)) continue;
+      deps.clear();
+      for (const int32_t* d = program.deps_begin(op); d != program.deps_end(op); ++d)
+        if (at[size_t(*d)] >= 0) deps.push_back(at[size_t(*d)]);
+      at[i] = p.add(op, deps);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   WF_ASSERT(plan.scope == Scope::Step, "evaluate_step needs a plan of step scope");
   const Workload& w = plan.workload;
@@ -41,8 +69,9 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
     count /= instances;
   cost.backward_ms = cost.step_ms - cost.forward_ms;
   cost.memory = step_memory(plan, attention);
-  // The attention alone: its own schedule's step (whole batch), once per layer.
-  const CostBreakdown layer = evaluate_times(plan, attention);
+  // The attention alone: its own schedule's step (whole batch), once per layer, without the
+  // strategy's weight-gradient all-reduce, which the step replaces by its own synchronisation.
+  const CostBreakdown layer = evaluate_times(plan, without_gradient_all_reduce(attention));
   cost.attention_ms = layer.step_ms * w.layers;
   cost.attention_flops = layer.attention_flops;
   cost.model_flops = step_model_flops(w);

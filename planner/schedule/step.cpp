@@ -428,11 +428,13 @@ class StepTemplateBuilder {
     return out;
   }
 
-  // Gradients of `elements` parameters, ready after `after`: all-reduced (ZeRO 0, 1) or
-  // reduce-scattered (2, 3) over the strategy's gradient groups in order, bucket by bucket.
+  // Gradients of `elements` parameters, ready after `after`: all-reduced (ZeRO 0) or
+  // reduce-scattered (1 to 3: a rank updates only its shard, as DeepSpeed's ZeRO-1 and Megatron's
+  // distributed optimizer reduce-scatter) over the strategy's gradient groups in order, bucket by
+  // bucket.
   void sync_gradients(int64_t elements, const std::vector<int32_t>& after) {
     if (a_.grad_groups.empty()) return;
-    const bool scatter = w_.zero_stage >= 2;
+    const bool scatter = w_.zero_stage >= 1;  // ZeRO 1 keeps only its shard of the reduced gradients
     for (int64_t bucket : buckets(elements, 4)) {
       int64_t e = bucket;
       for (int32_t group : a_.grad_groups) {
