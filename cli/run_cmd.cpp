@@ -204,7 +204,7 @@ void register_run_command(CLI::App& app) {
                 "exact sum; exit status 1 when a tensor is off by more than the tolerance");
   cmd->add_option("--tolerance", flags->tolerance,
                   "Largest relative error max|a-b|/max|ref| that passes (default 1e-4, or 1e-10 with --fp64)")
-      ->check(at_least(1));
+      ->check(finite_at_least(0, false));
   cmd->add_option("--load", flags->load,
                   "Directory with q.npy, k.npy, v.npy, do.npy (float32, [batch, seq, heads, head_dim])");
   cmd->add_option("--save", flags->save,
@@ -220,7 +220,8 @@ void register_run_command(CLI::App& app) {
       ->check(at_least(0));
   cmd->add_option("--stall-timeout", flags->stall_seconds,
                   "MPI: seconds without any completed transfer before a rank gives up and aborts the run (0: never)")
-      ->check(at_least(0));
+      ->capture_default_str()
+      ->check(finite_at_least(0, true));
   cmd->callback([flags] { exit_code() = run_command(*flags); });
 }
 

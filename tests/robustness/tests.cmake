@@ -1,0 +1,6 @@
+# Robustness: hostile and accidental inputs (alias bombs, huge integers and sizes, binary files,
+# oversized files), output files that survive failed writes, memory checks before a run, and
+# lost ranks in the runtime's backends.
+wallfacer_add_test(NAME test_robustness_inputs
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/input_limits_test.cpp
+  LIBS wallfacer::planner yaml-cpp)
