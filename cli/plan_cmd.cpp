@@ -9,6 +9,7 @@
 #include <optional>
 
 #include <wallfacer/check/checker.hpp>
+#include <wallfacer/core/atomic_file.hpp>
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/schedule/step.hpp>
@@ -298,10 +299,7 @@ int run_plan(const PlanFlags& flags) {
   const Candidate& best = ranked.result.candidates[size_t(ranked.result.best)];
   if (flags.check && !check_plan(best.plan, flags.json)) return 1;
   if (!flags.out.empty()) {
-    std::ofstream out(flags.out);
-    if (!out) throw InputError(flags.out, 0, "cannot open for writing");
-    write_plan(best.plan, out);
-    if (!out) throw InputError(flags.out, 0, "write failed");
+    write_file_atomically(flags.out, [&](std::ostream& out) { write_plan(best.plan, out); });
     if (!flags.json)
       fmt::print("wrote {} {} ({}) to {}\n", to_string(best.plan.strategy), best.describe_params(),
                  best.describe_placement(), flags.out);

@@ -5,6 +5,7 @@
 // problem is reported before any compute, with exit status 2; a failed check exits with 1.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <optional>
 
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/log.hpp>
 #include <wallfacer/plan/plan.hpp>
 #include <wallfacer/runtime/layer_runner.hpp>
 #include <wallfacer/schedule/strategy.hpp>
@@ -41,6 +43,30 @@ struct Prepared {
   runtime::LayerInputs inputs;
 };
 
+// The plan against --topology, or against the topology it names (as `simulate` does) when that
+// is a preset or a file here: a plan edited by hand or made for another cluster is refused.
+void check_topology(const RunFlags& flags, const Plan& plan) {
+  TopologyFlags which{flags.topology.empty() ? plan.topology_name : flags.topology, flags.nodes};
+  if (flags.topology.empty()) {
+    const auto presets = Topology::preset_names();
+    std::error_code ec;
+    if (std::find(presets.begin(), presets.end(), which.topology) == presets.end() &&
+        !std::filesystem::exists(which.topology, ec)) {
+      WF_LOG_WARN("cli",
+                  "{}: topology '{}' is neither a preset nor a file here; its hash is not checked (give "
+                  "--topology)",
+                  flags.plan, plan.topology_name);
+      return;
+    }
+  }
+  Topology topology = load(which);
+  if (!which.nodes && topology.num_nodes() != plan.topology_nodes && plan.topology_nodes > 0) {
+    which.nodes = plan.topology_nodes;
+    topology = load(which);
+  }
+  check_plan_against_topology(plan, topology, flags.plan);
+}
+
 // Everything that can be wrong with the input, checked before any compute.
 std::unique_ptr<Prepared> prepare(const RunFlags& flags, int launched_ranks) {
   auto p = std::make_unique<Prepared>();
@@ -49,10 +75,7 @@ std::unique_ptr<Prepared> prepare(const RunFlags& flags, int launched_ranks) {
     throw InputError(flags.plan, 0,
                      fmt::format("the plan has {} ranks but {} processes were started; run it with mpirun -np {}",
                                  p->plan.num_ranks(), launched_ranks, p->plan.num_ranks()));
-  if (!flags.topology.empty()) {
-    const Topology topology = Topology::load(flags.topology, flags.nodes);
-    check_plan_against_topology(p->plan, topology, flags.plan);
-  }
+  check_topology(flags, p->plan);
   const Workload& w = p->plan.workload;
   p->inputs = flags.load.empty() ? runtime::seeded_inputs(w, flags.seed, flags.fp64)
                                  : runtime::load_inputs(flags.load, w, flags.fp64);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -42,6 +43,17 @@ Tensor<double> load_one(const std::string& path, const std::vector<int64_t>& sha
                                  shape_to_string(t.shape), to_string(dtype), shape_to_string(shape)));
   if (dtype == NpyDType::Float64 && !fp64)
     throw InputError(path, 0, "dtype float64 but expected float32 (or run with --fp64)");
+  // A NaN or infinity would run through every kernel and come out as NaN outputs.
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (std::isfinite(t[i])) continue;
+    std::vector<int64_t> index(t.shape.size());
+    for (int64_t rest = i, d = static_cast<int64_t>(t.shape.size()) - 1; d >= 0; --d) {
+      index[d] = rest % t.shape[d];
+      rest /= t.shape[d];
+    }
+    throw InputError(path, 0,
+                     fmt::format("element {} is {}; inputs must be finite numbers", shape_to_string(index), t[i]));
+  }
   return t;
 }
 
