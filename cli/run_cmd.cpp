@@ -16,6 +16,7 @@
 #include <wallfacer/core/log.hpp>
 #include <wallfacer/plan/plan.hpp>
 #include <wallfacer/runtime/layer_runner.hpp>
+#include <wallfacer/runtime/memory_estimate.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include <wallfacer/topology/topology.hpp>
 #include "commands.hpp"
@@ -35,6 +36,7 @@ struct RunFlags {
   double tolerance = 0;
   int64_t progress_rows = -1;  // -1: 0 for the local backend, 256 for MPI
   double stall_seconds = 300;
+  std::string memory_check = "on";
 };
 
 struct Prepared {
@@ -67,8 +69,23 @@ void check_topology(const RunFlags& flags, const Plan& plan) {
   check_plan_against_topology(plan, topology, flags.plan);
 }
 
+// This process's share of the node for the memory check: every rank (threads), or the ranks the
+// MPI launcher put on this node; only the node's first process checks, for all of them.
+int processes_on_this_node(int launched_ranks) {
+  if (launched_ranks <= 0) return 0;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+    if (const char* value = std::getenv(name); value != nullptr && std::atoi(value) > 0) return std::atoi(value);
+  return launched_ranks;
+}
+
+bool first_process_on_this_node(int rank) {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"})
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') return std::atoi(value) == 0;
+  return rank <= 0;
+}
+
 // Everything that can be wrong with the input, checked before any compute.
-std::unique_ptr<Prepared> prepare(const RunFlags& flags, int launched_ranks) {
+std::unique_ptr<Prepared> prepare(const RunFlags& flags, int launched_ranks, int rank = -1) {
   auto p = std::make_unique<Prepared>();
   p->plan = read_plan_file(flags.plan);
   if (launched_ranks > 0 && launched_ranks != p->plan.num_ranks())
@@ -76,6 +93,13 @@ std::unique_ptr<Prepared> prepare(const RunFlags& flags, int launched_ranks) {
                      fmt::format("the plan has {} ranks but {} processes were started; run it with mpirun -np {}",
                                  p->plan.num_ranks(), launched_ranks, p->plan.num_ranks()));
   check_topology(flags, p->plan);
+  p->schedule = build_schedule(p->plan);
+  // Before the inputs or any rank's buffers exist: refused with the figures, not killed later.
+  const auto estimate = runtime::estimate_run_memory(p->plan, p->schedule, flags.fp64, flags.check,
+                                                     processes_on_this_node(launched_ranks));
+  WF_LOG_INFO("cli", "run memory estimate: {}", estimate.describe());
+  if (flags.memory_check == "on" && first_process_on_this_node(rank))
+    runtime::check_run_memory(estimate, runtime::available_memory_bytes(), flags.plan);
   const Workload& w = p->plan.workload;
   p->inputs = flags.load.empty() ? runtime::seeded_inputs(w, flags.seed, flags.fp64)
                                  : runtime::load_inputs(flags.load, w, flags.fp64);
@@ -84,7 +108,6 @@ std::unique_ptr<Prepared> prepare(const RunFlags& flags, int launched_ranks) {
     std::filesystem::create_directories(flags.save, ec);
     if (ec) throw InputError(fmt::format("--save {}: cannot create the directory: {}", flags.save, ec.message()));
   }
-  p->schedule = build_schedule(p->plan);
   return p;
 }
 
@@ -197,7 +220,7 @@ int run_command(const RunFlags& flags) {
   std::unique_ptr<Prepared> prepared;
   runtime::MpiJob job;
   job.backend.stall_seconds = flags.stall_seconds;
-  job.prepare = [&](int, int size) { prepared = prepare(flags, size); };
+  job.prepare = [&](int rank, int size) { prepared = prepare(flags, size, rank); };
   job.run = [&](runtime::Backend& backend) {
     auto result =
         runtime::run_layer(backend, prepared->plan, prepared->schedule, prepared->inputs, layer_options(flags, true));
@@ -245,6 +268,11 @@ void register_run_command(CLI::App& app) {
                   "MPI: seconds without any completed transfer before a rank gives up and aborts the run (0: never)")
       ->capture_default_str()
       ->check(finite_at_least(0, true));
+  cmd->add_option("--memory-check", flags->memory_check,
+                  "Refuse a run whose estimated memory (inputs, every rank's buffers, outputs, the reference) "
+                  "exceeds the memory available here (MemAvailable): on or off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->callback([flags] { exit_code() = run_command(*flags); });
 }
 

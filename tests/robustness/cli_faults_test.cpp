@@ -177,5 +177,42 @@ TEST_F(CliFaults, NpyHeaderClaimingTerabytesIsRefusedBeforeAllocating) {
   }
 }
 
+TEST_F(CliFaults, RunRefusesAPlanThatDoesNotFitInMemoryBeforeAllocating) {
+  // A plan `plan` writes for GPUs: 4M tokens on 4 ranks of a one-layer model. Its fp64 check
+  // alone needs a 4M x 4M score matrix (128 TiB), more than any machine has.
+  const auto made = run_cli(
+      "plan --strategy ring --gpus 4 --tp 1 --seq 4194304 --heads 8 --kv-heads 8 --head-dim 64 "
+      "--hidden 512 --layers 1 --ffn 1024 --vocab 1000 --out " +
+          path("big.yaml"),
+      "2>&1");
+  ASSERT_EQ(made.status, 0) << made.output;
+  const auto r = run_cli("run --backend local --check --plan " + path("big.yaml"), "2>&1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("big.yaml: error: running this plan needs about"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fp64 reference 128.1 TiB"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("of memory is available here (MemAvailable)"), std::string::npos) << r.output;
+}
+
+TEST_F(CliFaults, HugeSizesAreRefusedBeforeAllocating) {
+  auto r = run_cli("plan --seq 4611686018427387904", "2>&1");  // 2^62 tokens
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("'seq' must be at most 2147483647, got 4611686018427387904"), std::string::npos) << r.output;
+  r = run_cli("plan --gpus 1000000000000", "2>&1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  r = run_cli("topo show dgx-h100 --nodes 1000000000", "2>&1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--nodes must be at most 65536"), std::string::npos) << r.output;
+  // A 10^12-GPU cluster written out in a topology file.
+  std::ofstream(path("huge.yaml")) << "name: huge\n"
+                                      "gpu: {model: X, peak_bf16_tflops: 1, peak_fp16_tflops: 1, memory_GiB: 1, "
+                                      "hbm_GBps: 1}\n"
+                                      "nodes: 1000000000000\n"
+                                      "node: {gpus: 1}\n";
+  r = run_cli("topo show " + path("huge.yaml"), "2>&1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("huge.yaml:3: error: 'nodes' must be at most 65536, got 1000000000000"), std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace wallfacer

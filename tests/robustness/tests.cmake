@@ -9,3 +9,6 @@ wallfacer_add_test(NAME test_robustness_cli
   LIBS wallfacer::runtime wallfacer::planner fmt::fmt)
 # cli_faults_test.cpp runs build/bin/wallfacer.
 add_dependencies(test_robustness_cli wallfacer)
+wallfacer_add_test(NAME test_robustness_memory
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/memory_estimate_test.cpp
+  LIBS wallfacer::runtime wallfacer::planner)
