@@ -36,6 +36,7 @@ struct RunFlags {
   double tolerance = 0;
   int64_t progress_rows = -1;  // -1: 0 for the local backend, 256 for MPI
   double stall_seconds = 300;
+  double peer_check_seconds = 2;
   std::string memory_check = "on";
 };
 
@@ -214,12 +215,32 @@ bool use_mpi(const RunFlags& flags) {
 #endif
 }
 
+#ifdef WALLFACER_WITH_MPI
+// WALLFACER_TEST_FAULT=stop:RANK:WAITS or kill:RANK:WAITS: the tests' way to freeze or kill one
+// rank mid-run (docs/reliability.md); not a user setting, so not a flag.
+void read_fault_injection(runtime::MpiBackendOptions& options) {
+  const char* spec = std::getenv("WALLFACER_TEST_FAULT");
+  if (spec == nullptr || *spec == '\0') return;
+  char kind[8] = {0};
+  int rank = -1, waits = 1;
+  if (std::sscanf(spec, "%7[a-z]:%d:%d", kind, &rank, &waits) < 2 ||
+      (std::string(kind) != "stop" && std::string(kind) != "kill"))
+    throw InputError(
+        fmt::format("WALLFACER_TEST_FAULT must be stop:RANK[:WAITS] or kill:RANK[:WAITS], got '{}'", spec));
+  options.fault = kind;
+  options.fault_rank = rank;
+  options.fault_after_waits = std::max(1, waits);
+}
+#endif
+
 int run_command(const RunFlags& flags) {
   if (!use_mpi(flags)) return run_local(flags);
 #ifdef WALLFACER_WITH_MPI
   std::unique_ptr<Prepared> prepared;
   runtime::MpiJob job;
   job.backend.stall_seconds = flags.stall_seconds;
+  job.backend.peer_check_seconds = flags.peer_check_seconds;
+  read_fault_injection(job.backend);
   job.prepare = [&](int rank, int size) { prepared = prepare(flags, size, rank); };
   job.run = [&](runtime::Backend& backend) {
     auto result =
@@ -266,6 +287,11 @@ void register_run_command(CLI::App& app) {
       ->check(at_least(0));
   cmd->add_option("--stall-timeout", flags->stall_seconds,
                   "MPI: seconds without any completed transfer before a rank gives up and aborts the run (0: never)")
+      ->capture_default_str()
+      ->check(finite_at_least(0, true));
+  cmd->add_option("--peer-check", flags->peer_check_seconds,
+                  "MPI: seconds between a waiting rank's checks that the ranks it waits on (on its host) are alive "
+                  "and not stopped; a lost one ends the run naming it (0: never)")
       ->capture_default_str()
       ->check(finite_at_least(0, true));
   cmd->add_option("--memory-check", flags->memory_check,
