@@ -216,17 +216,16 @@ bool use_mpi(const RunFlags& flags) {
 }
 
 #ifdef WALLFACER_WITH_MPI
-// WALLFACER_TEST_FAULT=stop:RANK:WAITS or kill:RANK:WAITS: the tests' way to freeze or kill one
-// rank mid-run (docs/reliability.md); not a user setting, so not a flag.
+// WALLFACER_TEST_FAULT=stop|kill|sleep:RANK:WAITS: the tests' way to freeze, kill or slow down
+// one rank mid-run (docs/reliability.md); not a user setting, so not a flag.
 void read_fault_injection(runtime::MpiBackendOptions& options) {
   const char* spec = std::getenv("WALLFACER_TEST_FAULT");
   if (spec == nullptr || *spec == '\0') return;
   char kind[8] = {0};
   int rank = -1, waits = 1;
   if (std::sscanf(spec, "%7[a-z]:%d:%d", kind, &rank, &waits) < 2 ||
-      (std::string(kind) != "stop" && std::string(kind) != "kill"))
-    throw InputError(
-        fmt::format("WALLFACER_TEST_FAULT must be stop:RANK[:WAITS] or kill:RANK[:WAITS], got '{}'", spec));
+      (std::string(kind) != "stop" && std::string(kind) != "kill" && std::string(kind) != "sleep"))
+    throw InputError(fmt::format("WALLFACER_TEST_FAULT must be stop, kill or sleep:RANK[:WAITS], got '{}'", spec));
   options.fault = kind;
   options.fault_rank = rank;
   options.fault_after_waits = std::max(1, waits);

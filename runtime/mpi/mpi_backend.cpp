@@ -321,6 +321,12 @@ class MpiBackend final : public CpuBackend {
   }
   void inject_fault() {
     if (options_.fault.empty() || rank_ != options_.fault_rank || ++waits_ != options_.fault_after_waits) return;
+    // A slow rank, for the tests that no false alarm is raised: sleeping, but neither stopped
+    // nor gone, for longer than several peer checks.
+    if (options_.fault == "sleep") {
+      std::this_thread::sleep_for(std::chrono::seconds(8));
+      return;
+    }
     ::raise(options_.fault == "kill" ? SIGKILL : SIGSTOP);
   }
   MPI_Comm comm(int group) const {

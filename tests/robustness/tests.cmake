@@ -37,4 +37,10 @@ if(TARGET wallfacer AND WALLFACER_MPI_ENABLED)
     set_tests_properties(robustness_rank_${fault} PROPERTIES FIXTURES_REQUIRED robustness_fault_plan
                          PASS_REGULAR_EXPRESSION "${_expect}.*exit status [1-9]")
   endforeach()
+  # A rank that sleeps 8 s (four peer checks) is slow, not lost: the run must succeed.
+  add_test(NAME robustness_rank_slow
+           COMMAND sh -c "WALLFACER_TEST_FAULT=sleep:2:3 \"$@\" 2>&1; echo \"exit status $?\"" sh ${_mpirun}
+                   $<TARGET_FILE:wallfacer> run --plan ${_faults_dir}/ring4.yaml --check)
+  set_tests_properties(robustness_rank_slow PROPERTIES FIXTURES_REQUIRED robustness_fault_plan
+                       PASS_REGULAR_EXPRESSION "all checks passed.*exit status 0")
 endif()

@@ -27,8 +27,9 @@ struct MpiBackendOptions {
   // How often a waiting rank checks that the ranks it waits on are alive and not stopped (on
   // its own host; peer_watch.hpp). 0: never.
   double peer_check_seconds = 2;
-  // Fault injection for the tests: rank `fault_rank` stops itself (SIGSTOP, "stop") or dies
-  // (SIGKILL, "kill") at its `fault_after_waits`-th wait. Empty `fault`: none.
+  // Fault injection for the tests: rank `fault_rank` stops itself (SIGSTOP, "stop"), dies
+  // (SIGKILL, "kill") or sleeps 8 s ("sleep", a slow rank) at its `fault_after_waits`-th wait.
+  // Empty `fault`: none.
   std::string fault;
   int fault_rank = -1;
   int fault_after_waits = 1;
