@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -69,6 +71,48 @@ int fill(int fd, const std::function<void(std::ostream&)>& write) {
   return out ? 0 : EIO;
 }
 
+// The temporary file being written, for the signal handler: Ctrl-C or a kill during a write
+// must not leave it behind. One at a time (writes are not concurrent in the commands).
+char g_temp_path[4096];
+volatile sig_atomic_t g_temp_active = 0;
+struct sigaction g_previous[2];
+constexpr int kSignals[2] = {SIGINT, SIGTERM};
+
+void remove_temp_and_reraise(int signal) {
+  if (g_temp_active) ::unlink(g_temp_path);  // async-signal-safe
+  for (size_t i = 0; i < 2; ++i)
+    if (kSignals[i] == signal) ::sigaction(signal, &g_previous[i], nullptr);
+  ::raise(signal);
+}
+
+// Installs the handler once, keeping what was there to hand the signal on to.
+void guard_signals() {
+  static const bool installed = [] {
+    struct sigaction action {};
+    action.sa_handler = remove_temp_and_reraise;
+    sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < 2; ++i)
+      ::sigaction(kSignals[i], &action, &g_previous[i]);
+    return true;
+  }();
+  (void)installed;
+}
+
+// Marks `temp` as the file a signal must remove, for its lifetime.
+class TempGuard {
+ public:
+  explicit TempGuard(const std::string& temp) {
+    guard_signals();
+    const size_t n = std::min(temp.size(), sizeof g_temp_path - 1);
+    std::memcpy(g_temp_path, temp.data(), n);
+    g_temp_path[n] = '\0';
+    g_temp_active = 1;
+  }
+  ~TempGuard() { g_temp_active = 0; }
+  TempGuard(const TempGuard&) = delete;
+  TempGuard& operator=(const TempGuard&) = delete;
+};
+
 std::string temporary_name(const std::filesystem::path& target) {
   static std::atomic<int> counter{0};
   const std::string name =
@@ -94,6 +138,7 @@ void write_file_atomically(const std::string& path, const std::function<void(std
   if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
     return write_in_place(path, write);
   const std::string temp = temporary_name(std::filesystem::path(path));
+  const TempGuard guard(temp);
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (fd < 0) fail(path, "creating a file in its directory", errno);
   int error = 0;

@@ -3,6 +3,10 @@
 // for another topology given to `run`, and directories where files are expected.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -79,6 +83,31 @@ TEST_F(CliFaults, FailedWriteLeavesThePreviousFile) {
   // A successful rewrite replaces it whole.
   write_file_atomically(plan, [](std::ostream& out) { out << "new\n"; });
   EXPECT_EQ(read_all(plan), "new\n");
+}
+
+TEST_F(CliFaults, CtrlCDuringAWriteLeavesThePreviousFileAndNoTemporary) {
+  const std::string plan = make_plan("plan.yaml");
+  const std::string before = read_all(plan);
+  // A child process is interrupted halfway through rewriting the plan.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    write_file_atomically(plan, [](std::ostream& out) {
+      out << "format_version: 2\nstrat";
+      out.flush();
+      raise(SIGINT);
+      out << "never\n";
+    });
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status;
+  EXPECT_EQ(read_all(plan), before);
+  int entries = 0;
+  for (const auto& entry : fs::directory_iterator(dir_))
+    entries += entry.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(entries, 1);
 }
 
 TEST_F(CliFaults, WritingOverADirectoryIsRefused) {

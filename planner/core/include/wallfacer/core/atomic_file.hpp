@@ -2,7 +2,8 @@
 // a good one was: the data goes to a temporary file in the same directory, is flushed and
 // fsynced, and only then renamed over the target. A full disk, a failed write or a kill midway
 // leaves the previous file as it was. Targets that are not regular files (/dev/stdout, a pipe,
-// /dev/full) are written in place, and every write, flush and close is checked.
+// /dev/full) are written in place, and every write, flush and close is checked. SIGINT (Ctrl-C)
+// or SIGTERM during a write removes the temporary file before the signal takes its course.
 #pragma once
 
 #include <functional>
