@@ -47,27 +47,43 @@ struct PlanFlags {
   double memory_fraction = 0.9;
   std::string scope = "step";
   std::string tensor = "auto";
+  std::string pipeline = "auto";
+  std::string zero_stages, checkpointing_modes;
   int sequence = 0, data = 0;
 };
 
 // --tp: a fixed degree, or every power of two up to the GPUs of one node (the tensor group stays
 // on NVLink / NVSwitch, as Megatron places it).
-std::vector<int> tensor_degrees(const std::string& text, const Topology& topology) {
-  if (text != "auto") {
-    int t = 0;
-    try {
-      size_t used = 0;
-      t = std::stoi(text, &used);
-      if (used != text.size()) t = 0;
-    } catch (const std::exception&) {
-      t = 0;
-    }
-    if (t < 1) throw InputError("--tp", 0, fmt::format("expects 'auto' or a degree of at least 1, got '{}'", text));
-    return {t};
+// A fixed degree given to `flag` ('auto' excluded): at least 1.
+int fixed_degree(const char* flag, const std::string& text) {
+  int t = 0;
+  try {
+    size_t used = 0;
+    t = std::stoi(text, &used);
+    if (used != text.size()) t = 0;
+  } catch (const std::exception&) {
+    t = 0;
   }
+  if (t < 1) throw InputError(flag, 0, fmt::format("expects 'auto' or a degree of at least 1, got '{}'", text));
+  return t;
+}
+
+std::vector<int> tensor_degrees(const std::string& text, const Topology& topology) {
+  if (text != "auto") return {fixed_degree("--tp", text)};
   std::vector<int> degrees;
   for (int t = 1; t <= topology.gpus_per_node(); t *= 2)
     degrees.push_back(t);
+  return degrees;
+}
+
+// --pp: a fixed degree, or 1, 2, 4, ... stages of whole nodes each (a stage boundary crosses the
+// network once, as Megatron places pipeline stages outermost).
+std::vector<int> pipeline_degrees(const std::string& text, const Topology& topology, int gpus) {
+  if (text != "auto") return {fixed_degree("--pp", text)};
+  const int nodes = gpus > 0 ? std::max(1, gpus / std::max(1, topology.gpus_per_node())) : topology.num_nodes();
+  std::vector<int> degrees;
+  for (int p = 1; p <= nodes; p *= 2)
+    degrees.push_back(p);
   return degrees;
 }
 
@@ -84,9 +100,36 @@ std::string bytes_text(int64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
+// A comma-separated list of `flag` ('auto': `all`; empty: none).
+std::vector<std::string> split_list(const char* flag, const std::string& text, const std::string& all) {
+  const std::string list = text == "auto" ? all : text;
+  std::vector<std::string> items;
+  size_t begin = 0;
+  while (begin < list.size()) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    if (end == begin) throw InputError(flag, 0, fmt::format("an empty item in '{}'", text));
+    items.push_back(list.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return items;
+}
+
 SearchOptions search_options(const PlanFlags& flags, const Topology& topology) {
   SearchOptions o;
   o.tensor_degrees = tensor_degrees(flags.tensor, topology);
+  o.pipeline_degrees = pipeline_degrees(flags.pipeline, topology, flags.gpus);
+  o.auto_microbatches = !flags.workload.overrides.microbatches.has_value();
+  for (const std::string& z : split_list("--zero-stages", flags.zero_stages, "0,1,2,3")) {
+    if (z.size() != 1 || z[0] < '0' || z[0] > '3')
+      throw InputError("--zero-stages", 0, fmt::format("expects ZeRO stages 0 to 3 or 'auto', got '{}'", z));
+    o.zero_stages.push_back(z[0] - '0');
+  }
+  for (const std::string& m : split_list("--checkpointing-modes", flags.checkpointing_modes, "none,selective,full"))
+    try {
+      o.checkpointing_modes.push_back(parse_checkpointing(m));
+    } catch (const InputError&) {
+      throw InputError("--checkpointing-modes", 0, fmt::format("expects none, selective, full or 'auto', got '{}'", m));
+    }
   o.sequence_parallel = flags.sequence;
   o.data_parallel = flags.data;
   if (flags.strategy != "auto") o.strategy = parse_strategy(flags.strategy);
@@ -154,7 +197,9 @@ nlohmann::json params_json(const Candidate& c) {
   nlohmann::json j{{"text", c.describe_params()},
                    {"sequence_parallel", p.sequence_parallel},
                    {"data_parallel", p.data_parallel},
-                   {"tensor_parallel", p.tensor_parallel}};
+                   {"tensor_parallel", p.tensor_parallel},
+                   {"pipeline_parallel", p.pipeline_parallel},
+                   {"microbatches", c.plan.workload.microbatches}};
   if (const auto* k = std::get_if<UspKnobs>(&p.knobs)) j["ulysses"] = k->ulysses, j["ring"] = k->ring;
   if (const auto* k = std::get_if<DoubleRingKnobs>(&p.knobs)) j["ulysses"] = k->ulysses, j["window"] = k->window;
   if (const auto* k = std::get_if<WallFacerKnobs>(&p.knobs)) j["team"] = k->team;
@@ -351,6 +396,22 @@ void register_plan_command(CLI::App& app) {
                    "Tensor parallel degree around the strategy (Megatron-style, heads and matrices split T ways), "
                    "or auto: 1, 2, 4, ... up to the GPUs of a node")
       ->capture_default_str()
+      ->group(group);
+  command
+      ->add_option("--pp", flags->pipeline,
+                   "Pipeline parallel stages around the tensor-lifted strategy (1F1B over --microbatches, by "
+                   "default batch / D micro-batches of one sequence), or auto: 1, 2, 4, ... stages of whole nodes")
+      ->capture_default_str()
+      ->group(group);
+  command
+      ->add_option("--zero-stages", flags->zero_stages,
+                   "Let the step search choose the ZeRO stage among these (comma-separated, or auto: 0,1,2,3): the "
+                   "lowest whose memory fits, per checkpointing mode (default: the workload's --zero-stage)")
+      ->group(group);
+  command
+      ->add_option("--checkpointing-modes", flags->checkpointing_modes,
+                   "Let the step search choose the checkpointing mode among these (comma-separated, or auto: "
+                   "none,selective,full) (default: the workload's --checkpointing)")
       ->group(group);
   command->add_option("--sp", flags->sequence, "Only this sequence parallel degree S (0 = any; 1 = none)")
       ->capture_default_str()

@@ -1,14 +1,20 @@
 // `wallfacer topo check FILE [--nodes K]` validates a topology file or preset;
 // `wallfacer topo show FILE [--nodes K] [--json]` prints what the planner sees in it: GPUs and
-// nodes, link classes, best and worst GPU pairs inside and across nodes, bisection, content hash.
+// nodes, link classes, best and worst GPU pairs inside and across nodes, bisection, content hash;
+// `wallfacer topo import FILE [--nvidia-smi] [--nodes K] [--network NET] [-o OUT]` turns NCCL's
+// topology XML or `nvidia-smi topo -m` output into a topology file (docs/topology-import.md).
 #include <fmt/format.h>
 
 #include <cmath>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/yaml_util.hpp>
+#include <wallfacer/topology/import.hpp>
 #include <wallfacer/topology/topology.hpp>
 #include "commands.hpp"
 
@@ -106,6 +112,59 @@ void print_text(const TopoOptions& options, const Topology& topo, const Topology
   fmt::print("                           worst {}\n", pair_text(topo, summary.inter_worst));
   fmt::print("bisection bandwidth: {:g} GB/s per direction\n", summary.bisection_GBps);
   fmt::print("content hash: {}\n", topo.content_hash());
+  for (const std::string& assumption : topo.assumptions())
+    fmt::print("assumed: {}\n", assumption);
+}
+
+struct ImportFlags {
+  std::string file;
+  bool nvidia_smi = false;
+  ImportOptions options;
+  std::string out;
+};
+
+void register_import(CLI::App& topo) {
+  auto flags = std::make_shared<ImportFlags>();
+  CLI::App* cmd = topo.add_subcommand(
+      "import", "write a topology file from NCCL's topology XML (NCCL_TOPO_DUMP_FILE) or `nvidia-smi topo -m` output");
+  cmd->add_option("FILE", flags->file,
+                  "NCCL topology XML, or with --nvidia-smi the saved output of `nvidia-smi topo -m`")
+      ->required();
+  cmd->add_flag("--nvidia-smi", flags->nvidia_smi, "FILE is `nvidia-smi topo -m` output, not NCCL XML")
+      ->capture_default_str();
+  cmd->add_option("--nodes", flags->options.nodes, "copies of the node in the cluster")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--network", flags->options.network,
+                  fmt::format("network between nodes: a preset ({}) or a YAML file with a 'network:' mapping",
+                              fmt::join(network_preset_names(), ", ")))
+      ->default_str("none for 1 node, single-switch for more");
+  cmd->add_option("--gpu", flags->options.gpu, "topology preset whose GPU model to use (required with --nvidia-smi)")
+      ->default_str("from the XML's PCI device id or sm");
+  cmd->add_option("--nic-Gbps", flags->options.nic_Gbps, "NIC rate when the input gives none")
+      ->default_str("the network preset's")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--name", flags->options.name, "topology name")->default_str("the input's file name");
+  cmd->add_option("-o,--out", flags->out, "topology file to write")->default_str("stdout");
+  cmd->callback([flags] {
+    const std::string text = yaml::read_file(flags->file);
+    const ImportResult result = flags->nvidia_smi ? import_nvidia_smi_topology(text, flags->file, flags->options)
+                                                  : import_nccl_topology_xml(text, flags->file, flags->options);
+    for (const std::string& assumption : result.assumptions)
+      fmt::print(stderr, "note: {}\n", assumption);
+    if (flags->out.empty()) {
+      std::cout << result.yaml;
+    } else {
+      std::ofstream out(flags->out);
+      out << result.yaml;
+      out.flush();
+      if (!out) throw InputError(flags->out, 0, "cannot write the topology file");
+      const Topology topology = Topology::parse(result.yaml, flags->out);
+      fmt::print("wrote {} ({} GPUs in {} nodes) to {}\n", topology.name(), topology.num_gpus(), topology.num_nodes(),
+                 flags->out);
+    }
+    exit_code() = 0;
+  });
 }
 
 }  // namespace
@@ -138,6 +197,7 @@ void register_topo_command(CLI::App& app) {
     }
     exit_code() = 0;
   });
+  register_import(*topo);
 }
 
 }  // namespace wallfacer::cli

@@ -222,6 +222,10 @@ void check_layers(const Plan& plan, const SimOptions& options) {
   if (options.step_layers < 0 || (plan.scope == Scope::Step && options.step_layers > plan.workload.layers))
     throw InputError(fmt::format("--step-layers {}: must be 0 (all) to the model's {} layers", options.step_layers,
                                  plan.workload.layers));
+  const int Pp = plan.params.pipeline_parallel;
+  if (plan.scope == Scope::Step && options.step_layers % Pp != 0)
+    throw InputError(
+        fmt::format("--step-layers {}: must be a multiple of the plan's {} pipeline stages", options.step_layers, Pp));
 }
 
 // One simulation running in a child process.

@@ -147,9 +147,9 @@ OpShape shape_of(const RankProgram& prog, const Op& op) {
     case OpKind::Copy:
       return {2, 1, op.stream};
     case OpKind::Send:
-      return {1, 1, Stream::Send};
+      return {1, is_stage_message(op) ? 0 : 1, Stream::Send};
     case OpKind::Recv:
-      return {1, 1, Stream::Recv};
+      return {1, is_stage_message(op) ? 0 : 1, Stream::Recv};
     case OpKind::Gemm:
     case OpKind::Pointwise:
       return {0, 0, Stream::Compute};
@@ -482,6 +482,7 @@ void Checker::check_pair(int s, int32_t i, int r, int32_t j) {
     error("{}: tokens, fields or heads differ from {}", where(s, i), where(r, j));
   if (sp.batch_begin != rp.batch_begin || sp.batch_end != rp.batch_end)
     error("{}: peers work on different batch ranges", where(s, i));
+  if (is_stage_message(so) || is_stage_message(ro)) return check_stage_pair(s, i, r, j);
   int64_t expect = 0;
   for (int f = 0; f < kNumFields; ++f) {
     if (!has(so.fields, Field(f))) continue;

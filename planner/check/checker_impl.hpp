@@ -130,6 +130,7 @@ class Checker {
   void check_p2p();
   void match_receives(const RankProgram& prog, const std::vector<std::vector<std::pair<uint64_t, int32_t>>>& sends);
   void check_pair(int send_rank, int32_t send_op, int recv_rank, int32_t recv_op);
+  void check_stage_pair(int send_rank, int32_t send_op, int recv_rank, int32_t recv_op);  // checker_step.cpp
   void check_collectives();
   void check_collective_semantics(const CollectiveSpec& spec, const std::string& label);
   void check_flat_bytes(const RankProgram& prog, int32_t i);  // checker_step.cpp

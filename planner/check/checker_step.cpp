@@ -13,17 +13,30 @@
 namespace wallfacer::detail::check {
 namespace {
 
-// The layer number n of a buffer named "<name>.L<n>" (how unroll() names per-layer copies); -1
-// when the name has no such suffix.
-int layer_suffix(const std::string& name) {
-  const size_t at = name.rfind(".L");
-  if (at == std::string::npos || at + 2 == name.size() || name.size() - at - 2 > 9) return -1;
+// Layer instances are numbered layer + micro-batch * kMicroStride.
+constexpr int kMicroStride = 1 << 20;
+
+// The decimal number of name[begin, end), -1 when it is not one (or too long).
+int number_at(const std::string& name, size_t begin, size_t end) {
+  if (begin >= end || end - begin > 6) return -1;
   int n = 0;
-  for (size_t c = at + 2; c < name.size(); ++c) {
+  for (size_t c = begin; c < end; ++c) {
     if (name[c] < '0' || name[c] > '9') return -1;
     n = n * 10 + (name[c] - '0');
   }
   return n;
+}
+
+// The layer instance of a buffer named "<name>.L<n>" or "<name>.L<n>.M<j>" (how unroll() names
+// per-layer copies, the second with several micro-batches): n + j * kMicroStride; -1 when the
+// name has no such suffix.
+int layer_suffix(const std::string& name) {
+  const size_t micro = name.rfind(".M");
+  const size_t layer = name.rfind(".L", micro == std::string::npos ? std::string::npos : micro);
+  if (layer == std::string::npos) return -1;
+  if (micro == std::string::npos || micro < layer) return number_at(name, layer + 2, name.size());
+  const int n = number_at(name, layer + 2, micro), j = number_at(name, micro + 2, name.size());
+  return n < 0 || j < 0 ? -1 : n + j * kMicroStride;
 }
 
 const char* pass_name(int pass) {
@@ -67,7 +80,10 @@ int Checker::layer_of_buffer(int rank, int32_t buf) const {
 }
 
 std::string Checker::layer_name(int slot) const {
-  return slot >= 0 && size_t(slot) < layer_numbers_.size() ? std::to_string(layer_numbers_[size_t(slot)]) : "?";
+  if (slot < 0 || size_t(slot) >= layer_numbers_.size()) return "?";
+  const int n = layer_numbers_[size_t(slot)];
+  if (n < kMicroStride) return std::to_string(n);
+  return fmt::format("{} of micro-batch {}", n % kMicroStride, n / kMicroStride);
 }
 
 // The layer slot of an attention block: the layer all its buffers belong to; 0 in a schedule
@@ -144,6 +160,33 @@ void Checker::check_flat_bytes(const RankProgram& prog, int32_t i) {
   if (op.bytes != expect)
     error("{}: sends {} bytes, but {} elements of {} over {} members are {} bytes", where(prog.rank, i), op.bytes,
           spec.elements, fields_to_string(spec.fields), p, expect);
+}
+
+// A pipeline stage message: both ends flat activations, between neighbours of one pipeline group
+// in the direction its tag says (0 activations forward, 1 their gradients back), whole rows of
+// the model width on both ends.
+void Checker::check_stage_pair(int s, int32_t i, int r, int32_t j) {
+  const Op& so = sched_.ranks[size_t(s)].ops[size_t(i)];
+  const Op& ro = sched_.ranks[size_t(r)].ops[size_t(j)];
+  rv_.partner[size_t(rv_.offset[size_t(s)] + i)] = rv_.offset[size_t(r)] + j;
+  rv_.partner[size_t(rv_.offset[size_t(r)] + j)] = rv_.offset[size_t(s)] + i;
+  if (!is_stage_message(so) || !is_stage_message(ro))
+    return error("{}: a stage message of activations pairs with {}, which moves {}", where(s, i), where(r, j),
+                 fields_to_string(is_stage_message(so) ? ro.fields : so.fields));
+  int step = 0;  // stage distance from sender to receiver within their pipeline group
+  for (const CommGroup& g : plan_.groups) {
+    if (g.kind != GroupKind::Pipeline) continue;
+    const auto a = std::find(g.ranks.begin(), g.ranks.end(), s), b = std::find(g.ranks.begin(), g.ranks.end(), r);
+    if (a != g.ranks.end() && b != g.ranks.end()) step = int(b - a);
+  }
+  const int expect = so.tag == 0 ? 1 : so.tag == 1 ? -1 : 0;
+  if (expect == 0 || step != expect)
+    error("{}: a stage message with tag {} goes to rank {}, which is not its {} stage neighbour in a pipeline group",
+          where(s, i), so.tag, r, so.tag == 0 ? "next" : "previous");
+  const int64_t row = int64_t(dims_.elem_bytes) * plan_.workload.hidden;
+  if (so.bytes <= 0 || so.bytes % row != 0)
+    error("{}: {} bytes are not whole rows of {} activations ({} bytes each)", where(s, i), so.bytes,
+          plan_.workload.hidden, row);
 }
 
 // ---- (a) block coverage -----------------------------------------------------------------------

@@ -91,10 +91,13 @@ CostModel::CostModel(const Topology& topology, Calibration calibration, CostOpti
       tree_prices_(std::make_shared<detail::TreePriceCache>()) {}
 CostModel::~CostModel() = default;
 
-std::vector<int> CostModel::timed_ranks(const Plan& plan) const {
+namespace {
+
+// Up to `want` ranks that stand for the plan (want <= 0: all of them).
+std::vector<int> sample_ranks(const Plan& plan, int want) {
   const int ranks = plan.num_ranks();
   std::vector<int> list;
-  if (options_.max_timed_ranks <= 0 || ranks <= options_.max_timed_ranks) {
+  if (want <= 0 || ranks <= want) {
     for (int r = 0; r < ranks; ++r)
       list.push_back(r);
     return list;
@@ -122,11 +125,36 @@ std::vector<int> CostModel::timed_ranks(const Plan& plan) const {
   for (const RankSlot& slot : plan.ranks)
     if (slot.node == first_node || slot.node == last_node) add_unique(list, seen, slot.rank, ranks);
   // Evenly spaced ranks fill what is left.
-  const int want = options_.max_timed_ranks;
   for (int i = 1; int(list.size()) < want && i < want; ++i)
     add_unique(list, seen, int(int64_t(i) * ranks / want), ranks);
   if (int(list.size()) > want) list.resize(size_t(want));
   return list;
+}
+
+// Pipeline plans: the ranks stage 0 would time, each with its whole pipeline column (the same
+// stage rank on every stage), so that stage messages meet their real other end and the bubble
+// shows.
+std::vector<int> sample_columns(const Plan& plan, int want) {
+  const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp;
+  Plan stage = plan;
+  stage.params.pipeline_parallel = 1;
+  stage.ranks.resize(size_t(W));
+  std::erase_if(stage.groups, [W](const CommGroup& g) {
+    return std::any_of(g.ranks.begin(), g.ranks.end(), [W](int r) { return r >= W; });
+  });
+  std::vector<int> list;
+  for (int r : sample_ranks(stage, std::max(1, want / Pp)))
+    for (int p = 0; p < Pp; ++p)
+      list.push_back(p * W + r);
+  return list;
+}
+
+}  // namespace
+
+std::vector<int> CostModel::timed_ranks(const Plan& plan) const {
+  const int want = options_.max_timed_ranks;
+  if (plan.params.pipeline_parallel > 1 && want > 0 && plan.num_ranks() > want) return sample_columns(plan, want);
+  return sample_ranks(plan, want);
 }
 
 void CostModel::build_timed(const Plan& plan, Schedule& schedule, int max_ranks) const {
@@ -143,7 +171,9 @@ void CostModel::build_timed(const Plan& plan, Schedule& schedule, int max_ranks)
   }
   for (int rank : timed_ranks(plan)) {
     if (max_ranks > 0 && int(schedule.ranks.size()) >= max_ranks) break;
-    if (options_.max_timed_ops > 0 && schedule.ranks.size() >= 2 && ops >= options_.max_timed_ops) break;
+    // A pipeline column is timed whole or not at all.
+    const bool column_done = schedule.ranks.size() % size_t(plan.params.pipeline_parallel) == 0;
+    if (options_.max_timed_ops > 0 && schedule.ranks.size() >= 2 && ops >= options_.max_timed_ops && column_done) break;
     if (have.count(rank)) continue;
     schedule.ranks.push_back(builder.build_rank(rank, schedule.tokens));
     ops += int64_t(schedule.ranks.back().ops.size());

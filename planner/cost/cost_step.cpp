@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
+#include <vector>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
@@ -17,37 +19,26 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   WF_ASSERT(plan.scope == Scope::Step, "evaluate_step needs a plan of step scope");
   const Workload& w = plan.workload;
   StepBuilder builder(plan);
-  // The ranks the attention cost would time, within the same op budget counted on templates.
-  std::vector<StepTemplate> templates;
+  // The ranks the attention cost would time (whole pipeline columns), within the same op budget
+  // counted on the attention programs.
   Schedule attention;  // the timed ranks' attention programs, for memory and the attention time
   build_timed(plan, attention);
-  TokenSetPool pool;
+  // Every layer of every micro-batch is timed: a few timed layers extended linearly were tried,
+  // and the per-layer increment of the list schedule keeps changing for many layers where the
+  // backward's gradient buckets queue up behind the strategy's collectives (docs/cost-model.md).
+  Schedule step;
+  step.dims = builder.dims();
+  step.flow_sets = builder.flow_sets();
   for (const RankProgram& program : attention.ranks)
-    templates.push_back(builder.build_template(program.rank, pool));
-
-  auto time_layers = [&](int layers) {
-    Schedule s;
-    s.dims = builder.dims();
-    s.flow_sets = builder.flow_sets();
-    s.tokens = pool;
-    for (const StepTemplate& t : templates)
-      s.ranks.push_back(unroll(t, layers));
-    CostBreakdown c = evaluate_times(plan, s);
-    c.volume = comm_volume(s);
-    return c;
-  };
-
-  // Every layer is timed: a few timed layers extended linearly were tried, and the per-layer
-  // increment of the list schedule keeps changing for many layers where the backward's gradient
-  // buckets queue up behind the strategy's collectives (docs/cost-model.md).
-  const int L = w.layers;
-  CostBreakdown cost = time_layers(L);
-  cost.layers_timed = L;
+    step.ranks.push_back(unroll(builder.build_template(program.rank, step.tokens)));
+  CostBreakdown cost = evaluate_times(plan, step);
+  cost.volume = comm_volume(step);
+  cost.layers_timed = w.layers;
   cost.backward_ms = cost.step_ms - cost.forward_ms;
   cost.memory = step_memory(plan, attention);
-  // The attention alone: its own schedule's step, once per layer.
+  // The attention alone: its own schedule's step (whole batch), once per layer.
   const CostBreakdown layer = evaluate_times(plan, attention);
-  cost.attention_ms = layer.step_ms * L;
+  cost.attention_ms = layer.step_ms * w.layers;
   cost.attention_flops = layer.attention_flops;
   cost.model_flops = step_model_flops(w);
   const double step_s = cost.step_ms * 1e-3;
@@ -57,21 +48,50 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   return cost;
 }
 
+namespace {
+
+// Compute seconds of one micro-batch's forward and backward on a rank, and of its epilogue.
+struct ComputeParts {
+  double forward = 0, backward = 0, epilogue = 0;
+};
+
+ComputeParts compute_parts(const StepTemplate& t, ComputeTimer& timer, const TokenSetPool& pool) {
+  ComputeParts parts;
+  for (uint32_t i = 0; i < t.program.ops.size(); ++i) {
+    const Op& op = t.program.ops[i];
+    if (op.stream != Stream::Compute) continue;
+    const double seconds = timer.seconds(op, pool) * (in_layer_section(t.sections, i) ? t.layers : 1);
+    if (in_epilogue(t.sections, i))
+      parts.epilogue += seconds;
+    else
+      (i < t.sections.head_end ? parts.forward : parts.backward) += seconds;
+  }
+  return parts;
+}
+
+}  // namespace
+
 double CostModel::step_compute_bound_ms(const Plan& plan) const {
   StepBuilder builder(plan);
   ComputeTimer timer(topology_.gpu(), calibration_, plan.workload);
-  const int L = plan.workload.layers;
-  double busiest = 0;
+  const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp, M = plan.workload.microbatches;
   TokenSetPool pool;
-  for (int rank : timed_ranks(plan)) {
-    const StepTemplate t = builder.build_template(rank, pool);
-    double seconds = 0;
-    for (uint32_t i = 0; i < t.program.ops.size(); ++i) {
-      const Op& op = t.program.ops[i];
-      if (op.stream != Stream::Compute) continue;
-      seconds += timer.seconds(op, pool) * (in_layer_section(t.sections, i) ? L : 1);
+  std::map<int, std::vector<std::pair<int, ComputeParts>>> columns;  // stage rank -> (stage, parts)
+  for (int rank : timed_ranks(plan))
+    columns[rank % W].push_back({rank / W, compute_parts(builder.build_template(rank, pool), timer, pool)});
+  // Each rank's compute stream runs its micro-batches one op at a time; in a pipeline, a stage's
+  // first forward also waits for the earlier stages' forward of that micro-batch, and the step
+  // ends after the earlier stages ran the last micro-batch's backward.
+  double busiest = 0;
+  for (auto& [local, stages] : columns) {
+    std::sort(stages.begin(), stages.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    double before = 0;  // forward + backward of one micro-batch on the earlier stages of the column
+    int expected = 0;   // the ramp counts only when the earlier stages are all timed
+    for (const auto& [stage, parts] : stages) {
+      if (stage != expected++) before = 0, expected = stage + 1;
+      busiest = std::max(busiest, before + M * (parts.forward + parts.backward) + parts.epilogue);
+      before += parts.forward + parts.backward;
     }
-    busiest = std::max(busiest, seconds);
   }
   return busiest * 1e3;
 }

@@ -25,7 +25,10 @@ double field_bytes(const ScheduleDims& dims, const BufferDecl& buf, Field field,
 }  // namespace
 
 double model_state_bytes(const Workload& workload, int ranks) {
-  const double params = double(workload.parameter_count());
+  return parameter_state_bytes(workload, double(workload.parameter_count()), ranks);
+}
+
+double parameter_state_bytes(const Workload& workload, double params, int ranks) {
   const double shards = std::max(ranks, 1);
   // bf16 weights (2 B), bf16 gradients (2 B), fp32 master weights + Adam moments (12 B).
   switch (workload.zero_stage) {
@@ -92,32 +95,41 @@ double stored_elements_per_row(const Workload& w, Checkpointing mode) {
 
 MemoryEstimate step_memory(const Plan& plan, const Schedule& attention) {
   const Workload& w = plan.workload;
-  const int T = plan.params.tensor_parallel;
-  MemoryEstimate m;
-  // A rank holds 1/T of the model, sharded by ZeRO over the data x sequence parallel ranks.
-  m.model_state_GiB = model_state_bytes(w, plan.num_ranks() / T) / T / kGiB;
-  // Rows of the busiest rank: its own tokens times its sequences.
+  const int T = plan.params.tensor_parallel, Pp = plan.params.pipeline_parallel, M = w.microbatches;
+  // Rows of the busiest rank in one micro-batch: its own tokens times its sequences (the attention
+  // programs hold the whole batch).
   double rows = 0, buffers = 0;
   for (const RankProgram& program : attention.ranks) {
     int64_t token_heads = 0;
     for (const Binding& b : program.inputs)
       if (b.field == Field::Q) token_heads += token_count(attention.tokens.get(b.tokens)) * b.heads.size();
-    rows = std::max(rows, double(token_heads) / std::max(1, w.heads / T) * rows_of(program));
-    buffers = std::max(buffers, buffer_bytes(attention.dims, program));
+    rows = std::max(rows, double(token_heads) / std::max(1, w.heads / T) * rows_of(program) / M);
+    buffers = std::max(buffers, buffer_bytes(attention.dims, program) / M);
   }
   const double e = bytes_of(w.dtype);
   const double lse = w.checkpointing == Checkpointing::Full ? 0 : 4.0 * w.heads;  // fp32 per head
   // With tensor (and Megatron's sequence) parallelism every stored activation is split T ways.
-  m.activations_GiB = w.layers * rows * (e * stored_elements_per_row(w, w.checkpointing) + lse) / T / kGiB;
-  m.attention_GiB = buffers / kGiB;
-  // The largest transient on top: the logits and their fp32 gradient at the head, or one layer's
-  // recomputed activations inside a fully checkpointed backward.
+  const double layer_bytes = rows * (e * stored_elements_per_row(w, w.checkpointing) + lse) / T;
   const double logits = rows * double(w.vocab) / T * (e + 4);
   const double recomputed =
       w.checkpointing == Checkpointing::Full ? rows * e * stored_elements_per_row(w, Checkpointing::None) / T : 0;
-  m.working_GiB = std::max(logits, recomputed) / kGiB;
-  m.total_GiB = m.model_state_GiB + m.activations_GiB + m.attention_GiB + m.working_GiB;
-  return m;
+  // The fullest stage: the first holds the most micro-batches in flight under 1F1B (min(Pp, M),
+  // stage p min(Pp - p, M)), the last the logits. A stage's model state is 1/T of its parameters,
+  // sharded by ZeRO over its data x sequence parallel ranks.
+  MemoryEstimate best;
+  for (int stage : {0, Pp - 1}) {
+    MemoryEstimate m;
+    const double params = double(w.stage_parameter_count(stage, Pp)) / T;
+    m.model_state_GiB = parameter_state_bytes(w, params, plan.num_ranks() / Pp / T) / kGiB;
+    m.activations_GiB = double(w.layers / Pp) * std::min(Pp - stage, M) * layer_bytes / kGiB;
+    m.attention_GiB = buffers / kGiB;
+    // The largest transient on top: the logits and their fp32 gradient at the head, or one layer's
+    // recomputed activations inside a fully checkpointed backward.
+    m.working_GiB = std::max(stage == Pp - 1 ? logits : 0.0, recomputed) / kGiB;
+    m.total_GiB = m.model_state_GiB + m.activations_GiB + m.attention_GiB + m.working_GiB;
+    if (m.total_GiB > best.total_GiB) best = m;
+  }
+  return best;
 }
 
 PaperMemoryTerms paper_memory_terms(const Plan& plan, const Schedule& schedule) {

@@ -64,7 +64,7 @@ struct TimelineShape::Impl {
     meet_begin.push_back(uint32_t(meet_ops.size()));
   }
   void pair_messages(std::vector<Keyed>& ends);
-  void pair_matched();
+  void pair_matched(bool stage_only);
   void pair_symmetric();
   void meet_collectives();
 };
@@ -115,13 +115,16 @@ void TimelineShape::Impl::pair_messages(std::vector<Keyed>& ends) {
   }
 }
 
-// A message's ends have the same (source rank, destination rank, tag).
-void TimelineShape::Impl::pair_matched() {
+// A message's ends have the same (source rank, destination rank, tag). `stage_only`: only
+// pipeline stage messages, whose ends always meet for real (a sample times whole pipeline
+// columns), whatever the mode for the strategy's messages.
+void TimelineShape::Impl::pair_matched(bool stage_only) {
   std::vector<Keyed> ends;
   for (size_t p = 0; p < programs.size(); ++p)
     for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
       const Op& op = programs[p]->ops[i];
       const int32_t rank = programs[p]->rank;
+      if (stage_only && !is_stage_message(op)) continue;
       if (op.kind == OpKind::Send)
         ends.emplace_back(rank, op.peer, op.tag, 0, OpRef{int32_t(p), int32_t(i)});
       else if (op.kind == OpKind::Recv)
@@ -136,7 +139,7 @@ void TimelineShape::Impl::pair_symmetric() {
   for (size_t p = 0; p < programs.size(); ++p)
     for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
       const Op& op = programs[p]->ops[i];
-      if (op.kind == OpKind::Send || op.kind == OpKind::Recv)
+      if ((op.kind == OpKind::Send || op.kind == OpKind::Recv) && !is_stage_message(op))
         ends.emplace_back(int32_t(p), op.tag, 0, op.kind == OpKind::Send ? 0 : 1, OpRef{int32_t(p), int32_t(i)});
     }
   pair_messages(ends);
@@ -173,10 +176,11 @@ TimelineShape::TimelineShape(std::vector<const RankProgram*> programs, PairMode 
   for (const RankProgram* program : impl_->programs)
     impl_->add_lanes(*program);
   if (mode == PairMode::Matched) {
-    impl_->pair_matched();
+    impl_->pair_matched(false);
     impl_->meet_collectives();
   } else if (mode == PairMode::Symmetric) {
     impl_->pair_symmetric();
+    impl_->pair_matched(true);
   }
 }
 

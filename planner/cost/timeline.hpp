@@ -13,7 +13,9 @@
 //    rank's program shifted by nothing, so it posts its end of a message when this rank posts its
 //    own op of the same tag in the other direction (every ring member forwards the same block at
 //    the same step). A receive whose sender sends only after computing (a pass-KV ring's dK,dV
-//    accumulator) thus waits for that compute like the rank's own send does.
+//    accumulator) thus waits for that compute like the rank's own send does. Pipeline stage
+//    messages are the exception: a sample holds whole pipeline columns, so they are matched with
+//    their real other end, and the pipeline's bubble shows.
 // Collectives: with every rank timed, the k-th collective of a group starts on all members when the
 // last of them has posted it (as the simulator runs it); in a sample, when the member is ready.
 // Their price covers the group.

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -64,14 +65,24 @@ int64_t Workload::attention_parameters_per_layer() const {
   return hidden * q_width() + 2 * hidden * kv_width() + q_width() * hidden;
 }
 
-int64_t Workload::parameter_count() const {
+int64_t Workload::layer_parameter_count() const {
   const int64_t ffn_matrices = gated_ffn ? 3 : 2;
   const int64_t norms_per_layer = 2 * hidden;  // one weight vector before attention, one before the FFN
-  const int64_t per_layer = attention_parameters_per_layer() + ffn_matrices * hidden * ffn + norms_per_layer;
+  return attention_parameters_per_layer() + ffn_matrices * hidden * ffn + norms_per_layer;
+}
+
+int64_t Workload::parameter_count() const {
+  return stage_parameter_count(0, 1);
+}
+
+int64_t Workload::stage_parameter_count(int stage, int stages) const {
   const int64_t embeddings = vocab * hidden;
   const int64_t output_head = vocab * hidden;  // untied
   const int64_t final_norm = hidden;
-  return int64_t(layers) * per_layer + embeddings + output_head + final_norm;
+  int64_t count = int64_t(layers / std::max(1, stages)) * layer_parameter_count();
+  if (stage == 0) count += embeddings;
+  if (stage == stages - 1) count += output_head + final_norm;
+  return count;
 }
 
 namespace {

@@ -163,10 +163,10 @@ const char* to_string(Phase p) {
 }
 
 const char* to_string(StepOp op) {
-  static constexpr const char* kNames[] = {"attention", "embedding",  "norm",        "q_proj",   "k_proj",
-                                           "v_proj",    "rope",       "out_proj",    "residual", "mlp_gate",
-                                           "mlp_up",    "activation", "mlp_down",    "lm_head",  "loss",
-                                           "optimizer", "grad_sync",  "param_gather"};
+  static constexpr const char* kNames[] = {
+      "attention", "embedding", "norm",      "q_proj",       "k_proj",        "v_proj",         "rope",
+      "out_proj",  "residual",  "mlp_gate",  "mlp_up",       "activation",    "mlp_down",       "lm_head",
+      "loss",      "optimizer", "grad_sync", "param_gather", "tensor_gather", "tensor_scatter", "stage_transfer"};
   const auto i = size_t(op);
   return i < std::size(kNames) ? kNames[i] : "?";
 }
@@ -190,6 +190,10 @@ bool is_step_compute(OpKind k) {
 bool is_flat_collective(const CollectiveSpec& spec) {
   const FieldMask flat = field_mask({Field::WeightGrad, Field::Weight, Field::Activation});
   return spec.kind == OpKind::AllReduce || ((spec.fields & flat) != 0 && spec.elements > 0);
+}
+
+bool is_stage_message(const Op& op) {
+  return (op.kind == OpKind::Send || op.kind == OpKind::Recv) && op.fields == fieldset::kActivation;
 }
 
 bool is_collective(OpKind k) {

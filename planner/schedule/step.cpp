@@ -12,10 +12,14 @@
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/schedule/strategy.hpp>
+#include "pipeline_parallel.hpp"
+#include "step_writer.hpp"
 #include "strategies/common.hpp"
 
 namespace wallfacer {
 namespace {
+
+using detail::TemplateWriter;
 
 // The largest number of collectives one gradient or parameter synchronisation is cut into: a
 // bucket grows beyond the setting rather than flood a program with thousands of small messages.
@@ -71,96 +75,6 @@ int64_t own_rows(const RankProgram& program, const TokenSetPool& pool, int heads
   return token_heads / std::max(1, heads) * (program.batch_end - program.batch_begin);
 }
 
-// Appends ops to the template with explicit dependencies (stream order is implicit).
-class TemplateWriter {
- public:
-  TemplateWriter(const Plan& plan, RankProgram& program, TokenSetPool& pool, ScheduleDims dims)
-      : plan_(plan), program_(program), pool_(pool), dims_(dims) {}
-
-  void set_phase(Phase phase) { phase_ = phase; }
-  void set_flags(uint8_t flags) { flags_ = flags; }
-  uint32_t size() const { return uint32_t(program_.ops.size()); }
-
-  int32_t gemm(StepOp label, GemmPart part, int64_t m, int64_t n, int64_t k, const std::vector<int32_t>& deps = {}) {
-    Op op = base(OpKind::Gemm, Stream::Compute, label);
-    op.part = part;
-    op.gemm[0] = int32_t(m);
-    op.gemm[1] = int32_t(n);
-    op.gemm[2] = int32_t(k);
-    op.flops = 2.0 * double(m) * double(n) * double(k);
-    op.bytes = int64_t(dims_.elem_bytes) * (m * k + k * n + m * n);
-    return program_.add(op, deps);
-  }
-
-  int32_t pointwise(StepOp label, int64_t bytes, const std::vector<int32_t>& deps = {}) {
-    Op op = base(OpKind::Pointwise, Stream::Compute, label);
-    op.bytes = bytes;
-    return program_.add(op, deps);
-  }
-
-  // A flat collective of `elements` values of `field` over plan group `group`.
-  int32_t flat(OpKind kind, int32_t group, Field field, int64_t elements, StepOp label,
-               const std::vector<int32_t>& deps) {
-    CollectiveSpec spec;
-    spec.kind = kind;
-    spec.group = group;
-    spec.fields = field_bit(field);
-    spec.elements = elements;
-    spec.algorithm = plan_.groups[size_t(group)].all_reduce;
-    const int p = int(plan_.groups[size_t(group)].ranks.size());
-    Op op = base(kind, Stream::Collective, label);
-    op.fields = spec.fields;
-    op.buf[0] = flat_buffer(field);
-    op.bytes = detail::collective_send_bytes(dims_, spec, 0, p, pool_, dims_.batch, field == Field::WeightGrad);
-    op.coll = int32_t(program_.collectives.size());
-    program_.collectives.push_back(std::move(spec));
-    return program_.add(op, deps);
-  }
-
-  // The last op of each stream among ops [begin, end).
-  std::vector<int32_t> last_per_stream(uint32_t begin, uint32_t end) const {
-    int32_t last[kNumStreams] = {-1, -1, -1, -1};
-    for (uint32_t i = begin; i < end; ++i)
-      last[int(program_.ops[i].stream)] = int32_t(i);
-    std::vector<int32_t> out;
-    for (int32_t l : last)
-      if (l >= 0) out.push_back(l);
-    return out;
-  }
-
-  RankProgram& program() { return program_; }
-
- private:
-  Op base(OpKind kind, Stream stream, StepOp label) const {
-    Op op;
-    op.kind = kind;
-    op.stream = stream;
-    op.phase = phase_;
-    op.label = label;
-    op.flags = flags_;
-    return op;
-  }
-  // One buffer per flat field (no rows), declared on first use.
-  int32_t flat_buffer(Field field) {
-    const int slot = field == Field::WeightGrad ? 0 : field == Field::Weight ? 1 : 2;
-    static constexpr const char* kNames[] = {"wgrads", "weights", "activations"};
-    int32_t& b = flat_buffers_[slot];
-    if (b < 0) {
-      b = int32_t(program_.buffers.size());
-      program_.buffers.push_back({kNames[slot], field_bit(field), {}, 0, field == Field::WeightGrad});
-    }
-    return b;
-  }
-
-  const Plan& plan_;
-  RankProgram& program_;
-  TokenSetPool& pool_;
-  ScheduleDims dims_;
-  Phase phase_ = Phase::Forward;
-  uint8_t flags_ = 0;
-  int32_t flat_buffers_[3] = {-1, -1, -1};
-};
-
 // Sizes of the layer's matrices and of the rows one rank works on (docs/step.md). With tensor
 // parallelism T, a rank holds 1/T of every matrix (h, hkv, f, v) and the sequence-parallel part of
 // the layer (norms, residuals, embedding) works on m / T rows.
@@ -187,33 +101,45 @@ struct Producers {
 
 class StepTemplateBuilder {
  public:
-  StepTemplateBuilder(const Plan& plan, Attention attention, TokenSetPool& pool)
+  StepTemplateBuilder(const Plan& plan, Attention attention, TokenSetPool& pool, size_t attention_flow_sets)
       : plan_(plan),
         w_(plan.workload),
         a_(std::move(attention)),
         out_(),
-        writer_(plan, out_.program, pool, detail::dims_of(plan.workload)) {
+        writer_(plan, out_.program, pool, detail::dims_of(detail::micro_workload(plan.workload))) {
     const int T = plan.params.tensor_parallel;
     shape_ = {a_.tokens, w_.q_width(), w_.kv_width(), w_.ffn, w_.vocab, bytes_of(w_.dtype), w_.gated_ffn, T};
-    world_ = plan.num_ranks() / T;
-    if (T > 1) tensor_group_ = plan.find_group(fmt::format("tp{}", a_.program.rank / T));
+    stage_ = detail::pipeline_position(plan, a_.program.rank);
+    attention_flow_sets_ = attention_flow_sets;
+    world_ = stage_.stage_ranks / T;
+    const int local = a_.program.rank % stage_.stage_ranks;
+    const std::string prefix = stage_.stages > 1 ? fmt::format("p{}.", stage_.stage) : "";
+    if (T > 1) tensor_group_ = plan.find_group(fmt::format("{}tp{}", prefix, local / T));
   }
 
   StepTemplate build() {
     out_.program.rank = a_.program.rank;
     out_.program.batch_begin = a_.program.batch_begin;
     out_.program.batch_end = a_.program.batch_end;
-    out_.layers = w_.layers;
+    out_.layers = stage_.layers;
+    out_.first_layer = stage_.first_layer;
+    out_.microbatches = stage_.microbatches;
+    out_.warmup = stage_.warmup();
+    out_.sync_every_microbatch = w_.zero_stage >= 2;
     out_.tokens = shape_.m;
     copy_attention_storage();
-    prologue();
+    input_ = prologue();
     out_.sections.prologue_end = writer_.size();
     forward_map_ = layer_forward();
     out_.sections.forward_end = writer_.size();
     head();
     out_.sections.head_end = writer_.size();
+    gradient_input_ = receive_gradient();
+    out_.sections.gradient_in_end = writer_.size();
     layer_backward();
     out_.sections.backward_end = writer_.size();
+    tail();
+    out_.sections.tail_end = writer_.size();
     epilogue();
     out_.per_layer_buffer.resize(out_.program.buffers.size(), false);
     return std::move(out_);
@@ -298,15 +224,33 @@ class StepTemplateBuilder {
     return map;
   }
 
-  void prologue() {
+  // A micro-batch's input: the embedding lookup on the first stage (read the rows of the table,
+  // write the activations), the previous stage's activations on the others.
+  int32_t prologue() {
     writer_.set_phase(Phase::Forward);
-    // Embedding lookup: read the rows of the table, write the activations.
-    writer_.pointwise(StepOp::Embedding, 2 * shape_.rows() * shape_.H * shape_.e);
+    if (stage_.first()) return writer_.pointwise(StepOp::Embedding, 2 * shape_.rows() * shape_.H * shape_.e);
+    return stage_message(OpKind::Recv, -1);
+  }
+
+  // Stage messages carry the m / T sequence-parallel rows of width H; tags: 0 activations
+  // (forward), 1 their gradients (backward), matched in order per pair of ranks.
+  int32_t stage_message(OpKind kind, int direction) {
+    const int peer = a_.program.rank + direction * stage_.stage_ranks;
+    const bool forward = (kind == OpKind::Send) == (direction > 0);
+    const int32_t flow_set = int32_t(attention_flow_sets_) + (forward ? 0 : 1);
+    const std::vector<int32_t> deps = kind == OpKind::Send ? after(writer_.last_compute()) : std::vector<int32_t>{};
+    return writer_.stage_message(kind, peer, forward ? 0 : 1, flow_set, shape_.rows() * shape_.H, deps);
+  }
+
+  // Non-last stages: the gradient of the stage's output, from the next stage.
+  int32_t receive_gradient() {
+    writer_.set_phase(Phase::Backward);
+    return stage_.last() ? -1 : stage_message(OpKind::Recv, +1);
   }
 
   // Tensor parallel: gathers the m / T sequence-parallel rows of width H from the tensor group,
   // or reduce-scatters a row-parallel product back to them. Nothing without tensor parallelism.
-  std::vector<int32_t> tensor_gather(std::vector<int32_t> after = {}) {
+  std::vector<int32_t> tensor_gather(std::vector<int32_t> after) {
     if (tensor_group_ < 0) return after;
     return {writer_.flat(OpKind::AllGather, tensor_group_, Field::Activation, shape_.m * shape_.H, StepOp::TensorGather,
                          after)};
@@ -325,8 +269,12 @@ class StepTemplateBuilder {
     const Shape& s = shape_;
     writer_.set_flags(flags);
     const int32_t gathered = w_.zero_stage == 3 && !flags ? gather_parameters(layer_parameters(), {}) : -1;
-    writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e, after(gathered));
-    std::vector<int32_t> input = tensor_gather(after(gathered));
+    std::vector<int32_t> start = after(gathered);
+    if (!flags && !stage_.first()) start.push_back(input_);  // the previous stage's activations
+    // Recomputation runs when the backward reaches the layer: after its output gradient arrived.
+    if (flags && gradient_input_ >= 0) start.push_back(gradient_input_);
+    writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e, start);
+    std::vector<int32_t> input = tensor_gather(after(writer_.last_compute()));
     Producers p;
     writer_.gemm(StepOp::QProj, GemmPart::Forward, s.m, s.h(), s.H, input);
     p.q = writer_.pointwise(StepOp::Rope, 2 * s.m * s.h() * s.e);
@@ -343,7 +291,7 @@ class StepTemplateBuilder {
     writer_.gemm(StepOp::OutProj, GemmPart::Forward, s.m, s.H, s.h(), last);
     writer_.pointwise(StepOp::Residual, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
     writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e);
-    input = tensor_gather();
+    input = tensor_gather(after(writer_.last_compute()));
     if (s.gated) writer_.gemm(StepOp::MlpGate, GemmPart::Forward, s.m, s.f(), s.H, input);
     writer_.gemm(StepOp::MlpUp, GemmPart::Forward, s.m, s.f(), s.H, input);
     writer_.pointwise(StepOp::Activation, (s.gated ? 3 : 2) * s.m * s.f() * s.e);
@@ -355,11 +303,17 @@ class StepTemplateBuilder {
     return map;
   }
 
+  // The last stage's head: final norm, LM head, loss and their backward. The others send their
+  // activations on to the next stage.
   void head() {
     const Shape& s = shape_;
     writer_.set_phase(Phase::Forward);
+    if (!stage_.last()) {
+      stage_message(OpKind::Send, +1);
+      return;
+    }
     writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e);
-    writer_.gemm(StepOp::LmHead, GemmPart::Forward, s.m, s.v(), s.H, tensor_gather());
+    writer_.gemm(StepOp::LmHead, GemmPart::Forward, s.m, s.v(), s.H, tensor_gather(after(writer_.last_compute())));
     // Softmax cross-entropy over the rank's vocabulary shard, fused with its backward: read the
     // logits, write their fp32 gradient.
     writer_.pointwise(StepOp::Loss, s.m * s.v() * (s.e + 4));
@@ -379,7 +333,7 @@ class StepTemplateBuilder {
     }
     if (w_.checkpointing != Checkpointing::Selective) return;
     writer_.set_flags(kOpRecompute);
-    writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e);
+    writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e, after(gradient_input_));
     writer_.pointwise(StepOp::Rope, 2 * s.m * (s.h() + s.hkv()) * s.e);
     writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e);
     writer_.pointwise(StepOp::Activation, (s.gated ? 3 : 2) * s.m * s.f() * s.e);
@@ -391,7 +345,11 @@ class StepTemplateBuilder {
     writer_.set_phase(Phase::Backward);
     if (w_.zero_stage == 3) gather_parameters(layer_parameters(), {});
     recompute();
-    std::vector<int32_t> grad = tensor_gather();
+    // The layer's output gradient: the next stage's (first layer backward of a micro-batch on
+    // other stages than the last) or the op before (stream order gives the rest).
+    std::vector<int32_t> start = after(writer_.last_compute());
+    if (gradient_input_ >= 0) start.push_back(gradient_input_);
+    std::vector<int32_t> grad = tensor_gather(start);
     writer_.gemm(StepOp::MlpDown, GemmPart::DataGrad, s.m, s.f(), s.H, grad);
     writer_.gemm(StepOp::MlpDown, GemmPart::WeightGrad, s.f(), s.H, s.m, grad);
     writer_.pointwise(StepOp::Activation, (s.gated ? 5 : 3) * s.m * s.f() * s.e);
@@ -403,7 +361,7 @@ class StepTemplateBuilder {
     const int32_t mlp_wgrad = writer_.gemm(StepOp::MlpUp, GemmPart::WeightGrad, s.H, s.f(), s.m);
     writer_.pointwise(StepOp::Norm, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
     writer_.pointwise(StepOp::Residual, 3 * s.rows() * s.H * s.e);
-    grad = tensor_gather();
+    grad = tensor_gather(after(writer_.last_compute()));
     Producers p;
     p.dO = writer_.gemm(StepOp::OutProj, GemmPart::DataGrad, s.m, s.h(), s.H, grad);
     writer_.gemm(StepOp::OutProj, GemmPart::WeightGrad, s.h(), s.H, s.m, grad);
@@ -425,13 +383,25 @@ class StepTemplateBuilder {
     sync_gradients(w_.attention_parameters_per_layer() / s.T + s.H, {attn_wgrad});
   }
 
+  // The end of a micro-batch's backward: the embedding's gradient on the first stage, the
+  // gradient of the stage's input sent back on the others.
+  void tail() {
+    const Shape& s = shape_;
+    writer_.set_phase(Phase::Backward);
+    if (!stage_.first()) {
+      stage_message(OpKind::Send, -1);
+      return;
+    }
+    const int32_t embedding = writer_.pointwise(StepOp::Embedding, 3 * s.rows() * s.H * s.e);
+    sync_gradients(s.v() * s.H, {embedding});
+  }
+
+  // Once per step: the optimizer over the stage's parameters and the ZeRO 1/2 parameter gathers.
   void epilogue() {
     const Shape& s = shape_;
     writer_.set_phase(Phase::Backward);
-    const int32_t embedding = writer_.pointwise(StepOp::Embedding, 3 * s.rows() * s.H * s.e);
-    sync_gradients(s.v() * s.H, {embedding});
     // The optimizer waits for every gradient: after the last op of every stream.
-    const int64_t params = w_.parameter_count() / s.T;
+    const int64_t params = w_.stage_parameter_count(stage_.stage, stage_.stages) / s.T;
     const int64_t shard = w_.zero_stage >= 1 ? params / world_ : params;
     const int32_t step = writer_.pointwise(StepOp::Optimizer, kAdamBytesPerParameter * shard,
                                            writer_.last_per_stream(0, writer_.size()));
@@ -499,8 +469,12 @@ class StepTemplateBuilder {
   StepTemplate out_;
   TemplateWriter writer_;
   Shape shape_;
-  int world_ = 1;              // ranks a gradient is averaged over (data x sequence parallel)
-  int32_t tensor_group_ = -1;  // this rank's tensor group, -1 without tensor parallelism
+  detail::PipelinePosition stage_;
+  size_t attention_flow_sets_ = 0;  // the pipeline's flow sets come after the attention's
+  int32_t input_ = -1;              // the micro-batch's input: embedding, or the stage receive
+  int32_t gradient_input_ = -1;     // other stages than the last: the output gradient's receive
+  int world_ = 1;                   // ranks a gradient is averaged over (data x sequence parallel)
+  int32_t tensor_group_ = -1;       // this rank's tensor group, -1 without tensor parallelism
   std::vector<int32_t> buffer_map_, coll_map_;
   std::vector<FieldMask> bound_;  // by attention buffer: fields bound as inputs
   std::vector<int32_t> forward_map_, recompute_map_;
@@ -511,13 +485,45 @@ class StepTemplateBuilder {
 
 bool in_layer_section(const StepSections& sections, uint32_t op) {
   return (op >= sections.prologue_end && op < sections.forward_end) ||
-         (op >= sections.head_end && op < sections.backward_end);
+         (op >= sections.gradient_in_end && op < sections.backward_end);
 }
+
+bool in_epilogue(const StepSections& sections, uint32_t op) {
+  return op >= sections.tail_end;
+}
+
+namespace {
+
+// The plan whose attention programs the step splices: one micro-batch of the plan's workload.
+Plan micro_plan(const Plan& plan) {
+  const Feasibility feasible = check_feasible(plan.strategy, plan.params, plan.workload, plan.num_ranks());
+  if (!feasible.ok)
+    throw InputError(fmt::format("plan for strategy {}: {}", to_string(plan.strategy), feasible.reason));
+  Plan micro = plan;
+  micro.workload = detail::micro_workload(plan.workload);
+  return micro;
+}
+
+// Stage-to-stage flows, all at once: every rank to its successor (forward) or predecessor.
+std::vector<FlowSet> pipeline_flow_sets(const Plan& plan) {
+  const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp;
+  FlowSet forward{"pipeline-forward", {}}, backward{"pipeline-backward", {}};
+  for (int g = 0; g + W < plan.num_ranks(); ++g) {
+    forward.flows.emplace_back(g, g + W);
+    backward.flows.emplace_back(g + W, g);
+  }
+  return {forward, backward};
+}
+
+}  // namespace
 
 struct StepBuilder::Impl {
   Plan plan;
-  ScheduleBuilder attention;
-  explicit Impl(const Plan& p) : plan(p), attention(p) {}
+  ScheduleBuilder attention;  // of one micro-batch
+  size_t attention_flow_sets = 0;
+  explicit Impl(const Plan& p) : plan(p), attention(micro_plan(p)) {
+    attention_flow_sets = attention.flow_sets().size();
+  }
 };
 
 StepBuilder::StepBuilder(const Plan& plan) : impl_(std::make_unique<Impl>(plan)) {}
@@ -533,16 +539,24 @@ ScheduleDims StepBuilder::dims() const {
 }
 
 std::vector<FlowSet> StepBuilder::flow_sets() const {
-  return impl_->attention.flow_sets();
+  std::vector<FlowSet> sets = impl_->attention.flow_sets();
+  if (impl_->plan.params.pipeline_parallel > 1)
+    for (FlowSet& set : pipeline_flow_sets(impl_->plan))
+      sets.push_back(std::move(set));
+  return sets;
 }
 
 StepTemplate StepBuilder::build_template(int rank, TokenSetPool& pool) const {
   Attention attention = take_apart(impl_->attention.build_rank(rank, pool), rank, pool,
                                    impl_->plan.workload.heads / impl_->plan.params.tensor_parallel);
-  return StepTemplateBuilder(impl_->plan, std::move(attention), pool).build();
+  return StepTemplateBuilder(impl_->plan, std::move(attention), pool, impl_->attention_flow_sets).build();
 }
 
 Schedule StepBuilder::build(const std::vector<int>& ranks, int layers) const {
+  const int Pp = impl_->plan.params.pipeline_parallel;
+  if (layers % Pp != 0)
+    throw InputError(fmt::format("{} layers cannot be replayed over {} pipeline stages: a multiple of {} is needed",
+                                 layers, Pp, Pp));
   Schedule schedule;
   schedule.dims = dims();
   schedule.flow_sets = flow_sets();
@@ -552,7 +566,7 @@ Schedule StepBuilder::build(const std::vector<int>& ranks, int layers) const {
       list.push_back(r);
   schedule.ranks.reserve(list.size());
   for (int r : list)
-    schedule.ranks.push_back(unroll(build_template(r, schedule.tokens), layers));
+    schedule.ranks.push_back(unroll(build_template(r, schedule.tokens), layers / Pp));
   return schedule;
 }
 

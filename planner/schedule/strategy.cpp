@@ -17,6 +17,7 @@
 #include <wallfacer/topology/topology.hpp>
 #include "strategies/common.hpp"
 #include "strategies/strategy_impl.hpp"
+#include "pipeline_parallel.hpp"
 #include "tensor_parallel.hpp"
 
 namespace wallfacer {
@@ -94,12 +95,11 @@ const detail::StrategyImpl& impl_of(StrategyKind kind) {
 
 }  // namespace
 
-Feasibility check_feasible(StrategyKind strategy, const StrategyParams& params, const Workload& workload, int ranks) {
-  // The plan and workload fields exist; the stage lift and the 1F1B step do not yet.
-  if (params.pipeline_parallel != 1)
-    return {false, fmt::format("pipeline parallel degree {} is not supported yet (only 1)", params.pipeline_parallel)};
-  if (workload.microbatches != 1)
-    return {false, fmt::format("{} micro-batches are not supported yet (only 1)", workload.microbatches)};
+namespace {
+
+// The stage-local part: tensor slices around the strategy.
+Feasibility check_stage_feasible(StrategyKind strategy, const StrategyParams& params, const Workload& workload,
+                                 int ranks) {
   const int T = params.tensor_parallel;
   if (T == 1) return impl_of(strategy).feasible(params, workload, ranks);
   const Feasibility tensor = detail::tensor_feasibility(workload, T, ranks);
@@ -107,14 +107,35 @@ Feasibility check_feasible(StrategyKind strategy, const StrategyParams& params, 
   return impl_of(strategy).feasible(detail::slice_params(params), detail::slice_workload(workload, T), ranks / T);
 }
 
+std::vector<CommGroup> make_stage_groups(StrategyKind strategy, const StrategyParams& params, int ranks) {
+  const int T = std::max(1, params.tensor_parallel);
+  if (T == 1) return impl_of(strategy).groups(params, ranks);
+  return detail::lift_groups(impl_of(strategy).groups(detail::slice_params(params), ranks / T), T, ranks / T);
+}
+
+std::vector<int> make_stage_positions(StrategyKind strategy, const StrategyParams& params, int ranks) {
+  const int T = params.tensor_parallel;
+  return T == 1 ? impl_of(strategy).positions(params, ranks)
+                : detail::lift_positions(impl_of(strategy).positions(detail::slice_params(params), ranks / T), T);
+}
+
+}  // namespace
+
+Feasibility check_feasible(StrategyKind strategy, const StrategyParams& params, const Workload& workload, int ranks) {
+  const Feasibility pipeline = detail::pipeline_feasibility(params, workload, ranks);
+  if (!pipeline.ok) return pipeline;
+  const int Pp = params.pipeline_parallel;
+  return check_stage_feasible(strategy, detail::stage_params(params), detail::micro_workload(workload), ranks / Pp);
+}
+
 std::vector<StrategyParams> enumerate_params(StrategyKind strategy, const Workload& workload, int ranks) {
   return impl_of(strategy).enumerate(workload, ranks);
 }
 
 std::vector<CommGroup> make_groups(StrategyKind strategy, const StrategyParams& params, int ranks) {
-  const int T = std::max(1, params.tensor_parallel);
-  if (T == 1) return impl_of(strategy).groups(params, ranks);
-  return detail::lift_groups(impl_of(strategy).groups(detail::slice_params(params), ranks / T), T, ranks / T);
+  const int Pp = std::max(1, params.pipeline_parallel);
+  return detail::lift_stage_groups(make_stage_groups(strategy, detail::stage_params(params), ranks / Pp), Pp,
+                                   ranks / Pp);
 }
 
 Plan make_plan(StrategyKind strategy, const StrategyParams& params, const Workload& workload, const Topology& topology,
@@ -140,10 +161,9 @@ Plan make_plan(StrategyKind strategy, const StrategyParams& params, const Worklo
   plan.strategy = strategy;
   plan.params = params;
   plan.groups = make_groups(strategy, params, ranks);
-  const int T = params.tensor_parallel;
+  const int Pp = params.pipeline_parallel;
   const std::vector<int> positions =
-      T == 1 ? impl_of(strategy).positions(params, ranks)
-             : detail::lift_positions(impl_of(strategy).positions(detail::slice_params(params), ranks / T), T);
+      detail::lift_stage_positions(make_stage_positions(strategy, detail::stage_params(params), ranks / Pp), Pp);
   plan.ranks.reserve(size_t(ranks));
   for (int r = 0; r < ranks; ++r) {
     RankSlot slot;
@@ -170,6 +190,9 @@ struct ScheduleBuilder::Impl {
   // Tensor parallel plans: one builder per tensor slice, and the groups each slice has.
   std::vector<ScheduleBuilder> slices;
   int slice_groups = 0;
+  // Pipeline parallel plans: one builder per stage, and the groups each stage has.
+  std::vector<ScheduleBuilder> stages;
+  int stage_groups = 0;
 };
 
 ScheduleBuilder::ScheduleBuilder(const Plan& plan) : impl_(std::make_unique<Impl>()) {
@@ -185,6 +208,15 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan) : impl_(std::make_unique<Impl
   const Feasibility feasible = check_feasible(plan.strategy, plan.params, plan.workload, ranks);
   if (!feasible.ok)
     throw InputError(fmt::format("plan for strategy {}: {}", to_string(plan.strategy), feasible.reason));
+  const int Pp = plan.params.pipeline_parallel;
+  if (Pp > 1) {
+    // Each stage validates its own groups; the pipeline groups and the stage prefixes are checked here.
+    detail::validate_groups(plan, make_groups(plan.strategy, plan.params, ranks));
+    for (int p = 0; p < Pp; ++p)
+      impl_->stages.emplace_back(detail::stage_plan(plan, p));
+    impl_->stage_groups = int(make_stage_groups(plan.strategy, detail::stage_params(plan.params), ranks / Pp).size());
+    return;
+  }
   const int T = plan.params.tensor_parallel;
   if (T > 1) {
     // Each slice validates its own groups; the tensor groups and the slice prefixes are checked here.
@@ -210,6 +242,13 @@ ScheduleDims ScheduleBuilder::dims() const {
 }
 
 std::vector<FlowSet> ScheduleBuilder::flow_sets() const {
+  if (!impl_->stages.empty()) {
+    std::vector<FlowSet> sets = impl_->stages.front().flow_sets();
+    const int Pp = int(impl_->stages.size());
+    for (FlowSet& set : sets)
+      set = detail::lift_stage_flow_set(set, Pp, num_ranks() / Pp);
+    return sets;
+  }
   if (impl_->slices.empty()) return impl_->strategy->flow_sets(impl_->plan);
   std::vector<FlowSet> sets = impl_->slices.front().flow_sets();
   for (FlowSet& set : sets)
@@ -220,6 +259,12 @@ std::vector<FlowSet> ScheduleBuilder::flow_sets() const {
 RankProgram ScheduleBuilder::build_rank(int rank, TokenSetPool& pool) const {
   if (rank < 0 || rank >= num_ranks())
     throw InputError(fmt::format("rank {} out of range: the plan has ranks 0..{}", rank, num_ranks() - 1));
+  if (!impl_->stages.empty()) {
+    const int W = num_ranks() / int(impl_->stages.size());
+    RankProgram program = impl_->stages[size_t(rank / W)].build_rank(rank % W, pool);
+    detail::lift_stage_program(program, rank / W, W, impl_->stage_groups);
+    return program;
+  }
   if (impl_->slices.empty()) return impl_->strategy->build_rank(impl_->plan, rank, pool);
   const int T = int(impl_->slices.size());
   RankProgram program = impl_->slices[size_t(rank % T)].build_rank(rank / T, pool);

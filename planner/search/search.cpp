@@ -102,27 +102,31 @@ std::vector<Work> enumerate_candidates(const Topology& topology, const Workload&
   std::vector<StrategyKind> strategies =
       options.strategy ? std::vector<StrategyKind>{*options.strategy} : all_strategies();
   std::vector<Work> work;
-  for (int T : options.tensor_degrees)
-    for (StrategyKind strategy : strategies) {
-      if (T < 1 || ranks % T != 0) continue;
-      const Workload slice = T == 1 ? workload : tensor_slice_workload(workload, T);
-      if (T > 1 && !tensor_slice_fits(workload, T)) continue;
-      for (StrategyParams params : enumerate_params(strategy, slice, ranks / T)) {
-        params.tensor_parallel = T;
-        if (options.sequence_parallel > 0 && params.sequence_parallel != options.sequence_parallel) continue;
-        if (options.data_parallel > 0 && params.data_parallel != options.data_parallel) continue;
-        Work w;
-        w.index = work.size();
-        w.candidate.plan.strategy = strategy;
-        w.candidate.plan.params = params;
-        w.candidate.plan.workload = workload;
-        w.candidate.plan.topology_name = topology.name();
-        const Feasibility rules = check_feasible(strategy, params, workload, ranks);
-        w.candidate.reason = !rules.ok ? rules.reason : dtype_problem;
-        w.priced = w.candidate.reason.empty();
-        work.push_back(std::move(w));
+  for (int Pp : options.pipeline_degrees)
+    for (int T : options.tensor_degrees)
+      for (StrategyKind strategy : strategies) {
+        if (T < 1 || Pp < 1 || ranks % (T * Pp) != 0 || workload.layers % Pp != 0) continue;
+        const Workload slice = T == 1 ? workload : tensor_slice_workload(workload, T);
+        if (T > 1 && !tensor_slice_fits(workload, T)) continue;
+        for (StrategyParams params : enumerate_params(strategy, slice, ranks / (T * Pp))) {
+          params.tensor_parallel = T;
+          params.pipeline_parallel = Pp;
+          if (options.sequence_parallel > 0 && params.sequence_parallel != options.sequence_parallel) continue;
+          if (options.data_parallel > 0 && params.data_parallel != options.data_parallel) continue;
+          Work w;
+          w.index = work.size();
+          w.candidate.plan.strategy = strategy;
+          w.candidate.plan.params = params;
+          w.candidate.plan.workload = workload;
+          if (Pp > 1 && options.auto_microbatches)
+            w.candidate.plan.workload.microbatches = std::max(1, workload.batch / params.data_parallel);
+          w.candidate.plan.topology_name = topology.name();
+          const Feasibility rules = check_feasible(strategy, params, w.candidate.plan.workload, ranks);
+          w.candidate.reason = !rules.ok ? rules.reason : dtype_problem;
+          w.priced = w.candidate.reason.empty();
+          work.push_back(std::move(w));
+        }
       }
-    }
   return work;
 }
 
@@ -144,6 +148,8 @@ std::string Candidate::describe_params() const {
   if (p.tensor_parallel > 1) text += fmt::format(" T={}", p.tensor_parallel);
   if (p.pipeline_parallel > 1) text += fmt::format(" P={}", p.pipeline_parallel);
   if (plan.workload.microbatches > 1) text += fmt::format(" M={}", plan.workload.microbatches);
+  if (chose_memory_settings)
+    text += fmt::format(" Z{}/{}", plan.workload.zero_stage, to_string(plan.workload.checkpointing)[0]);
   return text;
 }
 
@@ -175,7 +181,7 @@ struct Searcher {
   std::vector<Work> work;
 
   Plan identity_plan(const Candidate& c) const {
-    return make_plan(c.plan.strategy, c.plan.params, workload, topology, ranks, {}, options.all_reduce);
+    return make_plan(c.plan.strategy, c.plan.params, c.plan.workload, topology, ranks, {}, options.all_reduce);
   }
 
   void reject(Work& w, const std::exception& e) {
@@ -211,8 +217,8 @@ struct Searcher {
     for (size_t i = 0; i < work.size(); ++i) {
       if (!work[i].priced) continue;
       const Plan& p = work[i].candidate.plan;
-      work[i].estimate =
-          detail::screen_estimate_ms(p.strategy, p.params, workload, topology, model.calibration(), options.all_reduce);
+      work[i].estimate = detail::screen_estimate_ms(p.strategy, p.params, p.workload, topology, model.calibration(),
+                                                    options.all_reduce);
       priced.push_back(i);
     }
     auto by_estimate = [&](size_t a, size_t b) { return work[a].estimate < work[b].estimate; };
@@ -249,7 +255,7 @@ struct Searcher {
       c.feasible = true;
       c.pruned = true;
       c.cost.step_ms = w.estimate;
-      c.cost.memory = base_memory(workload, ranks);
+      c.cost.memory = base_memory(c.plan.workload, ranks);
       c.reason = fmt::format("screened out: closed-form estimate {:.2f} ms (schedule not priced)", w.estimate);
       check_memory(c, budget_GiB);
     }
@@ -297,7 +303,8 @@ struct Searcher {
       return;
     }
     c.feasible = true;
-    check_memory(c, budget_GiB);
+    // A whole-step search checks the step's memory once the step is priced (price_steps).
+    if (options.scope != Scope::Step) check_memory(c, budget_GiB);
     if (c.feasible && !c.pruned) best_step = std::min(best_step, c.cost.step_ms);
     w.schedule = Schedule{};  // release the programs
   }
@@ -331,7 +338,52 @@ struct Searcher {
   // Prices feasible candidates as whole steps (their attention order kept) and checks the step's
   // memory, the lowest compute bound first; once a candidate's bound (its busiest compute stream,
   // never above its step) reaches the best step priced, it and the rest stay pruned at their bound.
+  // For each checkpointing mode asked for, the lowest ZeRO stage asked for whose step memory fits
+  // (the attention programs, hence the memory's attention part, are the same for all); a
+  // candidate that fits with none keeps its lightest setting, to be rejected with its memory.
+  void choose_memory_settings() {
+    if (options.zero_stages.empty() && options.checkpointing_modes.empty()) return;
+    std::vector<int> zeros = options.zero_stages;
+    if (zeros.empty()) zeros = {workload.zero_stage};
+    std::sort(zeros.begin(), zeros.end());
+    std::vector<Checkpointing> modes = options.checkpointing_modes;
+    if (modes.empty()) modes = {workload.checkpointing};
+    std::sort(modes.begin(), modes.end());  // none, selective, full: the last recomputes the most
+    const size_t enumerated = work.size();
+    for (size_t i = 0; i < enumerated; ++i) {
+      if (!work[i].candidate.feasible || work[i].candidate.plan.ranks.empty()) continue;
+      Schedule attention;  // the timed ranks' attention programs: the same for every setting
+      model.build_timed(work[i].candidate.plan, attention);
+      std::vector<Plan> fitting;
+      Plan lightest = work[i].candidate.plan;
+      for (Checkpointing mode : modes)
+        for (int zero : zeros) {
+          Plan p = work[i].candidate.plan;
+          p.scope = Scope::Step;
+          p.workload.zero_stage = zero;
+          p.workload.checkpointing = mode;
+          const double GiB = step_memory(p, attention).total_GiB;
+          if (GiB <= budget_GiB) {
+            fitting.push_back(std::move(p));
+            break;
+          }
+          lightest = p;
+        }
+      if (fitting.empty()) fitting.push_back(lightest);
+      work[i].candidate.chose_memory_settings = true;
+      for (size_t v = 1; v < fitting.size(); ++v) {
+        Work copy;
+        copy.candidate = work[i].candidate;
+        copy.candidate.plan = std::move(fitting[v]);
+        copy.index = work.size();
+        work.push_back(std::move(copy));
+      }
+      work[i].candidate.plan = std::move(fitting.front());
+    }
+  }
+
   void price_steps() {
+    choose_memory_settings();
     std::vector<Work*> feasible;
     for (Work& w : work) {
       Candidate& c = w.candidate;

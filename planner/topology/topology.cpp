@@ -125,6 +125,8 @@ Topology Topology::parse(const std::string& yaml_text, const std::string& source
   Topology topology;
   topology.impl_->source_text = yaml_text;
   topology.impl_->build(std::move(model));
+  for (const std::string& assumption : topology.assumptions())
+    WF_LOG_WARN("topology", "{}: {}", source, assumption);
   WF_LOG_DEBUG("topology", "{}: {} GPUs in {} nodes, {} devices, {} links, hash {}", source, topology.num_gpus(),
                topology.num_nodes(), topology.devices().size(), topology.links().size(), topology.content_hash());
   return topology;
@@ -295,6 +297,9 @@ const GpuModel& Topology::gpu() const {
 const FabricInfo& Topology::fabric() const {
   return impl_->model.fabric;
 }
+const std::vector<std::string>& Topology::assumptions() const {
+  return impl_->model.assumptions;
+}
 int Topology::num_nodes() const {
   return static_cast<int>(impl_->model.nodes.size());
 }
@@ -315,6 +320,9 @@ const std::string& Topology::content_hash() const {
 }
 const std::string& Topology::source() const {
   return impl_->model.source;
+}
+const std::string& Topology::source_text() const {
+  return impl_->source_text;
 }
 
 int Topology::gpu_device(int gpu) const {

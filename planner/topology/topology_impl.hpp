@@ -55,7 +55,8 @@ struct TopologyModel {
   std::vector<int> device_lines;  // YAML line that defined each device (for messages)
   std::vector<int> link_lines;
   std::vector<NodeMembers> nodes;
-  int gpu_line = 0;  // a line to blame for whole-cluster problems
+  int gpu_line = 0;                      // a line to blame for whole-cluster problems
+  std::vector<std::string> assumptions;  // what the file left out and the reader assumed
 
   int add_device(std::string name, DeviceKind kind, int node, int local_index, int line);
   int add_link(int a, int b, LinkKind kind, double bandwidth_GBps, double latency_us, bool full_duplex, int line);

@@ -147,6 +147,8 @@ struct NodeSpec {
   std::vector<int> gpu_host_line;  // line placing each GPU under PCIe, 0 while none
   std::vector<int> nic_host_line;
   std::vector<bool> gpu_nvlink_to_cpu;
+  std::vector<int> switch_cpu;           // socket above each PCIe switch
+  std::vector<std::string> assumptions;  // what a minimal file left out and the reader filled in
 };
 
 void read_cpus(const std::string& source, const YAML::Node& node, NodeSpec& spec) {
@@ -197,7 +199,7 @@ void mark_placed(const std::string& source, const YAML::Node& where, std::vector
 
 // `gpus:` and `nics:` of one PCIe switch or root port, hung below `parent`.
 void read_pcie_children(const std::string& source, const YAML::Node& entry, LocalRef parent, double bandwidth,
-                        double latency, NodeSpec& spec) {
+                        double nic_bandwidth, double latency, NodeSpec& spec) {
   const YAML::Node gpus = entry["gpus"];
   const YAML::Node nics = entry["nics"];
   const std::vector<int> gpu_list = read_index_list(source, entry, "gpus", spec.gpus, "GPU");
@@ -210,8 +212,42 @@ void read_pcie_children(const std::string& source, const YAML::Node& entry, Loca
   for (size_t i = 0; i < nic_list.size(); ++i) {
     mark_placed(source, nics[i], spec.nic_host_line, nic_list[i], "NIC");
     spec.links.push_back(
-        {{DeviceKind::Nic, nic_list[i]}, parent, LinkKind::Pcie, bandwidth, latency, true, yaml::line_of(nics[i])});
+        {{DeviceKind::Nic, nic_list[i]}, parent, LinkKind::Pcie, nic_bandwidth, latency, true, yaml::line_of(nics[i])});
   }
+}
+
+// One `switches:` entry: under CPU `cpu`, or under an earlier switch `parent` (a PCIe tree).
+void read_pcie_switch(const std::string& source, const YAML::Node& entry, double bandwidth, double latency,
+                      NodeSpec& spec) {
+  yaml::check_keys(
+      source, entry,
+      {"cpu", "parent", "gpus", "nics", "bandwidth_GBps", "nic_bandwidth_GBps", "uplink_bandwidth_GBps", "source"},
+      "a PCIe switch");
+  read_source_field(source, entry);
+  const int index = spec.pcie_switches;
+  int cpu = entry["cpu"].IsDefined() ? read_index(source, entry, "cpu", spec.cpus, "CPU") : 0;
+  LocalRef up{DeviceKind::Cpu, cpu};
+  if (entry["parent"].IsDefined()) {
+    if (index == 0) yaml::fail(source, entry["parent"], "the first PCIe switch has no earlier switch to hang from");
+    const int64_t parent64 = yaml::get_int(source, entry, "parent");
+    if (parent64 < 0 || parent64 >= index)
+      yaml::fail(source, entry["parent"],
+                 fmt::format("'parent' must name an earlier switch of the list (0..{}), got {}", index - 1, parent64));
+    const int parent = static_cast<int>(parent64);
+    if (entry["cpu"].IsDefined() && cpu != spec.switch_cpu[parent])
+      yaml::fail(source, entry["cpu"],
+                 fmt::format("'cpu' {} differs from the socket of parent switch {} (CPU {})", cpu, parent,
+                             spec.switch_cpu[parent]));
+    cpu = spec.switch_cpu[parent];
+    up = {DeviceKind::PcieSwitch, parent};
+  }
+  const double own = yaml::get_positive(source, entry, "bandwidth_GBps", bandwidth);
+  const double nic_own = yaml::get_positive(source, entry, "nic_bandwidth_GBps", own);
+  const double uplink = yaml::get_positive(source, entry, "uplink_bandwidth_GBps", own);
+  const LocalRef self{DeviceKind::PcieSwitch, spec.pcie_switches++};
+  spec.switch_cpu.push_back(cpu);
+  spec.links.push_back({self, up, LinkKind::Pcie, uplink, latency, true, yaml::line_of(entry)});
+  read_pcie_children(source, entry, self, own, nic_own, latency, spec);
 }
 
 void read_pcie(const std::string& source, const YAML::Node& node, NodeSpec& spec) {
@@ -223,26 +259,19 @@ void read_pcie(const std::string& source, const YAML::Node& node, NodeSpec& spec
   const double latency = yaml::get_positive(source, pcie, "latency_us");
   if (const YAML::Node switches = pcie["switches"]; switches.IsDefined()) {
     yaml::expect_sequence(source, switches, "'switches'");
-    for (const auto& entry : switches) {
-      yaml::check_keys(source, entry, {"cpu", "gpus", "nics", "bandwidth_GBps", "uplink_bandwidth_GBps", "source"},
-                       "a PCIe switch");
-      read_source_field(source, entry);
-      const int cpu = entry["cpu"].IsDefined() ? read_index(source, entry, "cpu", spec.cpus, "CPU") : 0;
-      const double own = yaml::get_positive(source, entry, "bandwidth_GBps", bandwidth);
-      const double uplink = yaml::get_positive(source, entry, "uplink_bandwidth_GBps", own);
-      const LocalRef self{DeviceKind::PcieSwitch, spec.pcie_switches++};
-      spec.links.push_back({self, {DeviceKind::Cpu, cpu}, LinkKind::Pcie, uplink, latency, true, yaml::line_of(entry)});
-      read_pcie_children(source, entry, self, own, latency, spec);
-    }
+    for (const auto& entry : switches)
+      read_pcie_switch(source, entry, bandwidth, latency, spec);
   }
   if (const YAML::Node ports = pcie["root_ports"]; ports.IsDefined()) {
     yaml::expect_sequence(source, ports, "'root_ports'");
     for (const auto& entry : ports) {
-      yaml::check_keys(source, entry, {"cpu", "gpus", "nics", "bandwidth_GBps", "source"}, "a PCIe root port");
+      yaml::check_keys(source, entry, {"cpu", "gpus", "nics", "bandwidth_GBps", "nic_bandwidth_GBps", "source"},
+                       "a PCIe root port");
       read_source_field(source, entry);
       const int cpu = entry["cpu"].IsDefined() ? read_index(source, entry, "cpu", spec.cpus, "CPU") : 0;
       const double own = yaml::get_positive(source, entry, "bandwidth_GBps", bandwidth);
-      read_pcie_children(source, entry, {DeviceKind::Cpu, cpu}, own, latency, spec);
+      const double nic_own = yaml::get_positive(source, entry, "nic_bandwidth_GBps", own);
+      read_pcie_children(source, entry, {DeviceKind::Cpu, cpu}, own, nic_own, latency, spec);
     }
   }
 }
@@ -316,7 +345,46 @@ void read_gpu_fabric(const std::string& source, const YAML::Node& node, NodeSpec
   }
 }
 
-NodeSpec read_node(const std::string& source, const YAML::Node& root) {
+// PCIe generation assumed for a node without a `pcie` section, from the GPU's generation: fp8
+// tensor cores came with PCIe Gen5 parts (H100), bf16 with Gen4 (A100), older GPUs sit on Gen3.
+std::pair<double, const char*> assumed_pcie_rate(const GpuModel& gpu) {
+  if (gpu.peak_fp8_tflops > 0) return {63.0, "Gen5 x16 (63 GB/s)"};
+  if (gpu.peak_bf16_tflops > 0) return {31.5, "Gen4 x16 (31.5 GB/s)"};
+  return {15.75, "Gen3 x16 (15.75 GB/s)"};
+}
+
+// The minimal form: GPUs, their NVLink fabric and NICs, no PCIe layer. Lays out the usual server
+// design: NICs spread evenly, each on a PCIe switch with an equal share of the GPUs (one GPU and
+// one NIC per switch on 8-GPU, 8-NIC boards), sockets taking equal runs of switches.
+void assume_pcie(const GpuModel& gpu, NodeSpec& spec) {
+  const auto [rate, rate_text] = assumed_pcie_rate(gpu);
+  constexpr double kLatency = 0.5;  // as the presets: half of NCCL's 1.0 us PCIe hop per link
+  const int groups = spec.nics > 0 && spec.gpus % spec.nics == 0 ? spec.nics : 1;
+  const int gpus_per_group = spec.gpus / groups;
+  const int nics_per_group = spec.nics / groups;
+  for (int s = 0; s < groups; ++s) {
+    const int cpu = s * spec.cpus / groups;
+    const LocalRef self{DeviceKind::PcieSwitch, spec.pcie_switches++};
+    spec.switch_cpu.push_back(cpu);
+    spec.links.push_back({self, {DeviceKind::Cpu, cpu}, LinkKind::Pcie, rate, kLatency, true, 0});
+    for (int g = s * gpus_per_group; g < (s + 1) * gpus_per_group; ++g) {
+      if (spec.gpu_host_line[g] != 0 || spec.gpu_nvlink_to_cpu[g]) continue;
+      spec.gpu_host_line[g] = -1;
+      spec.links.push_back({{DeviceKind::Gpu, g}, self, LinkKind::Pcie, rate, kLatency, true, 0});
+    }
+    for (int n = s * nics_per_group; n < (s + 1) * nics_per_group; ++n) {
+      spec.nic_host_line[n] = -1;
+      spec.links.push_back({{DeviceKind::Nic, n}, self, LinkKind::Pcie, rate, kLatency, true, 0});
+    }
+  }
+  spec.assumptions.push_back(fmt::format(
+      "no 'pcie' section: assumed {} PCIe switch{} ({} GPU{} and {} NIC{} each) under {} CPU socket{}, every link "
+      "PCIe {} with 0.5 us latency, from the GPU generation",
+      groups, groups == 1 ? "" : "es", gpus_per_group, gpus_per_group == 1 ? "" : "s", nics_per_group,
+      nics_per_group == 1 ? "" : "s", spec.cpus, spec.cpus == 1 ? "" : "s", rate_text));
+}
+
+NodeSpec read_node(const std::string& source, const YAML::Node& root, const GpuModel& gpu) {
   const YAML::Node node = read_section(source, root, "node", {"gpus", "cpus", "pcie", "gpu_fabric", "nics"});
   NodeSpec spec;
   spec.gpus = read_int_in(source, node, "gpus", 1, kMaxDevicesPerNode);
@@ -328,6 +396,7 @@ NodeSpec read_node(const std::string& source, const YAML::Node& root) {
   read_nics(source, node, spec);
   read_gpu_fabric(source, node, spec);
   read_pcie(source, node, spec);
+  if (!node["pcie"].IsDefined()) assume_pcie(gpu, spec);
   for (int g = 0; g < spec.gpus; ++g) {
     if (spec.gpu_host_line[g] == 0 && !spec.gpu_nvlink_to_cpu[g])
       yaml::fail(source, node["gpus"],
@@ -418,7 +487,8 @@ TopologyModel read_compact_form(const std::string& source, const YAML::Node& roo
     shape.nodes = *nodes_override;
     shape.nodes_from_flag = true;
   }
-  const NodeSpec spec = read_node(source, root);
+  const NodeSpec spec = read_node(source, root, model.gpu);
+  model.assumptions = spec.assumptions;
   if (static_cast<int64_t>(spec.gpus) * shape.nodes > kMaxGpus)
     throw InputError(source, shape.nodes_line,
                      fmt::format("{} nodes of {} GPUs exceed the limit of {} GPUs", shape.nodes, spec.gpus, kMaxGpus));

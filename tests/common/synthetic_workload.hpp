@@ -43,7 +43,7 @@ inline Plan topology_free_plan(StrategyKind kind, const StrategyParams& params, 
   plan.workload = workload;
   plan.strategy = kind;
   plan.params = params;
-  const int P = params.sequence_parallel * params.data_parallel * params.tensor_parallel;
+  const int P = params.sequence_parallel * params.data_parallel * params.tensor_parallel * params.pipeline_parallel;
   for (int r = 0; r < P; ++r)
     plan.ranks.push_back(RankSlot{r, r, 0, r, ""});
   plan.groups = make_groups(kind, params, P);

@@ -101,3 +101,147 @@ TEST(ComputeTimerGemm, TimeIsFlopsOverTheCalibratedThroughput) {
 
 }  // namespace
 }  // namespace wallfacer
+
+namespace wallfacer {
+namespace {
+
+// Compute seconds of one pass of each part of a stage's step: a micro-batch's forward (input,
+// every layer, head or send), its backward, and the once-per-step epilogue.
+struct StageTimes {
+  double forward = 0, backward = 0, epilogue = 0;
+};
+
+StageTimes stage_times(const StepTemplate& t, ComputeTimer& timer, const TokenSetPool& pool) {
+  StageTimes s;
+  for (uint32_t i = 0; i < t.program.ops.size(); ++i) {
+    const Op& op = t.program.ops[i];
+    if (op.stream != Stream::Compute) continue;
+    const double seconds = timer.seconds(op, pool) * (in_layer_section(t.sections, i) ? t.layers : 1);
+    if (in_epilogue(t.sections, i))
+      s.epilogue += seconds;
+    else
+      (i < t.sections.head_end ? s.forward : s.backward) += seconds;
+  }
+  return s;
+}
+
+// The 1F1B pipeline as a recurrence over items: stage p runs its items in 1F1B order, a forward
+// after the previous stage's forward of the same micro-batch has arrived, a backward after the
+// next stage's backward has (docs/step.md). `message` is one stage message's transfer time.
+double one_forward_one_backward_s(const std::vector<StageTimes>& stages, int M, double message) {
+  const int Pp = int(stages.size());
+  std::vector<std::vector<double>> fwd(size_t(Pp), std::vector<double>(size_t(M), -1)), bwd = fwd;
+  std::vector<std::vector<std::pair<bool, int>>> order(static_cast<size_t>(Pp));  // (backward?, micro-batch)
+  for (int p = 0; p < Pp; ++p) {
+    const int warmup = std::min(Pp - p - 1, M);
+    int f = 0, b = 0;
+    for (; f < warmup; ++f)
+      order[size_t(p)].push_back({false, f});
+    while (b < M) {
+      if (f < M) order[size_t(p)].push_back({false, f++});
+      order[size_t(p)].push_back({true, b++});
+    }
+  }
+  std::vector<size_t> next(size_t(Pp), 0);
+  std::vector<double> free_at(size_t(Pp), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int p = 0; p < Pp; ++p)
+      while (next[size_t(p)] < order[size_t(p)].size()) {
+        const auto [backward, j] = order[size_t(p)][next[size_t(p)]];
+        double ready = 0;
+        if (!backward && p > 0)
+          ready = fwd[size_t(p - 1)][size_t(j)] < 0 ? -1 : fwd[size_t(p - 1)][size_t(j)] + message;
+        if (backward && p < Pp - 1)
+          ready = bwd[size_t(p + 1)][size_t(j)] < 0 ? -1 : bwd[size_t(p + 1)][size_t(j)] + message;
+        if (ready < 0) break;
+        const double start = std::max(free_at[size_t(p)], ready);
+        free_at[size_t(p)] = start + (backward ? stages[size_t(p)].backward : stages[size_t(p)].forward);
+        (backward ? bwd : fwd)[size_t(p)][size_t(j)] = free_at[size_t(p)];
+        ++next[size_t(p)];
+        progress = true;
+      }
+  }
+  double step = 0;
+  for (int p = 0; p < Pp; ++p) {
+    EXPECT_EQ(next[size_t(p)], order[size_t(p)].size()) << "stage " << p << " never finished";
+    step = std::max(step, free_at[size_t(p)] + stages[size_t(p)].epilogue);
+  }
+  return step;
+}
+
+TEST(StepCost, PipelineBubbleFollowsTheOneForwardOneBackwardRecurrence) {
+  const Calibration calibration = Calibration::defaults();  // the timer keeps a reference
+  // Stage messages cost a few microseconds on NVSwitch and milliseconds on a 1 GB/s fabric.
+  for (const auto& [M, GBps] : std::vector<std::pair<int, double>>{{1, 450}, {2, 450}, {8, 450}, {1, 1}, {8, 1}}) {
+    const Topology topology = testing::switch_nodes(1, 4, GBps);
+    const CostModel model(topology, calibration);
+    Workload w = step_workload(8);
+    w.batch = M;
+    w.microbatches = M;
+    Plan plan = make_plan(StrategyKind::Ulysses, {.sequence_parallel = 1, .pipeline_parallel = 4}, w, topology, 4);
+    plan.scope = Scope::Step;
+    const StepBuilder builder(plan);
+    ComputeTimer timer(topology.gpu(), calibration, w);
+    TokenSetPool pool;
+    std::vector<StageTimes> stages;
+    for (int p = 0; p < 4; ++p)
+      stages.push_back(stage_times(builder.build_template(p, pool), timer, pool));
+    const Route& route = topology.route(0, 1);
+    const double message = route.latency_us * 1e-6 + double(w.seq * w.hidden * 2) / (route.bottleneck_GBps * 1e9);
+    const double expected_ms = one_forward_one_backward_s(stages, M, message) * 1e3;
+    const CostBreakdown cost = model.evaluate_step(plan);
+    SCOPED_TRACE(fmt::format("M = {}, {} GB/s", M, GBps));
+    if (GBps > 100) {
+      EXPECT_NEAR(cost.step_ms, expected_ms, 1e-6 * expected_ms);
+    } else {
+      // A rank's stage sends share its send stream: where a message outlasts a micro-batch's
+      // compute, the activations to the next stage and the gradients to the previous one queue
+      // behind each other, which the recurrence (every message on its own) does not charge.
+      EXPECT_GE(cost.step_ms, expected_ms * (1 - 1e-9));
+      EXPECT_LE(cost.step_ms, expected_ms + 2 * M * message * 1e3);
+    }
+    // The bubble: the busiest stage idles for (Pp - 1) items' worth of others' work.
+    double busiest = 0;
+    for (const StageTimes& s : stages)
+      busiest = std::max(busiest, M * (s.forward + s.backward) + s.epilogue);
+    EXPECT_GT(cost.step_ms, busiest * 1e3 * (1 + 0.5 * 3.0 / (M + 3)));
+  }
+}
+
+// A stage holds its share of the parameters and, under 1F1B, the activations of min(Pp, M)
+// micro-batches on the first stage.
+TEST(StepCost, PipelineStagesHoldTheirShareOfTheModel) {
+  const Topology topology = testing::switch_nodes(1, 8);
+  const CostModel model(topology, Calibration::defaults());
+  auto memory = [&](int Pp, int M) {
+    Workload w = step_workload(8);
+    w.batch = 8;
+    w.microbatches = M;
+    w.zero_stage = 0;
+    Plan plan =
+        make_plan(StrategyKind::Ulysses, {.sequence_parallel = 8 / Pp, .pipeline_parallel = Pp}, w, topology, 8);
+    plan.scope = Scope::Step;
+    return std::make_pair(model.evaluate_step(plan).memory, w);
+  };
+  const auto [whole, w] = memory(1, 1);
+  EXPECT_NEAR(whole.model_state_GiB * 1024.0 * 1024 * 1024, 16.0 * double(w.parameter_count()), 1.0);
+  for (const auto& [Pp, M] : std::vector<std::pair<int, int>>{{2, 1}, {2, 4}, {4, 2}, {4, 8}}) {
+    SCOPED_TRACE(fmt::format("Pp = {}, M = {}", Pp, M));
+    const MemoryEstimate m = memory(Pp, M).first;
+    // The fullest stage is the first (the embedding, min(Pp, M) micro-batches in flight) or the
+    // last (the head and final norm, the logits, one micro-batch): its parameters in full (ZeRO 0).
+    const bool first = m.model_state_GiB * 1024.0 * 1024 * 1024 == 16.0 * double(w.stage_parameter_count(0, Pp));
+    const bool last = m.model_state_GiB * 1024.0 * 1024 * 1024 == 16.0 * double(w.stage_parameter_count(Pp - 1, Pp));
+    ASSERT_TRUE(first || last);
+    // Each stage's sequence-parallel group is Pp times smaller, so a micro-batch's rows per rank
+    // are Pp / M times the whole-batch rows without pipelining; L / Pp layers of them per micro-batch.
+    const double in_flight = first ? std::min(Pp, M) : 1;
+    EXPECT_NEAR(m.activations_GiB, whole.activations_GiB * (double(Pp) / M) / Pp * in_flight,
+                1e-9 * whole.activations_GiB);
+    EXPECT_NEAR(m.total_GiB, m.model_state_GiB + m.activations_GiB + m.attention_GiB + m.working_GiB, 1e-12);
+  }
+}
+
+}  // namespace
+}  // namespace wallfacer

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <regex>
+#include <set>
 #include <string>
 
 #include <wallfacer/core/errors.hpp>
@@ -213,6 +214,50 @@ TEST(Search, TooManyGpusIsAnInputError) {
   const Topology topology = Topology::load("dgx-h100", 1);
   const Workload w = workload_of({"", {}, "gpt-3b", 16384});
   EXPECT_THROW(run(topology, w, SearchMode::Auto, 9), InputError);
+}
+
+}  // namespace
+}  // namespace wallfacer
+
+namespace wallfacer {
+namespace {
+
+// With ZeRO stages and checkpointing modes to choose from, every priced candidate takes, for its
+// checkpointing mode, the lowest ZeRO stage whose step memory fits; brute force over the stages
+// below it shows none of them fits.
+TEST(StepSearch, ChoosesTheLowestZeroStageThatFits) {
+  const Topology topology = Topology::load("dgx-h100", 1);
+  Workload w = load_workload("llama-3-8b");
+  w.layers = 4;
+  w.seq = 16384;
+  w.batch = 1;
+  const CostModel model(topology, Calibration::defaults());
+  SearchOptions options;
+  options.scope = Scope::Step;
+  options.strategy = StrategyKind::Ulysses;
+  options.zero_stages = {0, 1, 2, 3};
+  options.checkpointing_modes = {Checkpointing::None, Checkpointing::Full};
+  options.memory_budget_fraction = 0.2;  // 16 GiB of 80: forces sharding at least somewhere
+  const SearchResult result = search_plans(topology, w, model, options);
+  const double budget = 0.2 * topology.gpu().memory_GiB;
+  std::set<std::pair<int, Checkpointing>> chosen;
+  int priced = 0;
+  for (const Candidate& c : result.candidates) {
+    if (!c.feasible || c.pruned) continue;
+    ++priced;
+    EXPECT_TRUE(c.chose_memory_settings);
+    EXPECT_LE(c.cost.memory.total_GiB, budget);
+    chosen.insert({c.plan.workload.zero_stage, c.plan.workload.checkpointing});
+    Schedule attention;
+    model.build_timed(c.plan, attention);
+    for (int lower = 0; lower < c.plan.workload.zero_stage; ++lower) {
+      Plan p = c.plan;
+      p.workload.zero_stage = lower;
+      EXPECT_GT(step_memory(p, attention).total_GiB, budget) << c.describe_params() << ": ZeRO " << lower << " fits";
+    }
+  }
+  EXPECT_GT(priced, 0);
+  EXPECT_GT(chosen.size(), 1u) << "one setting for every candidate: the test does not exercise the choice";
 }
 
 }  // namespace

@@ -44,7 +44,13 @@ struct Entry {
   std::string cluster, model;
   int nodes = 0, gpus = 0;
   YAML::Node model_node, training, measured;
+  YAML::Node assumed;              // framework defaults taken where the source states nothing
   std::vector<std::string> needs;  // empty: expressible now
+  // A training key as stated, or else as assumed (null when neither).
+  YAML::Node key(const char* name) const {
+    if (!is_null(training[name])) return training[name];
+    return assumed && !is_null(assumed[name]) ? assumed[name] : YAML::Node();
+  }
 };
 
 struct Result {
@@ -63,6 +69,12 @@ struct Result {
 std::optional<double> flops_per_token(const Entry& e, const Workload& w) {
   const std::string convention =
       is_null(e.measured["flops_convention"]) ? "" : e.measured["flops_convention"].as<std::string>();
+  // nemo-model-flops: NeMo's model-FLOPs formula of the Llama family (nemo/utils/flops_formulas.py),
+  // per token L H^2 (12 + 12 G / A + 18 F / H + 12 N / H + 6 V / (L H)): no causal halving.
+  if (convention == "nemo-model-flops") {
+    const double L = w.layers, H = double(w.hidden), N = double(w.seq), V = double(w.vocab), F = double(w.ffn);
+    return L * H * H * (12.0 + 12.0 * w.kv_heads / w.heads + 18.0 * F / H + 12.0 * N / H + 6.0 * V / (L * H));
+  }
   if (convention == "megatron-2104.04473") {
     const double k = e.measured["recompute_factor"].as<double>();
     const double L = w.layers, H = double(w.hidden), N = double(w.seq), V = double(w.vocab);
@@ -95,10 +107,10 @@ std::vector<std::string> needs_of(const Entry& e) {
   if (e.model_node["moe"] && e.model_node["moe"].as<bool>()) needs.push_back("mixture of experts");
   const YAML::Node& t = e.training;
   if (t["tp"] && t["tp"].IsNull()) needs.push_back("a stated tensor parallel degree");
-  if (t["pp"] && (t["pp"].IsNull() || t["pp"].as<int>() != 1)) needs.push_back("pipeline parallelism");
+  if (t["pp"] && t["pp"].IsNull()) needs.push_back("a stated pipeline parallel degree");
   std::vector<std::string> unstated;
   for (const char* key : {"batch", "strategy", "S", "D", "zero", "checkpointing", "dtype"})
-    if (is_null(t[key])) unstated.push_back(key);
+    if (is_null(e.key(key))) unstated.push_back(key);
   if (!unstated.empty()) needs.push_back(fmt::format("a stated layout ({})", fmt::join(unstated, ", ")));
   Workload w;
   w.seq = t["seq"].as<int64_t>();
@@ -131,6 +143,7 @@ std::vector<Entry> load_entries() {
     e.model = n["model"]["preset"].as<std::string>();
     e.training = n["training"];
     e.measured = n["measured"];
+    if (n["assumed"]) e.assumed = n["assumed"];
     e.needs = needs_of(e);
     entries.push_back(e);
   }
@@ -141,6 +154,7 @@ std::vector<Entry> load_entries() {
 std::string layout_of(const StrategyParams& p, const Workload& w) {
   std::string s = fmt::format("S={} D={}", p.sequence_parallel, p.data_parallel);
   if (p.tensor_parallel > 1) s += fmt::format(" T={}", p.tensor_parallel);
+  if (p.pipeline_parallel > 1) s += fmt::format(" P={} M={}", p.pipeline_parallel, w.microbatches);
   if (const auto* k = std::get_if<UspKnobs>(&p.knobs)) s += fmt::format(" u={} r={}", k->ulysses, k->ring);
   if (const auto* k = std::get_if<DoubleRingKnobs>(&p.knobs)) s += fmt::format(" u={} w={}", k->ulysses, k->window);
   if (const auto* k = std::get_if<WallFacerKnobs>(&p.knobs)) s += fmt::format(" C={}", k->team);
@@ -156,8 +170,12 @@ Result predict(const Entry& e) {
   o.seq = t["seq"].as<int64_t>();
   o.batch = t["batch"].as<int>();
   o.dtype = t["dtype"].as<std::string>();
-  o.zero_stage = t["zero"].as<int>();
-  o.checkpointing = t["checkpointing"].as<std::string>();
+  o.zero_stage = e.key("zero").as<int>();
+  const std::string checkpointing = e.key("checkpointing").as<std::string>();
+  // "lightest-that-fits": the least recomputation whose predicted memory fits the GPU, what a user
+  // of the framework picks when memory forces it (decided by memory, never by throughput).
+  const bool lightest = checkpointing == "lightest-that-fits";
+  o.checkpointing = lightest ? "none" : checkpointing;
   if (t["linear_dtype"] && t["linear_dtype"].as<std::string>() == "fp8") o.fp8_linear = true;
   if (const YAML::Node& ov = e.model_node["overrides"]) {
     if (ov["layers"]) o.layers = ov["layers"].as<int>();
@@ -176,6 +194,12 @@ Result predict(const Entry& e) {
   params.sequence_parallel = t["S"].as<int>();
   params.data_parallel = t["D"].as<int>();
   params.tensor_parallel = t["tp"] ? t["tp"].as<int>() : 1;
+  params.pipeline_parallel = t["pp"] ? t["pp"].as<int>() : 1;
+  // Pipelined runs: the stated micro-batches, or else micro-batches of one sequence (Megatron's
+  // default micro-batch size), as the planner's search assumes.
+  if (params.pipeline_parallel > 1)
+    r.workload.microbatches =
+        !is_null(e.key("microbatches")) ? e.key("microbatches").as<int>() : r.workload.batch / params.data_parallel;
   params.knobs = default_knobs(kind);
   if (const YAML::Node& k = t["knobs"]) {
     if (auto* u = std::get_if<UspKnobs>(&params.knobs)) {
@@ -188,16 +212,25 @@ Result predict(const Entry& e) {
       c->team = k["team"].as<int>();
     }
   }
-  const int ranks = params.sequence_parallel * params.data_parallel * params.tensor_parallel;
-  EXPECT_EQ(ranks, e.gpus) << e.id << ": T x S x D must be the published GPU count";
+  const int ranks = params.sequence_parallel * params.data_parallel * params.tensor_parallel * params.pipeline_parallel;
+  EXPECT_EQ(ranks, e.gpus) << e.id << ": T x S x D x Pp must be the published GPU count";
   const Feasibility f = check_feasible(kind, params, r.workload, ranks);
   EXPECT_TRUE(f.ok) << e.id << ": " << f.reason;
   Plan plan = make_plan(kind, params, r.workload, topology, ranks);
   plan.scope = Scope::Step;
   const CostModel model(topology, Calibration::defaults());
-  const CostBreakdown cost = model.evaluate_step(plan);
+  CostBreakdown cost = model.evaluate_step(plan);
+  for (Checkpointing mode : {Checkpointing::Selective, Checkpointing::Full}) {
+    if (!lightest || cost.memory.total_GiB <= topology.gpu().memory_GiB) break;
+    plan.workload.checkpointing = r.workload.checkpointing = mode;
+    cost = model.evaluate_step(plan);
+  }
   r.layout =
       (strategy == "none" ? std::string("no SP") : std::string(to_string(kind))) + " " + layout_of(params, r.workload);
+  std::vector<std::string> assumed;
+  for (const char* key : {"zero", "checkpointing", "microbatches"})
+    if (is_null(t[key]) && e.assumed && !is_null(e.assumed[key])) assumed.push_back(key);
+  if (!assumed.empty()) r.layout += fmt::format(" (assumed: {})", fmt::join(assumed, ", "));
   r.measured_metric = e.measured["value"].as<double>();
   r.measured_tokens = *measured_tokens_per_s(e, r.workload);
   r.predicted_tokens = cost.tokens_per_s;

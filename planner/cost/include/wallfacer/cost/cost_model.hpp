@@ -105,7 +105,9 @@ class CostModel {
   // every layer and timed (docs/cost-model.md).
   CostBreakdown evaluate_step(const Plan& plan) const;
   // A lower bound of evaluate_step(plan).step_ms without timing: the busiest timed rank's compute
-  // stream, which runs one op at a time (every layer's compute ops included).
+  // stream, which runs one op at a time (every layer's compute ops included), plus, in a
+  // pipeline, the earlier stages' compute of one micro-batch that must run before its first
+  // forward and after its last backward.
   double step_compute_bound_ms(const Plan& plan) const;
   const Topology& topology() const { return topology_; }
   const Calibration& calibration() const { return calibration_; }
@@ -136,9 +138,12 @@ std::string dtype_issue(const GpuModel& gpu, DType dtype);
 // `ranks` GPUs (data-parallel x sequence-parallel) by ZeRO stage: 0 none, 1 optimizer state,
 // 2 + gradients, 3 + weights.
 double model_state_bytes(const Workload& workload, int ranks);
+// The same for `params` parameters (a pipeline stage's, a tensor shard's).
+double parameter_state_bytes(const Workload& workload, double params, int ranks);
 // Memory of a whole step (docs/step.md): model state by ZeRO stage, every layer's stored
-// activations by checkpointing mode, one layer's attention buffers (from the attention schedule
-// of the ranks given) and the largest transient.
+// activations by checkpointing mode (times the micro-batches a pipeline stage holds in flight),
+// one layer's attention buffers (from the attention schedule of the ranks given) and the largest
+// transient, on the fullest pipeline stage.
 MemoryEstimate step_memory(const Plan& plan, const Schedule& attention);
 // Model state and checkpointed activations of a plan on `ranks` GPUs, without the attention
 // buffers (those need the schedule).

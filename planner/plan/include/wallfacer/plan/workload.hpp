@@ -54,6 +54,10 @@ struct Workload {
   // Parameters of the whole model (attention, FFN, norms, embeddings and untied output head).
   int64_t parameter_count() const;
   int64_t attention_parameters_per_layer() const;  // W_q, W_k, W_v, W_o
+  int64_t layer_parameter_count() const;           // one layer: attention, FFN and its two norms
+  // Parameters of pipeline stage `stage` of `stages` (layers / stages layers; the embedding on the
+  // first stage, the final norm and output head on the last). stages = 1: parameter_count().
+  int64_t stage_parameter_count(int stage, int stages) const;
 };
 
 // Optional overrides, one per CLI flag. Unset fields keep the preset's value.

@@ -134,6 +134,7 @@ enum class StepOp : uint8_t {
   ParamGather,    // ZeRO parameter all-gather
   TensorGather,   // tensor parallel: all-gather of the sequence-parallel activations
   TensorScatter,  // tensor parallel: reduce-scatter of a row-parallel product
+  StageTransfer,  // pipeline parallel: activations to the next stage, their gradient to the previous
 };
 const char* to_string(StepOp op);
 // Which product of a linear layer a Gemm is.
@@ -214,6 +215,10 @@ struct Op {
   uint16_t dep_count = 0;
   bool operator==(const Op&) const = default;
 };
+
+// A pipeline stage message: a Send or Recv of flat activations (no token rows) between the same
+// stage rank of two adjacent stages.
+bool is_stage_message(const Op& op);
 
 // A tensor slice a rank reads at the start (inputs) or provides at the end (outputs).
 struct Binding {

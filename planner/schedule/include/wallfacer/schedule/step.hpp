@@ -4,12 +4,15 @@
 // bucketed gradient synchronisation of the ZeRO stage overlapped with the backward, and the
 // optimizer step. Same IR, same four streams, read by the cost model and the simulator.
 //
-// Layers are identical, so a rank's step is built once as a template of five sections (prologue,
-// one layer's forward, head, one layer's backward, epilogue) and unrolled on demand into a flat
-// program of any number of layers: pre, F(0) .. F(n-1), head, B(n-1) .. B(0), post. A dependency
-// of a layer op on another layer op is on the same layer's instance; on any other section, on the
-// instance that ran last. Each unrolled layer has its own copy of the layer's buffers, so a layer's
-// backward reads what its own forward left.
+// Layers are identical, so a rank's step is built once as a template of seven sections and
+// unrolled on demand into a flat program of any number of layers. One micro-batch's forward is
+// prologue, F(0) .. F(n-1), head; its backward is gradient input, B(n-1) .. B(0), tail; the
+// epilogue runs once at the end. With pipeline parallelism a rank holds its stage's layers and
+// runs the micro-batches' forwards and backwards in 1F1B order (docs/step.md "Pipeline
+// parallelism"). A dependency of a layer op on another layer op is on the same layer's instance;
+// on any other section, on the instance that ran last; always within the same micro-batch, except
+// from the epilogue, which sees the last micro-batch. Each unrolled layer of each micro-batch has
+// its own copy of the layer's buffers, so a layer's backward reads what its own forward left.
 #pragma once
 
 #include <cstdint>
@@ -21,23 +24,34 @@
 
 namespace wallfacer {
 
-// Op index bounds of the template's sections: [0, prologue_end) prologue, [prologue_end,
-// forward_end) one layer's forward, [forward_end, head_end) head (final norm, LM head, loss and
-// their backward), [head_end, backward_end) one layer's backward, [backward_end, ops) epilogue.
+// Op index bounds of the template's sections:
+//   [0, prologue_end)                 a micro-batch's input: the embedding, or the previous stage's activations
+//   [prologue_end, forward_end)       one layer's forward
+//   [forward_end, head_end)           the head (final norm, LM head, loss and their backward), or the
+//                                     send of the activations to the next stage
+//   [head_end, gradient_in_end)       stages before the last: the output gradient from the next stage
+//   [gradient_in_end, backward_end)   one layer's backward
+//   [backward_end, tail_end)          the embedding's backward, or the send of the input gradient back
+//   [tail_end, ops)                   epilogue: the optimizer and what follows it, once per step
 struct StepSections {
-  uint32_t prologue_end = 0, forward_end = 0, head_end = 0, backward_end = 0;
+  uint32_t prologue_end = 0, forward_end = 0, head_end = 0, gradient_in_end = 0, backward_end = 0, tail_end = 0;
 };
 
 struct StepTemplate {
   RankProgram program;  // the template's ops, buffers, collectives and bindings
   StepSections sections;
-  int layers = 1;                      // the model's layer count (what unroll(0) produces)
-  std::vector<bool> per_layer_buffer;  // by buffer: copied once per unrolled layer
-  int64_t tokens = 0;                  // rows the rank's non-attention ops work on (tokens x batch)
+  int layers = 1;                      // the rank's layer count (its stage's; what unroll(0) produces)
+  int first_layer = 0;                 // the model layer of the stage's first (for buffer names)
+  int microbatches = 1;                // M: forwards and backwards per step
+  int warmup = 0;                      // 1F1B: forwards before the first backward
+  bool sync_every_microbatch = false;  // ZeRO 2/3 reduce-scatter every micro-batch; 0/1 the last only
+  std::vector<bool> per_layer_buffer;  // by buffer: copied once per unrolled layer and micro-batch
+  int64_t tokens = 0;                  // rows the rank's non-attention ops work on (tokens x micro-batch)
 };
 
-// Whether op `i` of the template sits in a layer section.
+// Whether op `i` of the template sits in a layer section, or in the once-per-step epilogue.
 bool in_layer_section(const StepSections& sections, uint32_t op);
+bool in_epilogue(const StepSections& sections, uint32_t op);
 
 // The flat program of `layers` layers (1..template.layers; 0 = all of them).
 RankProgram unroll(const StepTemplate& step, int layers = 0);
@@ -53,7 +67,8 @@ class StepBuilder {
   ScheduleDims dims() const;
   std::vector<FlowSet> flow_sets() const;
   StepTemplate build_template(int rank, TokenSetPool& pool) const;
-  // Unrolled programs of the given ranks (all when empty) with `layers` layers (0 = the model's).
+  // Unrolled programs of the given ranks (all when empty) with `layers` of the model's layers (0 =
+  // all; with pipeline parallelism a multiple of the stages, each stage running its share).
   Schedule build(const std::vector<int>& ranks = {}, int layers = 0) const;
 
   struct Impl;

@@ -40,6 +40,15 @@ struct SearchOptions {
   // skipped), and fixed sequence / data parallel degrees (0 = any).
   std::vector<int> tensor_degrees = {1};
   int sequence_parallel = 0, data_parallel = 0;
+  // Pipeline parallel degrees to try (each must divide the GPUs and the layers). With Pp > 1 and
+  // `auto_microbatches`, a candidate runs batch / D micro-batches of one sequence (the smallest
+  // bubble, (Pp - 1) / (M + Pp - 1) of the step); otherwise the workload's micro-batches.
+  std::vector<int> pipeline_degrees = {1};
+  bool auto_microbatches = true;
+  // Memory settings a whole-step search may choose per candidate (empty: the workload's only): for
+  // each checkpointing mode, the lowest of these ZeRO stages whose step memory fits the budget.
+  std::vector<int> zero_stages;
+  std::vector<Checkpointing> checkpointing_modes;
 };
 
 struct Candidate {
@@ -52,7 +61,8 @@ struct Candidate {
   // large cluster (cost.step_ms is then that estimate). `reason` says which.
   bool pruned = false;
   std::vector<int> local_order;         // node-local GPU order used (empty when the rules reject it)
-  std::string describe_params() const;  // "C=2", "u=4 r=2", "w=4", "S=8 D=2"
+  bool chose_memory_settings = false;   // the search picked its ZeRO stage and checkpointing mode
+  std::string describe_params() const;  // "C=2", "u=4 r=2", "w=4", "S=8 D=2"; "Z1 sel" when chosen
   std::string describe_placement() const;
 };
 

@@ -98,6 +98,9 @@ class Topology {
   const std::string& description() const;
   const GpuModel& gpu() const;
   const FabricInfo& fabric() const;
+  // What the file left out and the loader assumed, one sentence each (empty for a complete file):
+  // a node without a `pcie` section gets an assumed PCIe layout (docs/formats/topology.md).
+  const std::vector<std::string>& assumptions() const;
   int num_nodes() const;
   int gpus_per_node() const;  // max over nodes
   int num_gpus() const;
@@ -132,6 +135,7 @@ class Topology {
   const std::string& content_hash() const;
   // The source file text (for diagnostics) and the source name.
   const std::string& source() const;
+  const std::string& source_text() const;
 
  private:
   struct Impl;
