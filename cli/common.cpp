@@ -181,6 +181,25 @@ void print_json(const nlohmann::json& value, std::ostream& out) {
   out << value.dump(2) << "\n";
 }
 
+CLI::Validator finite_at_least(double minimum, bool inclusive) {
+  return CLI::Validator(
+      [minimum, inclusive](std::string& text) -> std::string {
+        double value = 0;
+        try {
+          size_t used = 0;
+          value = std::stod(text, &used);
+          if (used != text.size()) return "not a number: " + text;
+        } catch (const std::exception&) {
+          return "not a number: " + text;
+        }
+        if (!std::isfinite(value)) return "not a finite number: " + text;
+        if (inclusive ? value < minimum : value <= minimum)
+          return fmt::format("must be {} {} (got {})", inclusive ? "at least" : "greater than", minimum, text);
+        return {};
+      },
+      inclusive ? fmt::format("NUMBER>={}", minimum) : fmt::format("NUMBER>{}", minimum));
+}
+
 CLI::Validator at_least(long long minimum) {
   return CLI::Validator(
       [minimum](std::string& text) -> std::string {

@@ -27,6 +27,8 @@ void add_workload_flags(CLI::App* app, WorkloadFlags& flags);
 
 // Validator for integer flags with a lower bound: "--jobs: must be at least 1 (got 0)".
 CLI::Validator at_least(long long minimum);
+// Validator for real-valued flags: finite (no nan, inf), and >= minimum (`inclusive`) or > minimum.
+CLI::Validator finite_at_least(double minimum, bool inclusive);
 // Loads the model and applies the overrides; InputError names the file line or the flag.
 Workload resolve(const WorkloadFlags& flags);
 

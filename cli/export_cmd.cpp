@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 
+#include <wallfacer/core/atomic_file.hpp>
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/export/export.hpp>
@@ -31,10 +32,7 @@ void write_text(const std::string& text, const std::string& path) {
     std::cout << text;
     return;
   }
-  std::ofstream out(path);
-  out << text;
-  out.flush();
-  if (!out) throw InputError(path, 0, "cannot write the file");
+  write_file_atomically(path, [&](std::ostream& out) { out << text; });
 }
 
 // The nearest expressible plan on the plan's topology; prints it and returns whether one exists.

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include <wallfacer/check/checker.hpp>
+#include <wallfacer/core/atomic_file.hpp>
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/schedule/step.hpp>
@@ -450,10 +451,7 @@ int run_plan(const PlanFlags& flags) {
   if (!flags.out.empty()) {
     if (is_topology_file(flags.topology.topology))
       best.plan.topology_file = path_from_plan(flags.topology.topology, flags.out);
-    std::ofstream out(flags.out);
-    if (!out) throw InputError(flags.out, 0, "cannot open for writing");
-    write_plan(best.plan, out);
-    if (!out) throw InputError(flags.out, 0, "write failed");
+    write_file_atomically(flags.out, [&](std::ostream& out) { write_plan(best.plan, out); });
     if (!flags.json)
       fmt::print("wrote {} {} ({}) to {}\n", to_string(best.plan.strategy), best.describe_params(),
                  best.describe_placement(), flags.out);

@@ -5,6 +5,7 @@
 // problem is reported before any compute, with exit status 2; a failed check exits with 1.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -12,8 +13,10 @@
 #include <optional>
 
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/log.hpp>
 #include <wallfacer/plan/plan.hpp>
 #include <wallfacer/runtime/layer_runner.hpp>
+#include <wallfacer/runtime/memory_estimate.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include <wallfacer/topology/topology.hpp>
 #include "commands.hpp"
@@ -33,6 +36,8 @@ struct RunFlags {
   double tolerance = 0;
   int64_t progress_rows = -1;  // -1: 0 for the local backend, 256 for MPI
   double stall_seconds = 300;
+  double peer_check_seconds = 2;
+  std::string memory_check = "on";
 };
 
 struct Prepared {
@@ -41,20 +46,68 @@ struct Prepared {
   runtime::LayerInputs inputs;
 };
 
+// The plan against --topology, or against the topology it names (as `simulate` does) when that
+// is a preset or a file here: a plan edited by hand or made for another cluster is refused.
+void check_topology(const RunFlags& flags, const Plan& plan) {
+  // A plan made from a topology file names it: the file, when its hash matches, or --topology.
+  if (!flags.topology.empty() || !plan.topology_file.empty()) {
+    const Topology topology =
+        plan_topology(plan, flags.plan, TopologyFlags{flags.topology, flags.nodes}, !flags.topology.empty());
+    check_plan_against_topology(plan, topology, flags.plan);
+    return;
+  }
+  TopologyFlags which{plan.topology_name, flags.nodes};
+  if (flags.topology.empty()) {
+    const auto presets = Topology::preset_names();
+    std::error_code ec;
+    if (std::find(presets.begin(), presets.end(), which.topology) == presets.end() &&
+        !std::filesystem::exists(which.topology, ec)) {
+      WF_LOG_WARN("cli",
+                  "{}: topology '{}' is neither a preset nor a file here; its hash is not checked (give "
+                  "--topology)",
+                  flags.plan, plan.topology_name);
+      return;
+    }
+  }
+  Topology topology = load(which);
+  if (!which.nodes && topology.num_nodes() != plan.topology_nodes && plan.topology_nodes > 0) {
+    which.nodes = plan.topology_nodes;
+    topology = load(which);
+  }
+  check_plan_against_topology(plan, topology, flags.plan);
+}
+
+// This process's share of the node for the memory check: every rank (threads), or the ranks the
+// MPI launcher put on this node; only the node's first process checks, for all of them.
+int processes_on_this_node(int launched_ranks) {
+  if (launched_ranks <= 0) return 0;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+    if (const char* value = std::getenv(name); value != nullptr && std::atoi(value) > 0) return std::atoi(value);
+  return launched_ranks;
+}
+
+bool first_process_on_this_node(int rank) {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"})
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') return std::atoi(value) == 0;
+  return rank <= 0;
+}
+
 // Everything that can be wrong with the input, checked before any compute.
-std::unique_ptr<Prepared> prepare(const RunFlags& flags, int launched_ranks) {
+std::unique_ptr<Prepared> prepare(const RunFlags& flags, int launched_ranks, int rank = -1) {
   auto p = std::make_unique<Prepared>();
   p->plan = read_plan_file(flags.plan);
   if (launched_ranks > 0 && launched_ranks != p->plan.num_ranks())
     throw InputError(flags.plan, 0,
                      fmt::format("the plan has {} ranks but {} processes were started; run it with mpirun -np {}",
                                  p->plan.num_ranks(), launched_ranks, p->plan.num_ranks()));
-  // The topology only checks that the plan belongs to it: the CPU backends do not model links.
-  if (!flags.topology.empty() || !p->plan.topology_file.empty()) {
-    const Topology topology =
-        plan_topology(p->plan, flags.plan, TopologyFlags{flags.topology, flags.nodes}, !flags.topology.empty());
-    check_plan_against_topology(p->plan, topology, flags.plan);
-  }
+  check_topology(flags, p->plan);
+  p->schedule = build_schedule(p->plan);
+  // Before the inputs or any rank's buffers exist: refused with the figures, not killed later.
+  const auto estimate = runtime::estimate_run_memory(p->plan, p->schedule, flags.fp64, flags.check,
+                                                     processes_on_this_node(launched_ranks));
+  WF_LOG_INFO("cli", "run memory estimate: {}", estimate.describe());
+  if (flags.memory_check == "on" && first_process_on_this_node(rank))
+    runtime::check_run_memory(estimate, runtime::available_memory_bytes(), flags.plan);
   const Workload& w = p->plan.workload;
   p->inputs = flags.load.empty() ? runtime::seeded_inputs(w, flags.seed, flags.fp64)
                                  : runtime::load_inputs(flags.load, w, flags.fp64);
@@ -63,7 +116,6 @@ std::unique_ptr<Prepared> prepare(const RunFlags& flags, int launched_ranks) {
     std::filesystem::create_directories(flags.save, ec);
     if (ec) throw InputError(fmt::format("--save {}: cannot create the directory: {}", flags.save, ec.message()));
   }
-  p->schedule = build_schedule(p->plan);
   return p;
 }
 
@@ -170,13 +222,32 @@ bool use_mpi(const RunFlags& flags) {
 #endif
 }
 
+#ifdef WALLFACER_WITH_MPI
+// WALLFACER_TEST_FAULT=stop|kill|sleep:RANK:WAITS: the tests' way to freeze, kill or slow down
+// one rank mid-run (docs/reliability.md); not a user setting, so not a flag.
+void read_fault_injection(runtime::MpiBackendOptions& options) {
+  const char* spec = std::getenv("WALLFACER_TEST_FAULT");
+  if (spec == nullptr || *spec == '\0') return;
+  char kind[8] = {0};
+  int rank = -1, waits = 1;
+  if (std::sscanf(spec, "%7[a-z]:%d:%d", kind, &rank, &waits) < 2 ||
+      (std::string(kind) != "stop" && std::string(kind) != "kill" && std::string(kind) != "sleep"))
+    throw InputError(fmt::format("WALLFACER_TEST_FAULT must be stop, kill or sleep:RANK[:WAITS], got '{}'", spec));
+  options.fault = kind;
+  options.fault_rank = rank;
+  options.fault_after_waits = std::max(1, waits);
+}
+#endif
+
 int run_command(const RunFlags& flags) {
   if (!use_mpi(flags)) return run_local(flags);
 #ifdef WALLFACER_WITH_MPI
   std::unique_ptr<Prepared> prepared;
   runtime::MpiJob job;
   job.backend.stall_seconds = flags.stall_seconds;
-  job.prepare = [&](int, int size) { prepared = prepare(flags, size); };
+  job.backend.peer_check_seconds = flags.peer_check_seconds;
+  read_fault_injection(job.backend);
+  job.prepare = [&](int rank, int size) { prepared = prepare(flags, size, rank); };
   job.run = [&](runtime::Backend& backend) {
     auto result =
         runtime::run_layer(backend, prepared->plan, prepared->schedule, prepared->inputs, layer_options(flags, true));
@@ -208,7 +279,7 @@ void register_run_command(CLI::App& app) {
                 "exact sum; exit status 1 when a tensor is off by more than the tolerance");
   cmd->add_option("--tolerance", flags->tolerance,
                   "Largest relative error max|a-b|/max|ref| that passes (default 1e-4, or 1e-10 with --fp64)")
-      ->check(at_least(1));
+      ->check(finite_at_least(0, false));
   cmd->add_option("--load", flags->load,
                   "Directory with q.npy, k.npy, v.npy, do.npy (float32, [batch, seq, heads, head_dim])");
   cmd->add_option("--save", flags->save,
@@ -224,7 +295,18 @@ void register_run_command(CLI::App& app) {
       ->check(at_least(0));
   cmd->add_option("--stall-timeout", flags->stall_seconds,
                   "MPI: seconds without any completed transfer before a rank gives up and aborts the run (0: never)")
-      ->check(at_least(0));
+      ->capture_default_str()
+      ->check(finite_at_least(0, true));
+  cmd->add_option("--peer-check", flags->peer_check_seconds,
+                  "MPI: seconds between a waiting rank's checks that the ranks it waits on (on its host) are alive "
+                  "and not stopped; a lost one ends the run naming it (0: never)")
+      ->capture_default_str()
+      ->check(finite_at_least(0, true));
+  cmd->add_option("--memory-check", flags->memory_check,
+                  "Refuse a run whose estimated memory (inputs, every rank's buffers, outputs, the reference) "
+                  "exceeds the memory available here (MemAvailable): on or off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->callback([flags] { exit_code() = run_command(*flags); });
 }
 

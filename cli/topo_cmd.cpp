@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include <wallfacer/core/atomic_file.hpp>
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/yaml_util.hpp>
 #include <wallfacer/topology/import.hpp>
@@ -155,10 +156,7 @@ void register_import(CLI::App& topo) {
     if (flags->out.empty()) {
       std::cout << result.yaml;
     } else {
-      std::ofstream out(flags->out);
-      out << result.yaml;
-      out.flush();
-      if (!out) throw InputError(flags->out, 0, "cannot write the topology file");
+      write_file_atomically(flags->out, [&](std::ostream& out) { out << result.yaml; });
       const Topology topology = Topology::parse(result.yaml, flags->out);
       fmt::print("wrote {} ({} GPUs in {} nodes) to {}\n", topology.name(), topology.num_gpus(), topology.num_nodes(),
                  flags->out);

@@ -31,13 +31,23 @@ namespace {
 std::once_flag g_blas_threads_once;
 std::once_flag g_blas_core_once;
 
+// This process's rank as the MPI launcher (Open MPI, MPICH/PMI, PMIx, Slurm) set it in the
+// environment before MPI is initialised; -1 outside a launcher.
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') return std::atoi(value);
+  }
+  return -1;
+}
+
 void ensure_blas_threads() {
   std::call_once(g_blas_threads_once, [] {
     if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) openblas_set_num_threads(1);
   });
   std::call_once(g_blas_core_once, [] {
     const std::string fix = blas_core_fix();
-    if (!fix.empty())
+    // Every MPI process would print the same line; rank 0 speaks for them.
+    if (!fix.empty() && launcher_rank() <= 0)
       WF_LOG_WARN("runtime",
                   "OpenBLAS uses its generic {} kernels on this CPU (a model it does not know); GEMM runs "
                   "several times slower. Set {} to use the vector kernels.",

@@ -16,8 +16,14 @@
 
 namespace wallfacer::runtime {
 
+int weight_grad_class(int rank) {
+  return int((int64_t(rank) + 1) * 37 % kWeightGradClasses);
+}
+double weight_grad_class_value(int value_class, int64_t index) {
+  return double((value_class + index * 11) % kWeightGradClasses) - 30.0;
+}
 double weight_grad_value(int rank, int64_t index) {
-  return double(((rank + 1) * 37 + index * 11) % 61) - 30.0;
+  return weight_grad_class_value(weight_grad_class(rank), index);
 }
 
 namespace detail {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -42,6 +43,17 @@ Tensor<double> load_one(const std::string& path, const std::vector<int64_t>& sha
                                  shape_to_string(t.shape), to_string(dtype), shape_to_string(shape)));
   if (dtype == NpyDType::Float64 && !fp64)
     throw InputError(path, 0, "dtype float64 but expected float32 (or run with --fp64)");
+  // A NaN or infinity would run through every kernel and come out as NaN outputs.
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (std::isfinite(t[i])) continue;
+    std::vector<int64_t> index(t.shape.size());
+    for (int64_t rest = i, d = static_cast<int64_t>(t.shape.size()) - 1; d >= 0; --d) {
+      index[d] = rest % t.shape[d];
+      rest /= t.shape[d];
+    }
+    throw InputError(path, 0,
+                     fmt::format("element {} is {}; inputs must be finite numbers", shape_to_string(index), t[i]));
+  }
   return t;
 }
 
@@ -223,16 +235,19 @@ RankSummary deserialise(const std::string& bytes) {
 
 // ---- WeightGrad: what the schedule's all-reduces must produce ---------------------------------
 
-// How often each rank's contribution ends up in each rank's WeightGrad: the all-reduces of every
-// program, matched group call by group call. counts[r][c].
-std::vector<std::vector<int64_t>> weight_grad_counts(const Plan& plan, const Schedule& schedule, int64_t& elements) {
+// How often contributions of each value class (weight_grad_class) end up in each rank's
+// WeightGrad: the all-reduces of every program, matched group call by group call. counts[r][k].
+// Per class rather than per contributing rank, so that the table is P x 61, not P x P: every rank
+// of a threaded run builds it, and 1,024 ranks of P x P tables took 8 GiB.
+using ClassCounts = std::vector<int64_t>;
+std::vector<ClassCounts> weight_grad_counts(const Plan& plan, const Schedule& schedule, int64_t& elements) {
   const size_t p = schedule.ranks.size();
-  std::vector<std::vector<int64_t>> counts(p, std::vector<int64_t>(p, 0));
+  std::vector<ClassCounts> counts(p, ClassCounts(kWeightGradClasses, 0));
   std::vector<std::vector<const CollectiveSpec*>> queue(p);
   std::map<int, size_t> index_of_rank;
   for (size_t i = 0; i < p; ++i) {
     index_of_rank[schedule.ranks[i].rank] = i;
-    counts[i][i] = 1;
+    counts[i][size_t(weight_grad_class(schedule.ranks[i].rank))] = 1;
     for (const Op& op : schedule.ranks[i].ops) {
       if (op.kind != OpKind::AllReduce) continue;
       const CollectiveSpec& spec = schedule.ranks[i].collectives[size_t(op.coll)];
@@ -253,9 +268,9 @@ std::vector<std::vector<int64_t>> weight_grad_counts(const Plan& plan, const Sch
         all_there = all_there && head[j] < queue[j].size() && queue[j][head[j]]->group == queue[i][head[i]]->group;
       }
       if (!all_there) continue;
-      std::vector<int64_t> sum(p, 0);
+      ClassCounts sum(kWeightGradClasses, 0);
       for (int m : members)
-        for (size_t c = 0; c < p; ++c)
+        for (size_t c = 0; c < sum.size(); ++c)
           sum[c] += counts[index_of_rank.at(m)][c];
       for (int m : members) {
         counts[index_of_rank.at(m)] = sum;
@@ -284,7 +299,7 @@ WeightGradCheck check_weight_grad(const Plan& plan, const Schedule& schedule, in
     double want = 0;
     if (i < reduced) {
       for (size_t c = 0; c < counts[me].size(); ++c)
-        if (counts[me][c]) want += double(counts[me][c]) * weight_grad_value(schedule.ranks[c].rank, i);
+        if (counts[me][c]) want += double(counts[me][c]) * weight_grad_class_value(int(c), i);
     } else {
       want = weight_grad_value(rank, i);
     }

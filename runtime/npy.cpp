@@ -6,10 +6,13 @@
 #include <cctype>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <vector>
 
+#include <wallfacer/core/atomic_file.hpp>
 #include <wallfacer/core/errors.hpp>
 
 namespace wallfacer::runtime {
@@ -115,12 +118,34 @@ class DictParser {
   size_t pos_ = 0;
 };
 
-std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, 0, "cannot open file (missing or unreadable)");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+// A header longer than this is not one numpy writes (it pads to 64 bytes); refused before reading.
+constexpr size_t kMaxHeaderBytes = size_t{1} << 20;
+
+// Reads the magic, the version, the length and the header dict: just enough to parse the header.
+std::string read_header_bytes(std::ifstream& in, const std::string& path) {
+  std::string bytes(12, '\0');
+  in.read(bytes.data(), 12);
+  bytes.resize(static_cast<size_t>(in.gcount()));
+  if (bytes.size() < kMagicLen + 4 || std::memcmp(bytes.data(), kMagic, kMagicLen) != 0) return bytes;
+  const int major = static_cast<unsigned char>(bytes[6]);
+  size_t header_len = size_t(static_cast<unsigned char>(bytes[8])) | size_t(static_cast<unsigned char>(bytes[9])) << 8;
+  size_t prefix = 10;
+  if (major != 1 && bytes.size() >= 12) {
+    header_len |= size_t(static_cast<unsigned char>(bytes[10])) << 16 | size_t(static_cast<unsigned char>(bytes[11]))
+                                                                            << 24;
+    prefix = 12;
+  }
+  if (header_len > kMaxHeaderBytes)
+    throw InputError(path, 0,
+                     fmt::format("bad .npy header: it claims {} bytes, more than the {} a header may take", header_len,
+                                 kMaxHeaderBytes));
+  const size_t have = bytes.size();
+  bytes.resize(prefix + header_len);
+  if (have < bytes.size()) {
+    in.read(bytes.data() + have, static_cast<std::streamsize>(bytes.size() - have));
+    bytes.resize(have + static_cast<size_t>(in.gcount()));
+  }
+  return bytes;
 }
 
 size_t element_bytes(NpyDType dtype) {
@@ -167,11 +192,19 @@ NpyHeader parse_npy_header(const std::string& bytes, const std::string& source) 
 }
 
 Tensor<double> read_npy(const std::string& path, NpyDType* dtype) {
-  std::string bytes = read_whole_file(path);
-  NpyHeader header = parse_npy_header(bytes, path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw InputError(path, 0, "is a directory, not a .npy file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, 0, "cannot open file (missing or unreadable)");
+  const std::string head = read_header_bytes(in, path);
+  NpyHeader header = parse_npy_header(head, path);
   if (dtype) *dtype = header.dtype;
   const size_t want = data_bytes(header);
-  const size_t have = bytes.size() - header.data_offset;
+  // The file's size, not its contents, is checked against the header: a header claiming
+  // terabytes is refused before anything is allocated.
+  const uintmax_t file_size = std::filesystem::file_size(path, ec);
+  if (ec) throw InputError(path, 0, fmt::format("cannot find the file's size: {}", ec.message()));
+  const size_t have = file_size - header.data_offset;
   if (want == std::numeric_limits<size_t>::max())
     throw InputError(path, 0,
                      fmt::format("shape {} of {} is larger than any file can hold; wrong shape in the header?",
@@ -184,8 +217,11 @@ Tensor<double> read_npy(const std::string& path, NpyDType* dtype) {
     throw InputError(path, 0,
                      fmt::format("{} bytes after the data of shape {} ({}); wrong shape in the header?", have - want,
                                  shape_to_string(header.shape), to_string(header.dtype)));
+  std::vector<char> data(want);
+  in.read(data.data(), static_cast<std::streamsize>(want));
+  if (static_cast<size_t>(in.gcount()) != want) throw InputError(path, 0, "read error (the file changed?)");
   Tensor<double> t(header.shape);
-  const char* src = bytes.data() + header.data_offset;
+  const char* src = data.data();
   for (int64_t i = 0; i < t.numel(); ++i) {
     if (header.dtype == NpyDType::Float32) {
       float v;
@@ -223,14 +259,13 @@ void write_npy_impl(const std::string& path, const Tensor<T>& tensor) {
   size_t total = kMagicLen + 4 + dict.size() + 1;
   dict.append((64 - total % 64) % 64, ' ');
   dict.push_back('\n');
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw InputError(path, 0, "cannot create file");
-  uint16_t len = uint16_t(dict.size());
-  char prefix[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, char(len & 0xff), char(len >> 8)};
-  out.write(prefix, sizeof prefix);
-  out.write(dict.data(), std::streamsize(dict.size()));
-  out.write(reinterpret_cast<const char*>(tensor.data.data()), std::streamsize(tensor.data.size() * sizeof(T)));
-  if (!out) throw InputError(path, 0, "write failed (disk full?)");
+  const uint16_t len = uint16_t(dict.size());
+  const char prefix[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, char(len & 0xff), char(len >> 8)};
+  write_file_atomically(path, [&](std::ostream& out) {
+    out.write(prefix, sizeof prefix);
+    out.write(dict.data(), std::streamsize(dict.size()));
+    out.write(reinterpret_cast<const char*>(tensor.data.data()), std::streamsize(tensor.data.size() * sizeof(T)));
+  });
 }
 
 }  // namespace

@@ -68,10 +68,12 @@ ErrorStats compare_to_reference(const std::vector<T>& result, const std::vector<
     throw std::invalid_argument(
         fmt::format("compare: result has {} values, reference {}", result.size(), reference.size()));
   ErrorStats s;
+  bool reference_nan = false;
   for (size_t i = 0; i < result.size(); ++i) {
     double a = double(result[i]);
     double ref = reference[i];
     if (std::isfinite(ref)) s.max_ref = std::max(s.max_ref, std::abs(ref));
+    reference_nan = reference_nan || std::isnan(ref);
     if (!std::isfinite(a)) {
       // Matching infinities (lse of a fully masked row) are equal; anything else is an error.
       if (a == ref) continue;
@@ -86,6 +88,11 @@ ErrorStats compare_to_reference(const std::vector<T>& result, const std::vector<
     }
   }
   if (!s.finite) s.max_abs = INFINITY;
+  // A reference that is itself NaN has no magnitude to report: NaN, never a misleading 0.
+  if (reference_nan) {
+    s.finite = false;
+    s.max_ref = NAN;
+  }
   s.relative = s.max_ref > 0 ? s.max_abs / s.max_ref : s.max_abs;
   return s;
 }

@@ -10,6 +10,7 @@
 #include <map>
 #include <ostream>
 
+#include <wallfacer/core/atomic_file.hpp>
 #include <wallfacer/core/errors.hpp>
 
 namespace wallfacer::sim {
@@ -277,11 +278,7 @@ void write_chrome_trace(std::ostream& out, const TraceContext& context) {
 }
 
 void write_chrome_trace_file(const std::string& path, const TraceContext& context) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw InputError(path, 0, "cannot open the trace file for writing");
-  write_chrome_trace(out, context);
-  out.flush();
-  if (!out) throw InputError(path, 0, "writing the trace file failed");
+  write_file_atomically(path, [&](std::ostream& out) { write_chrome_trace(out, context); });
 }
 
 }  // namespace wallfacer::sim

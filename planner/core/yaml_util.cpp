@@ -1,13 +1,17 @@
 #include <wallfacer/core/yaml_util.hpp>
 
 #include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
 
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/input_limits.hpp>
 
 namespace wallfacer::yaml {
 
@@ -31,12 +35,24 @@ void check_plain_keys(const std::string& source, const YAML::Node& node) {
   }
 }
 
+// `size` is the file's size, or -1 for a stream that went past the limit while read.
+InputError too_large(const std::string& path, int64_t size, int64_t limit) {
+  const std::string what = size >= 0 ? fmt::format("{} bytes", size) : "a stream";
+  return InputError(path, 0,
+                    fmt::format("{} is larger than the input limit of {} MiB; set WALLFACER_MAX_INPUT_MIB to raise it",
+                                what, limit >> 20));
+}
+
 }  // namespace
 
 YAML::Node parse(const std::string& text, const std::string& source) {
+  limits::expect_text(text, source);
+  limits::check_yaml_shape(text, source);
   YAML::Node root;
   try {
     root = YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    throw InputError(source, e.mark.line + 1, "mappings and lists nest too deeply");
   } catch (const YAML::ParserException& e) {
     throw InputError(source, e.mark.line + 1, fmt::format("invalid YAML: {}", e.msg));
   }
@@ -147,11 +163,25 @@ double get_positive(const std::string& source, const YAML::Node& parent, const s
 }
 
 std::string read_file(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::is_directory(status)) throw InputError(path, 0, "is a directory, not a file");
+  const int64_t limit = limits::max_input_bytes();
+  if (!ec && std::filesystem::is_regular_file(status)) {
+    const auto size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+    if (!ec && size > limit) throw too_large(path, size, limit);
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, 0, "cannot open file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  // Read in chunks so that a pipe or a device (no size to check up front) is bounded too.
+  std::string text;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+    text.append(chunk, static_cast<size_t>(in.gcount()));
+    if (static_cast<int64_t>(text.size()) > limit) throw too_large(path, -1, limit);
+  }
+  if (in.bad()) throw InputError(path, 0, "read error");
+  return text;
 }
 
 }  // namespace wallfacer::yaml

@@ -302,7 +302,7 @@ Workload load_workload(const std::string& path_or_preset, const WorkloadOverride
   if (auto it = presets.find(path_or_preset); it != presets.end()) {
     w = load_from_text(it->second, "models/" + it->first + ".yaml", overrides);
     w.model = it->first;
-  } else if (std::filesystem::is_regular_file(path_or_preset)) {
+  } else if (std::error_code ec; std::filesystem::exists(path_or_preset, ec)) {
     w = load_from_text(yaml::read_file(path_or_preset), path_or_preset, overrides);
   } else {
     throw InputError(fmt::format("unknown model '{}': neither a preset ({}) nor a file", path_or_preset,

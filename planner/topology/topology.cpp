@@ -144,7 +144,7 @@ Topology Topology::load(const std::string& path_or_preset, std::optional<int> no
   if (const auto it = presets.find(path_or_preset); it != presets.end())
     return parse(it->second, path_or_preset, nodes_override);
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path_or_preset, ec))
+  if (!std::filesystem::exists(path_or_preset, ec))
     throw InputError(
         path_or_preset, 0,
         fmt::format("no such file, and no preset of that name (presets: {})", fmt::join(preset_names(), ", ")));

@@ -77,8 +77,16 @@ std::vector<int> read_index_list(const std::string& source, const YAML::Node& pa
                                  std::string_view kind_label);
 int read_index(const std::string& source, const YAML::Node& parent, const std::string& key, int limit,
                std::string_view kind_label);
-// An integer field >= minimum, with a message naming the field.
-int64_t read_int_at_least(const std::string& source, const YAML::Node& parent, const std::string& key, int64_t minimum);
+// Bounds of the counts a topology file gives; beyond them a file is a mistake, and checking
+// before anything is stamped out keeps a typo like `nodes: 1000000000000` from allocating.
+constexpr int kMaxNodes = 65536;
+constexpr int kMaxDevicesPerNode = 4096;  // GPUs, CPUs or NICs in one node
+constexpr int kMaxParallelLinks = 1024;   // `links:` between one pair of devices
+constexpr int kMaxSwitchCount = 1 << 20;  // leaf sizes, spines, radix
+// An integer field in [minimum, maximum], with a message naming the field. Read as 64 bits, so
+// values past 2^32 are refused rather than wrapped.
+int read_int_in(const std::string& source, const YAML::Node& parent, const std::string& key, int64_t minimum,
+                int64_t maximum);
 double read_number_at_least(const std::string& source, const YAML::Node& parent, const std::string& key,
                             double minimum);
 // A required sub-mapping `key` of `parent`, checked against `allowed` keys.

@@ -23,12 +23,14 @@ YAML::Node read_section(const std::string& source, const YAML::Node& parent, con
   return node;
 }
 
-int64_t read_int_at_least(const std::string& source, const YAML::Node& parent, const std::string& key,
-                          int64_t minimum) {
+int read_int_in(const std::string& source, const YAML::Node& parent, const std::string& key, int64_t minimum,
+                int64_t maximum) {
   const int64_t value = yaml::get_int(source, parent, key);
   if (value < minimum)
     yaml::fail(source, parent[key], fmt::format("'{}' must be at least {}, got {}", key, minimum, value));
-  return value;
+  if (value > maximum)
+    yaml::fail(source, parent[key], fmt::format("'{}' must be at most {}, got {}", key, maximum, value));
+  return static_cast<int>(value);
 }
 
 double read_number_at_least(const std::string& source, const YAML::Node& parent, const std::string& key,
@@ -154,7 +156,7 @@ void read_cpus(const std::string& source, const YAML::Node& node, NodeSpec& spec
   if (!cpus.IsDefined()) return;
   yaml::check_keys(source, cpus, {"count", "model", "link", "source"}, "'cpus'");
   read_source_field(source, cpus);
-  spec.cpus = static_cast<int>(read_int_at_least(source, cpus, "count", 1));
+  spec.cpus = read_int_in(source, cpus, "count", 1, kMaxDevicesPerNode);
   if (spec.cpus > 16)
     yaml::fail(source, cpus["count"], fmt::format("'count' must be at most 16 CPU sockets, got {}", spec.cpus));
   if (spec.cpus == 1) return;
@@ -180,7 +182,7 @@ void read_nics(const std::string& source, const YAML::Node& node, NodeSpec& spec
   if (!nics.IsDefined()) return;
   yaml::check_keys(source, nics, {"count", "rate_Gbps", "bandwidth_GBps", "source"}, "'nics'");
   read_source_field(source, nics);
-  spec.nics = static_cast<int>(read_int_at_least(source, nics, "count", 1));
+  spec.nics = read_int_in(source, nics, "count", 1, kMaxDevicesPerNode);
   if (spec.nics > 64)
     yaml::fail(source, nics["count"], fmt::format("'count' must be at most 64 NICs, got {}", spec.nics));
   spec.nic_GBps = read_rate(source, nics, "NIC rate");
@@ -279,7 +281,7 @@ void read_nvlink_entry(const std::string& source, const YAML::Node& entry, doubl
                        std::map<std::tuple<int, int, int, int>, int>& seen, NodeSpec& spec) {
   yaml::check_keys(source, entry, {"gpus", "gpu", "cpu", "links", "source"}, "an NVLink entry");
   read_source_field(source, entry);
-  const int count = entry["links"].IsDefined() ? static_cast<int>(read_int_at_least(source, entry, "links", 1)) : 1;
+  const int count = entry["links"].IsDefined() ? read_int_in(source, entry, "links", 1, kMaxParallelLinks) : 1;
   LocalRef a, b;
   if (entry["gpus"].IsDefined() && !entry["gpu"].IsDefined() && !entry["cpu"].IsDefined()) {
     const std::vector<int> pair = read_index_list(source, entry, "gpus", spec.gpus, "GPU");
@@ -385,7 +387,7 @@ void assume_pcie(const GpuModel& gpu, NodeSpec& spec) {
 NodeSpec read_node(const std::string& source, const YAML::Node& root, const GpuModel& gpu) {
   const YAML::Node node = read_section(source, root, "node", {"gpus", "cpus", "pcie", "gpu_fabric", "nics"});
   NodeSpec spec;
-  spec.gpus = static_cast<int>(read_int_at_least(source, node, "gpus", 1));
+  spec.gpus = read_int_in(source, node, "gpus", 1, kMaxDevicesPerNode);
   if (spec.gpus > 1024)
     yaml::fail(source, node["gpus"], fmt::format("'gpus' must be at most 1024 per node, got {}", spec.gpus));
   spec.gpu_host_line.assign(spec.gpus, 0);
@@ -462,7 +464,6 @@ void stamp_nodes(const NodeSpec& spec, int num_nodes, int line, TopologyModel& m
 
 }  // namespace
 
-constexpr int kMaxNodes = 65536;
 constexpr int64_t kMaxGpus = 1 << 20;
 
 TopologyModel read_compact_form(const std::string& source, const YAML::Node& root, std::optional<int> nodes_override) {
@@ -479,9 +480,7 @@ TopologyModel read_compact_form(const std::string& source, const YAML::Node& roo
 
   NetworkShape shape;
   shape.nodes_line = yaml::line_of(root["nodes"]);
-  shape.nodes = root["nodes"].IsDefined() ? static_cast<int>(read_int_at_least(source, root, "nodes", 1)) : 1;
-  if (shape.nodes > kMaxNodes)
-    yaml::fail(source, root["nodes"], fmt::format("'nodes' must be at most {}, got {}", kMaxNodes, shape.nodes));
+  shape.nodes = root["nodes"].IsDefined() ? read_int_in(source, root, "nodes", 1, kMaxNodes) : 1;
   if (nodes_override) {
     if (*nodes_override > kMaxNodes)
       throw InputError(fmt::format("--nodes must be at most {}, got {}", kMaxNodes, *nodes_override));

@@ -56,8 +56,7 @@ void read_devices(const std::string& source, const YAML::Node& root, TopologyMod
     } else {
       if (!entry["node"].IsDefined())
         yaml::fail(source, entry, fmt::format("device '{}' of kind {} needs a 'node'", name, to_string(kind)));
-      node = static_cast<int>(read_int_at_least(source, entry, "node", 0));
-      if (node >= 65536) yaml::fail(source, entry["node"], fmt::format("'node' must be below 65536, got {}", node));
+      node = read_int_in(source, entry, "node", 0, kMaxNodes - 1);
     }
     if (const auto it = table.by_name.find(name); it != table.by_name.end())
       yaml::fail(source, entry["name"],

@@ -54,10 +54,9 @@ TreeShape read_tree(const std::string& source, const YAML::Node& net, const std:
   if (!has_nodes_per_leaf && !has_radix)
     yaml::fail(source, net, fmt::format("network type '{}' needs 'nodes_per_leaf' or 'leaf_radix'", type));
   if (has_nodes_per_leaf) {
-    tree.nodes_per_leaf =
-        static_cast<int>(std::min<int64_t>(read_int_at_least(source, net, "nodes_per_leaf", 1), 1 << 20));
+    tree.nodes_per_leaf = read_int_in(source, net, "nodes_per_leaf", 1, kMaxSwitchCount);
   } else {
-    const int64_t radix = read_int_at_least(source, net, "leaf_radix", 2);
+    const int64_t radix = read_int_in(source, net, "leaf_radix", 2, kMaxSwitchCount);
     const double s = tree.oversubscription;
     const int64_t down = static_cast<int64_t>(std::floor(static_cast<double>(radix) * s / (1.0 + s)));
     tree.nodes_per_leaf = static_cast<int>(down / ports_per_node);
@@ -69,7 +68,7 @@ TreeShape read_tree(const std::string& source, const YAML::Node& net, const std:
   }
   const int64_t down_ports = static_cast<int64_t>(tree.nodes_per_leaf) * ports_per_node;
   tree.spines = net["spines"].IsDefined()
-                    ? static_cast<int>(std::min<int64_t>(read_int_at_least(source, net, "spines", 1), 1 << 20))
+                    ? read_int_in(source, net, "spines", 1, kMaxSwitchCount)
                     : static_cast<int>(std::ceil(static_cast<double>(down_ports) / tree.oversubscription));
   tree.link_latency_us = yaml::get_positive(source, net, "link_latency_us");
   tree.uplink_latency_us = yaml::get_positive(source, net, "uplink_latency_us", tree.link_latency_us);

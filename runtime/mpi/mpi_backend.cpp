@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <climits>
+#include <functional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -12,6 +16,7 @@
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/runtime/cpu_backend.hpp>
 #include "mpi_check.hpp"
+#include "peer_watch.hpp"
 
 namespace wallfacer::runtime {
 namespace detail {
@@ -47,6 +52,7 @@ struct Pending {
   bool done = false;
   int64_t expect_bytes = -1;  // receives: the size the schedule promised
   std::string what;
+  std::vector<int> peers;  // world ranks it waits on: the peer, or the group's members
   std::vector<int> counts, displs, send_counts, send_displs;
 };
 
@@ -75,6 +81,7 @@ class MpiBackend final : public CpuBackend {
     int found = 0;
     WF_MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
     tag_limit_ = found && tag_ub ? *tag_ub : 32767;
+    exchange_processes();
   }
   ~MpiBackend() override {
     for (MPI_Comm& comm : comms_)
@@ -97,19 +104,24 @@ class MpiBackend final : public CpuBackend {
       WF_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, key >= 0 ? 0 : MPI_UNDEFINED, key, &comms_[g]));
     }
     group_names_.clear();
-    for (const auto& g : groups)
+    group_ranks_.clear();
+    for (const auto& g : groups) {
       group_names_.push_back(g.name);
+      group_ranks_.push_back(g.ranks);
+    }
   }
 
   RequestId isend(int peer, int tag, const void* data, size_t bytes) override {
     check_tag(tag);
     Pending& p = add(fmt::format("send to rank {} tag {} ({} bytes)", peer, tag, bytes));
+    p.peers = {peer};
     WF_MPI_CHECK(MPI_Isend(data, as_int(int64_t(bytes), "a message"), MPI_BYTE, peer, tag, MPI_COMM_WORLD, &p.request));
     return last_id_;
   }
   RequestId irecv(int peer, int tag, void* data, size_t bytes) override {
     check_tag(tag);
     Pending& p = add(fmt::format("receive from rank {} tag {} ({} bytes)", peer, tag, bytes));
+    p.peers = {peer};
     p.expect_bytes = int64_t(bytes);
     WF_MPI_CHECK(MPI_Irecv(data, as_int(int64_t(bytes), "a message"), MPI_BYTE, peer, tag, MPI_COMM_WORLD, &p.request));
     return last_id_;
@@ -118,6 +130,7 @@ class MpiBackend final : public CpuBackend {
   RequestId iallgatherv(int group, const void* send, int64_t send_count, void* recv, const Counts& recv_counts,
                         ElemType type) override {
     Pending& p = add(fmt::format("all-gather on group {}", group_name(group)));
+    p.peers = members(group);
     p.counts = to_ints(recv_counts);
     p.displs = prefix_sums(p.counts);
     WF_MPI_CHECK(MPI_Iallgatherv(send, as_int(send_count, "an all-gather block"), mpi_type(type), recv, p.counts.data(),
@@ -127,6 +140,7 @@ class MpiBackend final : public CpuBackend {
   RequestId ialltoallv(int group, const void* send, const Counts& send_counts, void* recv, const Counts& recv_counts,
                        ElemType type) override {
     Pending& p = add(fmt::format("all-to-all on group {}", group_name(group)));
+    p.peers = members(group);
     p.send_counts = to_ints(send_counts);
     p.send_displs = prefix_sums(p.send_counts);
     p.counts = to_ints(recv_counts);
@@ -139,12 +153,14 @@ class MpiBackend final : public CpuBackend {
   RequestId ireduce_scatter(int group, const void* send, void* recv, const Counts& recv_counts,
                             ElemType type) override {
     Pending& p = add(fmt::format("reduce-scatter on group {}", group_name(group)));
+    p.peers = members(group);
     p.counts = to_ints(recv_counts);
     WF_MPI_CHECK(MPI_Ireduce_scatter(send, recv, p.counts.data(), mpi_type(type), MPI_SUM, comm(group), &p.request));
     return last_id_;
   }
   RequestId iallreduce(int group, void* data, int64_t count, ElemType type) override {
     Pending& p = add(fmt::format("all-reduce on group {}", group_name(group)));
+    p.peers = members(group);
     WF_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, as_int(count, "an all-reduce"), mpi_type(type), MPI_SUM,
                                 comm(group), &p.request));
     return last_id_;
@@ -159,20 +175,29 @@ class MpiBackend final : public CpuBackend {
   }
 
   void wait_any(const std::vector<RequestId>& ids) override {
-    const auto start = std::chrono::steady_clock::now();
-    auto pause = std::chrono::microseconds(10);
-    for (;;) {
+    inject_fault();
+    auto done = [&] {
       for (RequestId id : ids) {
         Pending& p = find(id);
         if (!p.done) poll(p);
-        if (p.done) return;
+        if (p.done) return true;
       }
-      double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (options_.stall_seconds > 0 && waited > options_.stall_seconds) throw stalled(ids, waited);
-      // Back off, so that ranks sharing a core (oversubscribed runs) leave it to the busy ones.
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(1000));
-    }
+      return false;
+    };
+    auto describe = [&] {
+      std::string list;
+      for (RequestId id : ids)
+        list += " [" + find(id).what + "]";
+      return list;
+    };
+    auto peers = [&] {
+      std::vector<int> all;
+      for (RequestId id : ids)
+        for (int r : find(id).peers)
+          all.push_back(r);
+      return all;
+    };
+    wait_until(done, peers, describe);
   }
 
   void progress() override {
@@ -182,17 +207,22 @@ class MpiBackend final : public CpuBackend {
 
   bool all_ok(bool ok) override {
     int mine = ok ? 1 : 0, all = 0;
-    WF_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD));
+    MPI_Request request;
+    WF_MPI_CHECK(MPI_Iallreduce(&mine, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD, &request));
+    wait_blocking(request, "the check result all-reduce");
     return all != 0;
   }
   std::vector<std::string> gather_to_root(const std::string& bytes) override {
     int mine = as_int(int64_t(bytes.size()), "a gathered result");
     std::vector<int> sizes(rank_ == 0 ? size_t(size_) : 0);
-    WF_MPI_CHECK(MPI_Gather(&mine, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+    MPI_Request request;
+    WF_MPI_CHECK(MPI_Igather(&mine, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD, &request));
+    wait_blocking(request, "the gather of result sizes");
     std::vector<int> displs = rank_ == 0 ? prefix_sums(sizes) : std::vector<int>{};
     std::string all(rank_ == 0 ? size_t(displs.back()) + size_t(sizes.back()) : 0, '\0');
-    WF_MPI_CHECK(MPI_Gatherv(bytes.data(), mine, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE, 0,
-                             MPI_COMM_WORLD));
+    WF_MPI_CHECK(MPI_Igatherv(bytes.data(), mine, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE, 0,
+                              MPI_COMM_WORLD, &request));
+    wait_blocking(request, "the gather of results");
     std::vector<std::string> out;
     for (size_t r = 0; r < sizes.size(); ++r)
       out.push_back(all.substr(size_t(displs[r]), size_t(sizes[r])));
@@ -200,10 +230,16 @@ class MpiBackend final : public CpuBackend {
   }
   double max_over_ranks(double value) override {
     double best = 0;
-    WF_MPI_CHECK(MPI_Allreduce(&value, &best, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    MPI_Request request;
+    WF_MPI_CHECK(MPI_Iallreduce(&value, &best, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &request));
+    wait_blocking(request, "a maximum over ranks");
     return best;
   }
-  void barrier() override { WF_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+  void barrier() override {
+    MPI_Request request;
+    WF_MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &request));
+    wait_blocking(request, "a barrier");
+  }
 
  private:
   Pending& add(std::string what) {
@@ -229,12 +265,69 @@ class MpiBackend final : public CpuBackend {
       if (got != p.expect_bytes) throw ScheduleError(fmt::format("rank {}: {} got {} bytes", rank_, p.what, got));
     }
   }
-  MpiError stalled(const std::vector<RequestId>& ids, double waited) {
-    std::string list;
-    for (RequestId id : ids)
-      list += " [" + find(id).what + "]";
-    return MpiError(fmt::format("rank {}: no communication completed for {:.0f} s (stall limit); waiting on{}", rank_,
-                                waited, list));
+  // Polls `done` with a backoff until it holds; throws MpiError naming what it waits on when the
+  // stall limit passes or a rank it waits on is found lost.
+  void wait_until(const std::function<bool()>& done, const std::function<std::vector<int>()>& peers,
+                  const std::function<std::string()>& describe) {
+    const auto start = std::chrono::steady_clock::now();
+    double next_peer_check = options_.peer_check_seconds;
+    auto pause = std::chrono::microseconds(10);
+    while (!done()) {
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (options_.stall_seconds > 0 && waited > options_.stall_seconds)
+        throw MpiError(
+            fmt::format("no communication completed for {:.0f} s (stall limit); waiting on{}", waited, describe()));
+      if (options_.peer_check_seconds > 0 && waited > next_peer_check) {
+        next_peer_check = waited + options_.peer_check_seconds;
+        if (const std::string lost = watch_.lost(peers()); !lost.empty())
+          throw MpiError(fmt::format("lost {} after waiting {:.0f} s on{}", lost, waited, describe()));
+      }
+      // Back off, so that ranks sharing a core (oversubscribed runs) leave it to the busy ones.
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+  }
+  void wait_blocking(MPI_Request& request, const char* what) {
+    auto done = [&] {
+      int flag = 0;
+      WF_MPI_CHECK(MPI_Test(&request, &flag, MPI_STATUS_IGNORE));
+      return flag != 0;
+    };
+    auto everyone = [&] {
+      std::vector<int> all(static_cast<size_t>(size_));
+      for (int r = 0; r < size_; ++r)
+        all[size_t(r)] = r;
+      return all;
+    };
+    wait_until(done, everyone, [&] { return fmt::format(" [{}]", what); });
+  }
+  std::vector<int> members(int group) const {
+    return group >= 0 && size_t(group) < group_ranks_.size() ? group_ranks_[size_t(group)] : std::vector<int>{};
+  }
+  // Every rank's host and process id, for PeerWatch.
+  void exchange_processes() {
+    constexpr int kHostBytes = 256;
+    std::vector<char> host(kHostBytes, '\0');
+    gethostname(host.data(), kHostBytes - 1);
+    std::vector<char> hosts(size_t(kHostBytes) * size_t(size_));
+    WF_MPI_CHECK(MPI_Allgather(host.data(), kHostBytes, MPI_CHAR, hosts.data(), kHostBytes, MPI_CHAR, MPI_COMM_WORLD));
+    int pid = int(getpid());
+    std::vector<int> pids(static_cast<size_t>(size_));
+    WF_MPI_CHECK(MPI_Allgather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD));
+    std::vector<detail::PeerProcess> peers(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r)
+      peers[size_t(r)] = {std::string(hosts.data() + size_t(r) * kHostBytes), pids[size_t(r)]};
+    watch_ = detail::PeerWatch(rank_, std::move(peers));
+  }
+  void inject_fault() {
+    if (options_.fault.empty() || rank_ != options_.fault_rank || ++waits_ != options_.fault_after_waits) return;
+    // A slow rank, for the tests that no false alarm is raised: sleeping, but neither stopped
+    // nor gone, for longer than several peer checks.
+    if (options_.fault == "sleep") {
+      std::this_thread::sleep_for(std::chrono::seconds(8));
+      return;
+    }
+    ::raise(options_.fault == "kill" ? SIGKILL : SIGSTOP);
   }
   MPI_Comm comm(int group) const {
     if (group < 0 || size_t(group) >= comms_.size() || comms_[size_t(group)] == MPI_COMM_NULL)
@@ -260,6 +353,9 @@ class MpiBackend final : public CpuBackend {
   std::string library_;
   std::vector<MPI_Comm> comms_;
   std::vector<std::string> group_names_;
+  std::vector<std::vector<int>> group_ranks_;
+  detail::PeerWatch watch_;
+  int waits_ = 0;
   std::unordered_map<RequestId, Pending> pending_;
   RequestId last_id_ = 0;
 };

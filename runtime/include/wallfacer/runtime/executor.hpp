@@ -64,6 +64,11 @@ struct RankResult {
 // Deterministic WeightGrad contribution of `rank` at `index`: small integers, so sums over ranks
 // are exact in fp32 and the all-reduce check can demand equality.
 double weight_grad_value(int rank, int64_t index);
+// The value depends on the rank only through its class (one of kWeightGradClasses), so a check
+// can count contributions per class instead of per rank: memory and time independent of P.
+constexpr int kWeightGradClasses = 61;
+int weight_grad_class(int rank);
+double weight_grad_class_value(int value_class, int64_t index);
 
 // Executes `program` (one rank of `schedule`, built from `plan`) in precision T (float or
 // double). The backend's set_groups(plan.groups) must have been called. Throws ScheduleError when

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <stdexcept>
+#include <string>
 
 #include <wallfacer/runtime/backend.hpp>
 
@@ -23,6 +24,15 @@ struct MpiBackendOptions {
   // wait_any gives up (MpiError naming what it waits on) after this long without any request
   // completing, so a mismatched schedule ends the run instead of hanging it. 0: wait forever.
   double stall_seconds = 300;
+  // How often a waiting rank checks that the ranks it waits on are alive and not stopped (on
+  // its own host; peer_watch.hpp). 0: never.
+  double peer_check_seconds = 2;
+  // Fault injection for the tests: rank `fault_rank` stops itself (SIGSTOP, "stop"), dies
+  // (SIGKILL, "kill") or sleeps 8 s ("sleep", a slow rank) at its `fault_after_waits`-th wait.
+  // Empty `fault`: none.
+  std::string fault;
+  int fault_rank = -1;
+  int fault_after_waits = 1;
 };
 
 // Needs MPI to be initialised (run_mpi_job in mpi_runner.hpp does it). Uses MPI_COMM_WORLD.

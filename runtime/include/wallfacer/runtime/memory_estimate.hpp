@@ -1,0 +1,39 @@
+// What `wallfacer run` will allocate, computed from the plan and its schedule before anything is
+// allocated, and the check against the memory the machine has available. A plan that `plan`
+// writes for GPUs (4M tokens on 4 ranks) can need far more host memory than a CPU run has; it
+// must be refused with the figures, not killed by the kernel's out-of-memory killer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <wallfacer/plan/plan.hpp>
+#include <wallfacer/schedule/schedule.hpp>
+
+namespace wallfacer::runtime {
+
+struct RunMemoryEstimate {
+  int64_t inputs = 0;            // Q, K, V, dO in fp64, held once per process
+  int64_t largest_rank = 0;      // the largest rank's buffers and op state (executor allocation)
+  int64_t all_ranks = 0;         // every rank's buffers together
+  int64_t per_thread = 0;        // stack and allocator pages per rank thread (threads backend)
+  int64_t outputs = 0;           // O, lse, dQ, dK, dV in fp64, assembled on rank 0 (and gathered)
+  int64_t reference = 0;         // --check: the fp64 reference's outputs and one head's scores
+  int64_t total = 0;             // what this process (threads) or this node's processes (MPI) need
+  std::string describe() const;  // "3.2 GiB (inputs 1.0 GiB, ranks 4 x 512 MiB, ...)"
+};
+
+// `processes_here`: 0 for the threads backend (every rank in this process); for MPI, the number
+// of ranks on this node (each process holds the inputs and one rank; rank 0 also the outputs).
+RunMemoryEstimate estimate_run_memory(const Plan& plan, const Schedule& schedule, bool fp64, bool check,
+                                      int processes_here);
+
+// Memory this machine can give without swapping: MemAvailable from /proc/meminfo, else
+// sysconf's available pages; -1 when neither is known.
+int64_t available_memory_bytes();
+
+// Throws InputError naming `plan_source` with the estimate and the available memory when the
+// estimate exceeds the available memory.
+void check_run_memory(const RunMemoryEstimate& estimate, int64_t available, const std::string& plan_source);
+
+}  // namespace wallfacer::runtime
