@@ -441,6 +441,29 @@ struct Searcher {
 
 }  // namespace
 
+namespace {
+
+// A single tensor or pipeline degree asked for that cannot split the GPUs (or the layers) leaves
+// nothing to search: say so rather than list no candidate.
+void check_fixed_degrees(const SearchOptions& options, const Workload& workload, int ranks) {
+  if (options.tensor_degrees.size() == 1 && ranks % options.tensor_degrees.front() != 0)
+    throw InputError(
+        "--tp", 0,
+        fmt::format("tensor parallel degree {} does not divide the {} GPUs", options.tensor_degrees.front(), ranks));
+  if (options.pipeline_degrees.size() != 1) return;
+  const int Pp = options.pipeline_degrees.front();
+  const int T = options.tensor_degrees.size() == 1 ? options.tensor_degrees.front() : 1;
+  if (ranks % (T * Pp) != 0)
+    throw InputError("--pp", 0,
+                     fmt::format("{} pipeline stages{} do not divide the {} GPUs", Pp,
+                                 T > 1 ? fmt::format(" of {} tensor slices", T) : "", ranks));
+  if (workload.layers % Pp != 0)
+    throw InputError("--pp", 0,
+                     fmt::format("{} pipeline stages do not divide the model's {} layers", Pp, workload.layers));
+}
+
+}  // namespace
+
 SearchResult search_plans(const Topology& topology, const Workload& workload, const CostModel& model,
                           const SearchOptions& options) {
   const int ranks = options.ranks > 0 ? options.ranks : topology.num_gpus();
@@ -451,6 +474,7 @@ SearchResult search_plans(const Topology& topology, const Workload& workload, co
   const SearchMode mode = options.mode != SearchMode::Auto       ? options.mode
                           : ranks <= options.exhaustive_max_gpus ? SearchMode::Exhaustive
                                                                  : SearchMode::Heuristic;
+  check_fixed_degrees(options, workload, ranks);
   Searcher s{topology, workload, model, options, ranks, mode, detail::NodeOrders(topology, ranks), {}, 0, {}};
   s.orders = choose_orders(s.node_orders, mode, options);
   s.budget_GiB = options.memory_budget_fraction * topology.gpu().memory_GiB;

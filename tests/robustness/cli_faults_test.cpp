@@ -245,3 +245,30 @@ TEST_F(CliFaults, HugeSizesAreRefusedBeforeAllocating) {
 
 }  // namespace
 }  // namespace wallfacer
+
+namespace wallfacer {
+namespace {
+
+// A tensor or pipeline degree that cannot split the GPUs or the layers is named, not answered by
+// an empty ranking.
+TEST(CliDegrees, DegreesThatDoNotDivideAreNamed) {
+  struct Case {
+    const char* flags;
+    const char* message;
+  };
+  for (const Case& c : {Case{"--gpus 16 --pp 3", "--pp: error: 3 pipeline stages do not divide the 16 GPUs"},
+                        Case{"--gpus 16 --pp 4 --tp 8",
+                             "--pp: error: 4 pipeline stages of 8 tensor slices do not "
+                             "divide the 16 GPUs"},
+                        Case{"--gpus 16 --pp 16 --tp 1 --layers 30",
+                             "--pp: error: 16 pipeline stages do not divide the model's 30 layers"},
+                        Case{"--gpus 12 --tp 8", "--tp: error: tensor parallel degree 8 does not divide the 12 GPUs"},
+                        Case{"--gpus 16 --pp x", "--pp: error: expects 'auto' or a degree of at least 1, got 'x'"}}) {
+    const auto r = test::run_cli(std::string("plan ") + c.flags, "2>&1");
+    EXPECT_EQ(r.status, 2) << c.flags << ": " << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.flags << ": " << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace wallfacer
