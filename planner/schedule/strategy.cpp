@@ -15,9 +15,9 @@
 #include <wallfacer/core/log.hpp>
 #include <wallfacer/schedule/all_reduce.hpp>
 #include <wallfacer/topology/topology.hpp>
+#include "pipeline_parallel.hpp"
 #include "strategies/common.hpp"
 #include "strategies/strategy_impl.hpp"
-#include "pipeline_parallel.hpp"
 #include "tensor_parallel.hpp"
 
 namespace wallfacer {

@@ -15,6 +15,7 @@
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include "schedule/test_plans.hpp"
+#include "tensor_parallel.hpp"
 
 namespace wallfacer {
 namespace {
@@ -29,18 +30,11 @@ Workload pp_workload(int microbatches) {
   return w;
 }
 
-Workload slice_of(Workload w, int T) {
-  w.heads /= T;
-  w.kv_heads /= T;
-  w.hidden = int64_t(w.heads) * w.head_dim;
-  return w;
-}
-
 // The plans of every strategy with Pp stages and T tensor slices on `ranks` ranks.
 std::vector<Plan> pipeline_plans(const Workload& w, int Pp, int T, int ranks) {
   std::vector<Plan> plans;
   for (StrategyKind kind : all_strategies())
-    for (StrategyParams params : enumerate_params(kind, slice_of(w, T), ranks / (T * Pp))) {
+    for (StrategyParams params : enumerate_params(kind, detail::slice_workload(w, T), ranks / (T * Pp))) {
       params.tensor_parallel = T;
       params.pipeline_parallel = Pp;
       if (check_feasible(kind, params, w, ranks).ok) plans.push_back(testing::hand_plan(kind, params, w));

@@ -7,6 +7,7 @@
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include "schedule/test_plans.hpp"
+#include "tensor_parallel.hpp"
 
 namespace wallfacer {
 namespace {
@@ -20,19 +21,12 @@ Workload tp_workload() {
   return w;
 }
 
-Workload slice_of(Workload w, int T) {
-  w.heads /= T;
-  w.kv_heads /= T;
-  w.hidden = int64_t(w.heads) * w.head_dim;
-  return w;
-}
-
 TEST(TensorParallel, EveryStrategyIsProvenAndCountsItsWork) {
   const Workload w = tp_workload();
   const int T = 2, ranks = 8;
   int tried = 0;
   for (StrategyKind kind : all_strategies()) {
-    for (StrategyParams params : enumerate_params(kind, slice_of(w, T), ranks / T)) {
+    for (StrategyParams params : enumerate_params(kind, detail::slice_workload(w, T), ranks / T)) {
       params.tensor_parallel = T;
       if (!check_feasible(kind, params, w, ranks).ok) continue;
       ++tried;

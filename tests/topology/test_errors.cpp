@@ -7,23 +7,13 @@
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/topology/topology.hpp>
 
+#include "common/compact_topology.hpp"
+
 namespace wallfacer {
 namespace {
 
-// Line numbers below refer to this text.
-constexpr const char* kCompact = R"(name: tiny
-gpu: {model: X, peak_bf16_tflops: 100, peak_fp16_tflops: 100, memory_GiB: 16, hbm_GBps: 1000}
-nodes: 2
-node:
-  gpus: 2
-  pcie:
-    bandwidth_GBps: 16
-    latency_us: 0.5
-    switches:
-      - {gpus: [0, 1], nics: [0]}
-  nics: {count: 1, rate_Gbps: 100}
-network: {type: single_switch, link_latency_us: 1}
-)";
+using test::edit;
+constexpr const char* kCompact = test::kCompactTopology;
 
 constexpr const char* kExplicit = R"(name: ex
 gpu: {model: X, peak_bf16_tflops: 1, peak_fp16_tflops: 1, memory_GiB: 1, hbm_GBps: 1}
@@ -35,12 +25,6 @@ links:
   - {ends: [g0, sw], kind: pcie, bandwidth_GBps: 16, latency_us: 0.5}
   - {ends: [g1, sw], kind: pcie, bandwidth_GBps: 16, latency_us: 0.5}
 )";
-
-std::string edit(std::string text, const std::string& from, const std::string& to) {
-  const size_t at = text.find(from);
-  if (at == std::string::npos) throw std::logic_error("test text lacks: " + from);
-  return text.replace(at, from.size(), to);
-}
 
 // The full what() of the InputError parsing `text` raises ("" when it parses).
 std::string error_of(const std::string& text, std::optional<int> nodes = std::nullopt) {

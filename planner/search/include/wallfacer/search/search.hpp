@@ -64,8 +64,8 @@ struct Candidate {
   // than the best plan (cost is then a lower bound), or the closed-form screen left it out on a
   // large cluster (cost.step_ms is then that estimate). `reason` says which.
   bool pruned = false;
-  std::vector<int> local_order;         // node-local GPU order used (empty when the rules reject it)
-  bool chose_memory_settings = false;   // the search picked its ZeRO stage and checkpointing mode
+  std::vector<int> local_order;        // node-local GPU order used (empty when the rules reject it)
+  bool chose_memory_settings = false;  // the search picked its ZeRO stage and checkpointing mode
   // Set by the explanation of a ranking (wallfacer/search/explain.hpp): the candidates that build
   // the same schedule as this one ("double-ring w=1 T=4 (default)"), merged into it, and whether
   // its step is within the cost model's expected error of the best one's.
