@@ -32,7 +32,8 @@
 namespace wallfacer {
 namespace {
 
-const std::string kData = std::string(WALLFACER_SOURCE_DIR) + "/tests/validation/published.yaml";
+const std::string kDir = std::string(WALLFACER_SOURCE_DIR) + "/tests/validation";
+const std::string kData = kDir + "/published.yaml";
 const std::string kDoc = std::string(WALLFACER_SOURCE_DIR) + "/docs/validation.md";
 
 bool is_null(const YAML::Node& n) {
@@ -41,6 +42,7 @@ bool is_null(const YAML::Node& n) {
 
 struct Entry {
   std::string id, source_group, comparison;
+  std::string calibration;  // calibration file of the kernel the source ran, relative to kDir; empty: defaults
   std::string cluster, model;
   int nodes = 0, gpus = 0;
   YAML::Node model_node, training, measured;
@@ -61,6 +63,7 @@ struct Result {
   double predicted_tokens = 0, predicted_metric = 0;
   double error_pct = 0, memory_GiB = 0;
   double step_ms = 0, compute_ms = 0;  // predicted step; busiest rank's compute stream
+  StepParts parts;                     // where the predicted step goes (critical rank)
 };
 
 // FLOPs per trained token by the source's convention, or nullopt when not implemented.
@@ -74,6 +77,13 @@ std::optional<double> flops_per_token(const Entry& e, const Workload& w) {
   if (convention == "nemo-model-flops") {
     const double L = w.layers, H = double(w.hidden), N = double(w.seq), V = double(w.vocab), F = double(w.ffn);
     return L * H * H * (12.0 + 12.0 * w.kv_heads / w.heads + 18.0 * F / H + 12.0 * N / H + 6.0 * V / (L * H));
+  }
+  // palm-6n-attention: PaLM's MFU count (Chowdhery et al. 2022, arXiv 2204.02311, appendix B), as the
+  // Llama 3 report cites it and torchtitan implements it: 6 N + 12 L h d N_seq per token, N the
+  // parameters less the input embedding, the attention term without causal halving.
+  if (convention == "palm-6n-attention") {
+    const double n = double(w.parameter_count() - w.vocab * w.hidden);
+    return 6.0 * n + 12.0 * w.layers * double(w.heads) * w.head_dim * double(w.seq);
   }
   if (convention == "megatron-2104.04473") {
     const double k = e.measured["recompute_factor"].as<double>();
@@ -144,6 +154,7 @@ std::vector<Entry> load_entries() {
     e.training = n["training"];
     e.measured = n["measured"];
     if (n["assumed"]) e.assumed = n["assumed"];
+    if (n["calibration"]) e.calibration = n["calibration"].as<std::string>();
     e.needs = needs_of(e);
     entries.push_back(e);
   }
@@ -168,7 +179,7 @@ Result predict(const Entry& e) {
   const YAML::Node& t = e.training;
   WorkloadOverrides o;
   o.seq = t["seq"].as<int64_t>();
-  o.batch = t["batch"].as<int>();
+  o.batch = e.key("batch").as<int>();
   o.dtype = t["dtype"].as<std::string>();
   o.zero_stage = e.key("zero").as<int>();
   const std::string checkpointing = e.key("checkpointing").as<std::string>();
@@ -187,6 +198,11 @@ Result predict(const Entry& e) {
     if (ov["vocab"]) o.vocab = ov["vocab"].as<int64_t>();
   }
   r.workload = load_workload(e.model, o);
+  // The source's FLOP convention counts the model as published; the plan may price it with
+  // `pipeline_layers` instead when the source ran uneven pipeline stages the planner cannot split
+  // (docs/validation.md, "Uneven pipeline stages").
+  const Workload published = r.workload;
+  if (const YAML::Node& pl = e.model_node["pipeline_layers"]) r.workload.layers = pl.as<int>();
   const Topology topology = Topology::load(e.cluster, e.nodes);
   const std::string strategy = t["strategy"].as<std::string>();
   const StrategyKind kind = strategy == "none" ? StrategyKind::Ring : parse_strategy(strategy);
@@ -218,7 +234,11 @@ Result predict(const Entry& e) {
   EXPECT_TRUE(f.ok) << e.id << ": " << f.reason;
   Plan plan = make_plan(kind, params, r.workload, topology, ranks);
   plan.scope = Scope::Step;
-  const CostModel model(topology, Calibration::defaults());
+  // The attention kernel the source ran, where it is not the default calibration's (a sourced
+  // calibration file next to published.yaml, docs/validation.md "Kernels").
+  const Calibration calibration =
+      e.calibration.empty() ? Calibration::defaults() : Calibration::load(kDir + "/" + e.calibration);
+  const CostModel model(topology, calibration);
   CostBreakdown cost = model.evaluate_step(plan);
   for (Checkpointing mode : {Checkpointing::Selective, Checkpointing::Full}) {
     if (!lightest || cost.memory.total_GiB <= topology.gpu().memory_GiB) break;
@@ -228,17 +248,18 @@ Result predict(const Entry& e) {
   r.layout =
       (strategy == "none" ? std::string("no SP") : std::string(to_string(kind))) + " " + layout_of(params, r.workload);
   std::vector<std::string> assumed;
-  for (const char* key : {"zero", "checkpointing", "microbatches"})
+  for (const char* key : {"batch", "zero", "checkpointing", "microbatches"})
     if (is_null(t[key]) && e.assumed && !is_null(e.assumed[key])) assumed.push_back(key);
   if (!assumed.empty()) r.layout += fmt::format(" (assumed: {})", fmt::join(assumed, ", "));
   r.measured_metric = e.measured["value"].as<double>();
-  r.measured_tokens = *measured_tokens_per_s(e, r.workload);
+  r.measured_tokens = *measured_tokens_per_s(e, published);
   r.predicted_tokens = cost.tokens_per_s;
   r.predicted_metric = r.predicted_tokens * (r.measured_metric / r.measured_tokens);  // same conversion back
   r.error_pct = 100.0 * (r.predicted_tokens - r.measured_tokens) / r.measured_tokens;
   r.memory_GiB = cost.memory.total_GiB;
   r.step_ms = cost.step_ms;
   r.compute_ms = cost.compute_ms;
+  r.parts = cost.parts;
   return r;
 }
 
@@ -383,6 +404,16 @@ TEST(Validation, PredictionsMatchTheDoc) {
     for (const Gain& g : gains)
       out += fmt::format("| `{}` | `{}` | {:.2f} | {:.2f} | {:.2f} |\n", g.best, g.other, g.measured, g.predicted,
                          g.predicted - g.measured);
+    out +=
+        "\n| entry | step ms | compute | imbalance | exposed nvlink | exposed pcie | exposed network | idle | hidden "
+        "|\n"
+        "|---|---|---|---|---|---|---|---|---|\n";
+    for (const Result& r : results) {
+      const StepParts& p = r.parts;
+      out += fmt::format("| `{}` | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} |\n",
+                         r.entry->id, r.step_ms, p.compute_ms, p.imbalance_ms, p.exposed_ms[0], p.exposed_ms[1],
+                         p.exposed_ms[2], p.idle_ms, p.hidden_ms);
+    }
     out += "\n| id | needs |\n|---|---|\n";
     for (const Entry& e : entries)
       if (!e.needs.empty()) out += fmt::format("| `{}` | {} |\n", e.id, fmt::join(e.needs, "; "));
@@ -448,6 +479,22 @@ TEST(Validation, PredictionsMatchTheDoc) {
       expect_close(what + " (predicted)", row.at(3), g.predicted, 2);
     }
     EXPECT_TRUE(found) << "gain of " << g.best << " over " << g.other << " is not in the gains table";
+  }
+
+  // Where each predicted step goes: the step and its compute share, in ms (printed rounded).
+  const Table* parts_table = find_table(tables, "entry", "step ms");
+  ASSERT_NE(parts_table, nullptr) << "docs/validation.md has no table of where the steps go (| entry | step ms | ...)";
+  EXPECT_EQ(parts_table->rows.size(), results.size());
+  for (const Result& r : results) {
+    bool found = false;
+    for (const auto& row : parts_table->rows) {
+      if (row.at(0) != r.entry->id) continue;
+      found = true;
+      expect_close(r.entry->id + " step ms", row.at(1), r.step_ms, 0);
+      expect_close(r.entry->id + " compute ms", row.at(2), r.parts.compute_ms, 0);
+      expect_close(r.entry->id + " exposed network ms", row.at(6), r.parts.exposed_ms[2], 0);
+    }
+    EXPECT_TRUE(found) << r.entry->id << " is not in the table of where the steps go";
   }
 
   const Table* blocked = find_table(tables, "id", "needs");
