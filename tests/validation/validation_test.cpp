@@ -165,7 +165,8 @@ std::vector<Entry> load_entries() {
 std::string layout_of(const StrategyParams& p, const Workload& w) {
   std::string s = fmt::format("S={} D={}", p.sequence_parallel, p.data_parallel);
   if (p.tensor_parallel > 1) s += fmt::format(" T={}", p.tensor_parallel);
-  if (p.pipeline_parallel > 1) s += fmt::format(" P={} M={}", p.pipeline_parallel, w.microbatches);
+  if (p.pipeline_parallel > 1) s += fmt::format(" P={}", p.pipeline_parallel);
+  if (w.microbatches > 1) s += fmt::format(" M={}", w.microbatches);
   if (const auto* k = std::get_if<UspKnobs>(&p.knobs)) s += fmt::format(" u={} r={}", k->ulysses, k->ring);
   if (const auto* k = std::get_if<DoubleRingKnobs>(&p.knobs)) s += fmt::format(" u={} w={}", k->ulysses, k->window);
   if (const auto* k = std::get_if<WallFacerKnobs>(&p.knobs)) s += fmt::format(" C={}", k->team);
@@ -211,11 +212,11 @@ Result predict(const Entry& e) {
   params.data_parallel = t["D"].as<int>();
   params.tensor_parallel = t["tp"] ? t["tp"].as<int>() : 1;
   params.pipeline_parallel = t["pp"] ? t["pp"].as<int>() : 1;
-  // Pipelined runs: the stated micro-batches, or else micro-batches of one sequence (Megatron's
-  // default micro-batch size), as the planner's search assumes.
-  if (params.pipeline_parallel > 1)
-    r.workload.microbatches =
-        !is_null(e.key("microbatches")) ? e.key("microbatches").as<int>() : r.workload.batch / params.data_parallel;
+  // The stated micro-batches, or else micro-batches of one sequence (the micro-batch size every
+  // source's framework runs long sequences with, and the planner's search assumes for pipelines):
+  // without pipelining, gradient accumulation over a replica's batch / D sequences.
+  r.workload.microbatches =
+      !is_null(e.key("microbatches")) ? e.key("microbatches").as<int>() : r.workload.batch / params.data_parallel;
   params.knobs = default_knobs(kind);
   if (const YAML::Node& k = t["knobs"]) {
     if (auto* u = std::get_if<UspKnobs>(&params.knobs)) {
