@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -174,9 +175,9 @@ std::string layout_of(const StrategyParams& p, const Workload& w) {
                          to_string(w.dtype), w.fp8_linear ? " + fp8 GEMMs" : "", w.batch);
 }
 
-Result predict(const Entry& e) {
-  Result r;
-  r.entry = &e;
+// The workload as published: the preset with the entry's training keys and model overrides
+// ("lightest-that-fits" checkpointing starts from none).
+Workload published_workload(const Entry& e) {
   const YAML::Node& t = e.training;
   WorkloadOverrides o;
   o.seq = t["seq"].as<int64_t>();
@@ -184,10 +185,7 @@ Result predict(const Entry& e) {
   o.dtype = t["dtype"].as<std::string>();
   o.zero_stage = e.key("zero").as<int>();
   const std::string checkpointing = e.key("checkpointing").as<std::string>();
-  // "lightest-that-fits": the least recomputation whose predicted memory fits the GPU, what a user
-  // of the framework picks when memory forces it (decided by memory, never by throughput).
-  const bool lightest = checkpointing == "lightest-that-fits";
-  o.checkpointing = lightest ? "none" : checkpointing;
+  o.checkpointing = checkpointing == "lightest-that-fits" ? "none" : checkpointing;
   if (t["linear_dtype"] && t["linear_dtype"].as<std::string>() == "fp8") o.fp8_linear = true;
   if (const YAML::Node& ov = e.model_node["overrides"]) {
     if (ov["layers"]) o.layers = ov["layers"].as<int>();
@@ -198,25 +196,17 @@ Result predict(const Entry& e) {
     if (ov["ffn"]) o.ffn = ov["ffn"].as<int64_t>();
     if (ov["vocab"]) o.vocab = ov["vocab"].as<int64_t>();
   }
-  r.workload = load_workload(e.model, o);
-  // The source's FLOP convention counts the model as published; the plan may price it with
-  // `pipeline_layers` instead when the source ran uneven pipeline stages the planner cannot split
-  // (docs/validation.md, "Uneven pipeline stages").
-  const Workload published = r.workload;
-  if (const YAML::Node& pl = e.model_node["pipeline_layers"]) r.workload.layers = pl.as<int>();
-  const Topology topology = Topology::load(e.cluster, e.nodes);
-  const std::string strategy = t["strategy"].as<std::string>();
-  const StrategyKind kind = strategy == "none" ? StrategyKind::Ring : parse_strategy(strategy);
+  return load_workload(e.model, o);
+}
+
+// The published degrees and the strategy's knobs.
+StrategyParams params_of(const Entry& e, StrategyKind kind) {
+  const YAML::Node& t = e.training;
   StrategyParams params;
   params.sequence_parallel = t["S"].as<int>();
   params.data_parallel = t["D"].as<int>();
   params.tensor_parallel = t["tp"] ? t["tp"].as<int>() : 1;
   params.pipeline_parallel = t["pp"] ? t["pp"].as<int>() : 1;
-  // The stated micro-batches, or else micro-batches of one sequence (the micro-batch size every
-  // source's framework runs long sequences with, and the planner's search assumes for pipelines):
-  // without pipelining, gradient accumulation over a replica's batch / D sequences.
-  r.workload.microbatches =
-      !is_null(e.key("microbatches")) ? e.key("microbatches").as<int>() : r.workload.batch / params.data_parallel;
   params.knobs = default_knobs(kind);
   if (const YAML::Node& k = t["knobs"]) {
     if (auto* u = std::get_if<UspKnobs>(&params.knobs)) {
@@ -229,6 +219,28 @@ Result predict(const Entry& e) {
       c->team = k["team"].as<int>();
     }
   }
+  return params;
+}
+
+Result predict(const Entry& e) {
+  Result r;
+  r.entry = &e;
+  const YAML::Node& t = e.training;
+  // The source's FLOP convention counts the model as published; the plan may price it with
+  // `pipeline_layers` instead when the source ran uneven pipeline stages the planner cannot split
+  // (docs/validation.md, "Uneven pipeline stages").
+  const Workload published = published_workload(e);
+  r.workload = published;
+  if (const YAML::Node& pl = e.model_node["pipeline_layers"]) r.workload.layers = pl.as<int>();
+  const Topology topology = Topology::load(e.cluster, e.nodes);
+  const std::string strategy = t["strategy"].as<std::string>();
+  const StrategyKind kind = strategy == "none" ? StrategyKind::Ring : parse_strategy(strategy);
+  const StrategyParams params = params_of(e, kind);
+  // The stated micro-batches, or else micro-batches of one sequence (the micro-batch size every
+  // source's framework runs long sequences with, and the planner's search assumes for pipelines):
+  // without pipelining, gradient accumulation over a replica's batch / D sequences.
+  r.workload.microbatches =
+      !is_null(e.key("microbatches")) ? e.key("microbatches").as<int>() : r.workload.batch / params.data_parallel;
   const int ranks = params.sequence_parallel * params.data_parallel * params.tensor_parallel * params.pipeline_parallel;
   EXPECT_EQ(ranks, e.gpus) << e.id << ": T x S x D x Pp must be the published GPU count";
   const Feasibility f = check_feasible(kind, params, r.workload, ranks);
@@ -241,6 +253,9 @@ Result predict(const Entry& e) {
       e.calibration.empty() ? Calibration::defaults() : Calibration::load(kDir + "/" + e.calibration);
   const CostModel model(topology, calibration);
   CostBreakdown cost = model.evaluate_step(plan);
+  // "lightest-that-fits": the least recomputation whose predicted memory fits the GPU, what a user
+  // of the framework picks when memory forces it (decided by memory, never by throughput).
+  const bool lightest = e.key("checkpointing").as<std::string>() == "lightest-that-fits";
   for (Checkpointing mode : {Checkpointing::Selective, Checkpointing::Full}) {
     if (!lightest || cost.memory.total_GiB <= topology.gpu().memory_GiB) break;
     plan.workload.checkpointing = r.workload.checkpointing = mode;
@@ -252,6 +267,8 @@ Result predict(const Entry& e) {
   for (const char* key : {"batch", "zero", "checkpointing", "microbatches"})
     if (is_null(t[key]) && e.assumed && !is_null(e.assumed[key])) assumed.push_back(key);
   if (!assumed.empty()) r.layout += fmt::format(" (assumed: {})", fmt::join(assumed, ", "));
+  if (!e.calibration.empty())
+    r.layout += fmt::format("; kernel {}", std::filesystem::path(e.calibration).stem().string());
   r.measured_metric = e.measured["value"].as<double>();
   r.measured_tokens = *measured_tokens_per_s(e, published);
   r.predicted_tokens = cost.tokens_per_s;
