@@ -63,13 +63,13 @@ using CollectiveBody = std::function<void(ncclComm_t, cudaStream_t)>;
 class NcclBackend final : public CudaDeviceBackend {
  public:
   NcclBackend(Backend& control, const RankDevicePlan& plan, int device, const ncclUniqueId& id)
-      : CudaDeviceBackend(control.rank(), control.size(), device), control_(control), plan_(plan) {
+      : CudaDeviceBackend(control.rank(), control.size(), device), control_(control), sequencer_(plan) {
     if (plan.rank != control.rank())
       throw ScheduleError(fmt::format("rank {} was given the device plan of rank {}", control.rank(), plan.rank));
     WF_NCCL_CHECK(ncclCommInitRank(&world_, size_, id, rank_));
-    calls_.resize(plan_.calls.size());
+    calls_.resize(plan.calls.size());
     for (size_t c = 0; c < calls_.size(); ++c)
-      calls_[c].ptrs.assign(plan_.calls[c].entries.size(), nullptr);
+      calls_[c].ptrs.assign(plan.calls[c].entries.size(), nullptr);
   }
   ~NcclBackend() override {
     synchronize_quietly();
@@ -207,11 +207,12 @@ class NcclBackend final : public CudaDeviceBackend {
       auto it = call_of_request_.find(id);
       if (it != call_of_request_.end() && calls_[size_t(it->second)].issued) return;
     }
-    const NcclCall& next = plan_.calls.at(next_issue_);
+    const size_t next = sequencer_.next_call();
+    const NcclCall& call = sequencer_.plan().calls.at(next);
     throw ScheduleError(
         fmt::format("rank {}: the executor waits, but call #{} of the device plan ({}, round {}) has "
                     "only {} of its ops posted",
-                    rank_, next_issue_, to_string(next.kind), next.round, calls_[next_issue_].posted));
+                    rank_, next, to_string(call.kind), call.round, sequencer_.posted(int32_t(next))));
   }
 
   bool all_ok(bool ok) override { return control_.all_ok(ok); }
@@ -225,7 +226,6 @@ class NcclBackend final : public CudaDeviceBackend {
  private:
   struct CallState {
     std::vector<void*> ptrs;  // per entry
-    int posted = 0;
     CollectiveBody collective;
     EventPtr ready, done;
     bool issued = false;
@@ -237,35 +237,24 @@ class NcclBackend final : public CudaDeviceBackend {
   }
 
   RequestId post_p2p(bool send, int peer, int tag, void* data, size_t bytes) {
-    const int k = p2p_occurrence_[{send, peer, tag}]++;
-    const auto [c, e] = plan_.find_p2p(send, peer, tag, k);
-    if (c < 0)
-      throw ScheduleError(fmt::format("rank {}: {} #{} {} rank {} tag {} is not in the device plan", rank_,
-                                      send ? "send" : "receive", k, send ? "to" : "from", peer, tag));
-    CallState& call = calls_[size_t(c)];
-    call.ptrs[size_t(e)] = data;
-    sizes_[{c, e}] = bytes;
-    return register_post(c);
+    const CallSequencer::Slot slot = sequencer_.post_p2p(send, peer, tag);
+    calls_[size_t(slot.call)].ptrs[size_t(slot.entry)] = data;
+    sizes_[{slot.call, slot.entry}] = bytes;
+    return register_post(slot.call);
   }
 
   RequestId post_collective(int group, CollectiveBody body) {
     if (group < 0 || size_t(group) >= comms_.size() || comms_[size_t(group)] == nullptr)
       throw ScheduleError(
           fmt::format("rank {}: collective on group {}, which this rank is not a member of", rank_, group));
-    const int k = coll_occurrence_[group]++;
-    const int32_t c = plan_.find_collective(group, k);
-    if (c < 0)
-      throw ScheduleError(
-          fmt::format("rank {}: collective #{} on group {} is not in the device plan", rank_, k, group));
-    calls_[size_t(c)].collective = std::move(body);
-    return register_post(c);
+    const CallSequencer::Slot slot = sequencer_.post_collective(group);
+    calls_[size_t(slot.call)].collective = std::move(body);
+    return register_post(slot.call);
   }
 
   RequestId register_post(int32_t c) {
-    CallState& call = calls_[size_t(c)];
-    ++call.posted;
     // The compute stream is in order: the event of the last post covers every earlier packing.
-    call.ready = record_compute();
+    calls_[size_t(c)].ready = record_compute();
     const RequestId id = next_id_++;
     call_of_request_[id] = c;
     issue_ready_calls();
@@ -273,36 +262,36 @@ class NcclBackend final : public CudaDeviceBackend {
   }
 
   void issue_ready_calls() {
-    while (next_issue_ < calls_.size()) {
-      const NcclCall& plan_call = plan_.calls[next_issue_];
-      CallState& call = calls_[next_issue_];
-      const int needed = plan_call.kind == CallKind::P2pGroup ? int(plan_call.entries.size()) : 1;
-      if (call.posted < needed) return;
-      cudaStream_t s = comm_stream();
-      WF_CUDA_CHECK(cudaStreamWaitEvent(s, call.ready->get(), 0));
-      comm_interval_begin();
-      if (plan_call.kind == CallKind::P2pGroup) {
-        WF_NCCL_CHECK(ncclGroupStart());
-        for (size_t e = 0; e < plan_call.entries.size(); ++e) {
-          const P2pEntry& entry = plan_call.entries[e];
-          const size_t bytes = sizes_.at({int32_t(next_issue_), int32_t(e)});
-          if (bytes == 0) continue;
-          if (entry.send)
-            WF_NCCL_CHECK(ncclSend(call.ptrs[e], bytes, ncclUint8, entry.peer, world_, s));
-          else
-            WF_NCCL_CHECK(ncclRecv(call.ptrs[e], bytes, ncclUint8, entry.peer, world_, s));
-        }
-        WF_NCCL_CHECK(ncclGroupEnd());
-      } else {
-        call.collective(comms_[size_t(plan_call.group)], s);
-        call.collective = nullptr;
+    for (int32_t c : sequencer_.take_issuable())
+      issue(c);
+  }
+
+  void issue(int32_t c) {
+    const NcclCall& plan_call = sequencer_.plan().calls[size_t(c)];
+    CallState& call = calls_[size_t(c)];
+    cudaStream_t s = comm_stream();
+    WF_CUDA_CHECK(cudaStreamWaitEvent(s, call.ready->get(), 0));
+    comm_interval_begin();
+    if (plan_call.kind == CallKind::P2pGroup) {
+      WF_NCCL_CHECK(ncclGroupStart());
+      for (size_t e = 0; e < plan_call.entries.size(); ++e) {
+        const P2pEntry& entry = plan_call.entries[e];
+        const size_t bytes = sizes_.at({c, int32_t(e)});
+        if (bytes == 0) continue;
+        if (entry.send)
+          WF_NCCL_CHECK(ncclSend(call.ptrs[e], bytes, ncclUint8, entry.peer, world_, s));
+        else
+          WF_NCCL_CHECK(ncclRecv(call.ptrs[e], bytes, ncclUint8, entry.peer, world_, s));
       }
-      comm_interval_end();
-      call.done = std::make_shared<Event>();
-      WF_CUDA_CHECK(cudaEventRecord(call.done->get(), s));
-      call.issued = true;
-      ++next_issue_;
+      WF_NCCL_CHECK(ncclGroupEnd());
+    } else {
+      call.collective(comms_[size_t(plan_call.group)], s);
+      call.collective = nullptr;
     }
+    comm_interval_end();
+    call.done = std::make_shared<Event>();
+    WF_CUDA_CHECK(cudaEventRecord(call.done->get(), s));
+    call.issued = true;
   }
 
   void synchronize_quietly() {
@@ -311,16 +300,13 @@ class NcclBackend final : public CudaDeviceBackend {
   }
 
   Backend& control_;
-  const RankDevicePlan plan_;
+  CallSequencer sequencer_;
   ncclComm_t world_ = nullptr;
   std::vector<ncclComm_t> comms_;
   std::vector<CommGroup> groups_;
   std::vector<CallState> calls_;
   std::map<std::pair<int32_t, int32_t>, size_t> sizes_;
   std::map<RequestId, int32_t> call_of_request_;
-  std::map<std::tuple<bool, int, int>, int> p2p_occurrence_;
-  std::map<int, int> coll_occurrence_;
-  size_t next_issue_ = 0;
   RequestId next_id_ = 1;
 };
 

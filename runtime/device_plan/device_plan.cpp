@@ -308,6 +308,48 @@ DevicePlan make_device_plan(const Schedule& schedule, const Plan& plan) {
   return device;
 }
 
+CallSequencer::CallSequencer(RankDevicePlan plan) : plan_(std::move(plan)), posted_(plan_.calls.size(), 0) {
+  for (size_t c = 0; c < plan_.calls.size(); ++c) {
+    const NcclCall& call = plan_.calls[c];
+    for (size_t e = 0; e < call.entries.size(); ++e) {
+      const P2pEntry& entry = call.entries[e];
+      p2p_index_[{entry.send, entry.peer, entry.tag, entry.occurrence}] = Slot{int32_t(c), int32_t(e)};
+    }
+    if (call.kind == CallKind::Collective) collective_index_[{call.group, call.occurrence}] = int32_t(c);
+  }
+}
+
+CallSequencer::Slot CallSequencer::post_p2p(bool send, int peer, int tag) {
+  const int k = p2p_seen_[{send, peer, tag}]++;
+  auto it = p2p_index_.find({send, peer, tag, k});
+  if (it == p2p_index_.end())
+    throw ScheduleError(fmt::format("rank {}: {} #{} {} rank {} tag {} is not in the device plan", plan_.rank,
+                                    send ? "send" : "receive", k, send ? "to" : "from", peer, tag));
+  ++posted_[size_t(it->second.call)];
+  return it->second;
+}
+
+CallSequencer::Slot CallSequencer::post_collective(int group) {
+  const int k = collective_seen_[group]++;
+  auto it = collective_index_.find({group, k});
+  if (it == collective_index_.end())
+    throw ScheduleError(
+        fmt::format("rank {}: collective #{} on group {} is not in the device plan", plan_.rank, k, group));
+  ++posted_[size_t(it->second)];
+  return Slot{it->second, -1};
+}
+
+std::vector<int32_t> CallSequencer::take_issuable() {
+  std::vector<int32_t> ready;
+  while (next_ < plan_.calls.size()) {
+    const NcclCall& call = plan_.calls[next_];
+    const int needed = call.kind == CallKind::P2pGroup ? int(call.entries.size()) : 1;
+    if (posted_[next_] < needed) break;
+    ready.push_back(int32_t(next_++));
+  }
+  return ready;
+}
+
 std::string describe_calls(const RankDevicePlan& rank) {
   std::string text = fmt::format("rank {}: {} NCCL calls\n", rank.rank, rank.calls.size());
   for (size_t c = 0; c < rank.calls.size(); ++c) {

@@ -5,3 +5,7 @@ wallfacer_add_test(NAME test_device_plan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/device_plan_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/../runtime/hand_programs.cpp
   LIBS wallfacer::device_plan wallfacer::planner fmt::fmt)
+wallfacer_add_test(NAME test_device_plan_sequenced
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/sequenced_backend_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/../runtime/hand_programs.cpp
+  LIBS wallfacer::device_plan wallfacer::runtime wallfacer::planner fmt::fmt)

@@ -14,7 +14,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <wallfacer/plan/plan.hpp>
@@ -97,6 +99,38 @@ DevicePlan make_device_plan(const Schedule& schedule, const Plan& plan);
 // order on one serial NCCL queue, each call only once the executor could post all its ops,
 // completes every call. Returns the problems found (empty when the plan is sound).
 std::vector<std::string> verify_device_plan(const DevicePlan& device, const Schedule& schedule, const Plan& plan);
+
+// The host logic of the NCCL transport, free of NCCL: matches one rank's posts (in the order the
+// executor makes them) to the calls of its device plan, by direction, peer, tag and occurrence for
+// transfers and by group and occurrence for collectives, and releases calls strictly in plan
+// order once every op of a call has been posted.
+class CallSequencer {
+ public:
+  explicit CallSequencer(RankDevicePlan plan);
+  struct Slot {
+    int32_t call = -1;
+    int32_t entry = -1;  // the P2pEntry; -1 for a collective
+  };
+  // Throws ScheduleError when the plan has no such op (the executor and the plan disagree).
+  Slot post_p2p(bool send, int peer, int tag);
+  Slot post_collective(int group);
+  // The calls that became issuable since the last call, in plan order.
+  std::vector<int32_t> take_issuable();
+  bool issued(int32_t call) const { return call < int32_t(next_); }
+  // The first call not yet issued and how many of its ops are posted (for error messages).
+  size_t next_call() const { return next_; }
+  int posted(int32_t call) const { return posted_.at(size_t(call)); }
+  const RankDevicePlan& plan() const { return plan_; }
+
+ private:
+  RankDevicePlan plan_;
+  std::map<std::tuple<bool, int, int, int>, Slot> p2p_index_;
+  std::map<std::pair<int, int>, int32_t> collective_index_;
+  std::map<std::tuple<bool, int, int>, int> p2p_seen_;
+  std::map<int, int> collective_seen_;
+  std::vector<int> posted_;
+  size_t next_ = 0;
+};
 
 // A readable listing of one rank's calls, for logs and docs.
 std::string describe_calls(const RankDevicePlan& rank);
