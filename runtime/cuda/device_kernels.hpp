@@ -44,6 +44,11 @@ void launch_backward_half(HalfType type, const uint16_t* q, const uint16_t* k, c
                           const float* lse, const float* D, const int64_t* q_pos, const int64_t* k_pos, int64_t q_rows,
                           int64_t k_rows, const kernels::AttnShape& shape, float* dq, float* dk, float* dv,
                           cudaStream_t stream);
+// The same forward on tensor cores (attention_wmma.cu), for head_dim 64 and 128; returns false
+// (and does nothing) for other head dims.
+bool launch_forward_half_tensor_cores(HalfType type, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                      const int64_t* q_pos, const int64_t* k_pos, int64_t q_rows, int64_t k_rows,
+                                      const kernels::AttnShape& shape, float* o, float* lse, cudaStream_t stream);
 // D = rowsum(dO * O) with dO in 16 bits and O in fp32.
 void launch_backward_prep_half(HalfType type, const float* o, const uint16_t* dO, int64_t rows, int heads, int head_dim,
                                float* D, cudaStream_t stream);

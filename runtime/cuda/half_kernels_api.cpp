@@ -95,9 +95,14 @@ KernelReport run_kernel_case(const KernelCase& c) {
   shape.head_dim = c.head_dim;
   shape.group = c.heads / c.kv_heads;
   shape.causal = c.causal;
+  const bool tensor_cores = c.tensor_cores && (c.head_dim == 64 || c.head_dim == 128);
   auto forward = [&] {
-    cuda::launch_forward_half(type, q.as<uint16_t>(), k.as<uint16_t>(), v.as<uint16_t>(), nullptr, nullptr, c.seq,
-                              c.seq, shape, o.as<float>(), lse.as<float>(), nullptr);
+    if (tensor_cores)
+      cuda::launch_forward_half_tensor_cores(type, q.as<uint16_t>(), k.as<uint16_t>(), v.as<uint16_t>(), nullptr,
+                                             nullptr, c.seq, c.seq, shape, o.as<float>(), lse.as<float>(), nullptr);
+    else
+      cuda::launch_forward_half(type, q.as<uint16_t>(), k.as<uint16_t>(), v.as<uint16_t>(), nullptr, nullptr, c.seq,
+                                c.seq, shape, o.as<float>(), lse.as<float>(), nullptr);
   };
   auto backward = [&] {
     cuda::launch_fill<float>(dq.as<float>(), nq, 0.0f, nullptr);
@@ -108,6 +113,7 @@ KernelReport run_kernel_case(const KernelCase& c) {
                                dk.as<float>(), dv.as<float>(), nullptr);
   };
   KernelReport report;
+  report.forward_kernel = tensor_cores ? "tensor cores (WMMA)" : "CUDA cores";
   report.forward_ms = mean_ms(c.reps, forward);
   cuda::launch_backward_prep_half(type, o.as<float>(), dO.as<uint16_t>(), c.seq, c.heads, c.head_dim, D.as<float>(),
                                   nullptr);

@@ -25,12 +25,18 @@ int main(int argc, char** argv) {
   app.add_option("--reps", c.reps, "Timed repetitions after one warm-up")->capture_default_str();
   app.add_option("--seed", c.seed, "Seed of the inputs")->capture_default_str();
   app.add_option("--tolerance", tolerance, "Largest relative error that passes (default 1e-2 bf16, 2e-3 fp16)");
+  std::string forward = "tensor-cores";
+  app.add_option("--forward", forward,
+                 "Forward kernel: tensor-cores (WMMA, head_dim 64 or 128, else cuda-cores) or cuda-cores")
+      ->check(CLI::IsMember({"tensor-cores", "cuda-cores"}))
+      ->capture_default_str();
   bool no_reference = false;
   app.add_flag("--no-reference", no_reference, "Time only (the fp64 reference costs seq^2 per head on the CPU)");
   CLI11_PARSE(app, argc, argv);
   c.bf16 = dtype == "bf16";
   c.causal = mask == "causal";
   c.reference = !no_reference;
+  c.tensor_cores = forward == "tensor-cores";
   if (c.heads % c.kv_heads != 0) {
     std::fprintf(stderr, "error: --heads %d is not a multiple of --kv-heads %d\n", c.heads, c.kv_heads);
     return 2;
@@ -50,6 +56,7 @@ int main(int argc, char** argv) {
                      {"head_dim", c.head_dim},
                      {"dtype", dtype},
                      {"mask", mask},
+                     {"forward_kernel", r.forward_kernel},
                      {"forward_ms", r.forward_ms},
                      {"backward_ms", r.backward_ms},
                      {"forward_tflops", r.forward_tflops},
