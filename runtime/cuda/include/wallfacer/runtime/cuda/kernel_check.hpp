@@ -24,8 +24,9 @@ struct KernelReport {
   // Relative errors max|gpu - ref| / max|ref| per tensor (when KernelCase::reference).
   double o = 0, lse = 0, dq = 0, dk = 0, dv = 0;
   bool checked = false;
-  std::string forward_kernel;                      // "tensor cores (WMMA)" or "CUDA cores"; the backward is CUDA cores
-  double forward_ms = 0, backward_ms = 0;          // per call, mean over reps
+  std::string forward_kernel;              // "tensor cores (WMMA)" or "CUDA cores"; the backward is CUDA cores
+  double forward_ms = 0, backward_ms = 0;  // per call, mean over reps
+  // (the backward's time includes zeroing dQ, dK and dV, which it adds into)
   double forward_tflops = 0, backward_tflops = 0;  // 4 N^2 h d (halved when causal), backward 2.5x
 };
 
