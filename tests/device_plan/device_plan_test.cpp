@@ -170,6 +170,33 @@ TEST(DevicePlan, RefusesScheduleThatCannotComplete) {
   }
 }
 
+// The sequencer holds a call until all of its ops are posted, whatever their order, releases
+// calls strictly in plan order, and refuses a post the plan does not have.
+TEST(CallSequencer, ReleasesWholeCallsInPlanOrder) {
+  const Plan plan = ring_plan(4);
+  const Schedule schedule = build_schedule(plan);
+  const DevicePlan device = make_device_plan(schedule, plan);
+  const auto& calls = device.ranks[1].calls;
+  ASSERT_GE(calls.size(), 2u);
+  ASSERT_EQ(calls[0].entries.size(), 2u);
+  runtime::CallSequencer sequencer(device.ranks[1]);
+  // The second call's ops first: nothing may be released before the first call is complete.
+  for (const auto& e : calls[1].entries)
+    EXPECT_EQ(sequencer.post_p2p(e.send, e.peer, e.tag).call, 1);
+  EXPECT_TRUE(sequencer.take_issuable().empty());
+  const auto& recv = calls[0].entries[0].send ? calls[0].entries[1] : calls[0].entries[0];
+  const auto& send = calls[0].entries[0].send ? calls[0].entries[0] : calls[0].entries[1];
+  EXPECT_EQ(sequencer.post_p2p(recv.send, recv.peer, recv.tag).call, 0);
+  EXPECT_TRUE(sequencer.take_issuable().empty());
+  EXPECT_EQ(sequencer.posted(0), 1);
+  EXPECT_EQ(sequencer.post_p2p(send.send, send.peer, send.tag).call, 0);
+  EXPECT_EQ(sequencer.take_issuable(), (std::vector<int32_t>{0, 1}));
+  EXPECT_TRUE(sequencer.issued(1));
+  EXPECT_FALSE(sequencer.issued(2));
+  EXPECT_THROW(sequencer.post_p2p(true, 3, 999999), ScheduleError);
+  EXPECT_THROW(sequencer.post_collective(12345), ScheduleError);
+}
+
 TEST(DevicePlan, RefusesUnmatchedSend) {
   const Plan plan = ring_plan(2);
   Schedule schedule = build_schedule(plan);
