@@ -35,8 +35,12 @@ template <>
 __device__ inline __half to_half<__half>(float x) {
   return __float2half_rn(x);
 }
-__device__ inline float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ inline float widen(__half x) { return __half2float(x); }
+__device__ inline float widen(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+__device__ inline float widen(__half x) {
+  return __half2float(x);
+}
 
 struct WmmaGeometry {
   int64_t q_rows = 0, k_rows = 0;
@@ -88,8 +92,8 @@ __device__ void warp_accumulate(const H* sP, const H* sV, float* sO, int warp) {
 
 template <typename H, int D>
 __global__ void __launch_bounds__(kThreads)
-    wmma_forward_kernel(WmmaGeometry g, const H* q, const H* k, const H* v, const int64_t* q_pos,
-                        const int64_t* k_pos, float* o, float* lse) {
+    wmma_forward_kernel(WmmaGeometry g, const H* q, const H* k, const H* v, const int64_t* q_pos, const int64_t* k_pos,
+                        float* o, float* lse) {
   extern __shared__ __align__(128) unsigned char smem[];
   H* sQ = reinterpret_cast<H*>(smem);
   H* sK = sQ + kBlockM * D;
