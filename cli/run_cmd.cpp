@@ -1,8 +1,10 @@
 // `wallfacer run`: executes one attention layer, forward and backward, of a plan for real on
-// CPUs, on seeded or loaded inputs, and optionally checks every result against the fp64 naive
-// reference. Under mpirun (in a build with MPI) each process is one rank of the MPI backend;
-// otherwise all of the plan's ranks run as threads of this process (local backend). Every input
-// problem is reported before any compute, with exit status 2; a failed check exits with 1.
+// CPUs or GPUs, on seeded or loaded inputs, and optionally checks every result against the fp64
+// naive reference. Under mpirun (in a build with MPI) each process is one rank of the MPI
+// backend; otherwise all of the plan's ranks run as threads of this process (local backend).
+// `--backend cuda` runs on GPUs: one process per GPU with NCCL under mpirun, otherwise every
+// rank as a thread with its own streams on one GPU (docs/cuda.md). Every input problem is
+// reported before any compute, with exit status 2; a failed check exits with 1.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -24,6 +26,10 @@
 #ifdef WALLFACER_WITH_MPI
 #include <wallfacer/runtime/mpi/mpi_runner.hpp>
 #endif
+#ifdef WALLFACER_WITH_CUDA
+#include <wallfacer/runtime/cuda/cuda_backend.hpp>
+#include <wallfacer/runtime/device_plan.hpp>
+#endif
 
 namespace wallfacer::cli {
 namespace {
@@ -34,7 +40,7 @@ struct RunFlags {
   std::optional<int> nodes;
   uint64_t seed = 1;
   double tolerance = 0;
-  int64_t progress_rows = -1;  // -1: 0 for the local backend, 256 for MPI
+  int64_t progress_rows = -1;  // -1: 0 for the local and CUDA backends, 256 for MPI
   double stall_seconds = 300;
   double peer_check_seconds = 2;
   std::string memory_check = "on";
@@ -132,6 +138,13 @@ nlohmann::json to_json(const runtime::ErrorStats& s) {
   return {{"max_abs", s.max_abs}, {"max_ref", s.max_ref}, {"relative", s.relative}, {"finite", s.finite}};
 }
 
+// GPU backends: the share of the device's communication time that ran while the compute stream
+// was busy, as a lower bound: communication not hidden shows as compute-stream idle time.
+double hidden_fraction(const runtime::LayerRunResult& r) {
+  if (r.comm_seconds <= 0) return 0;
+  return std::clamp(1.0 - r.wait_seconds / r.comm_seconds, 0.0, 1.0);
+}
+
 nlohmann::json summary_json(const RunFlags& flags, const Plan& plan, const runtime::LayerRunResult& r) {
   nlohmann::json j;
   j["plan"] = flags.plan;
@@ -145,6 +158,8 @@ nlohmann::json summary_json(const RunFlags& flags, const Plan& plan, const runti
   j["wall_ms"] = r.seconds * 1e3;
   j["compute_ms"] = r.compute_seconds * 1e3;
   j["wait_ms"] = r.wait_seconds * 1e3;
+  j["comm_ms"] = r.comm_seconds * 1e3;
+  if (r.comm_seconds > 0) j["comm_hidden_fraction"] = hidden_fraction(r);
   j["flops"] = r.flops;
   j["gflops_per_s"] = r.seconds > 0 ? r.flops / r.seconds * 1e-9 : 0.0;
   j["bytes_sent"] = r.bytes_sent;
@@ -179,6 +194,9 @@ void print_text(const RunFlags& flags, const Plan& plan, const runtime::LayerRun
       "%.4g GFLOP, %.3g GFLOP/s\n",
       r.seconds * 1e3, r.compute_seconds * 1e3, r.wait_seconds * 1e3, r.flops * 1e-9,
       r.seconds > 0 ? r.flops / r.seconds * 1e-9 : 0.0);
+  if (r.comm_seconds > 0)
+    std::printf("device: kernels %.3f ms, communication %.3f ms, at least %.0f %% of it hidden behind compute\n",
+                r.compute_seconds * 1e3, r.comm_seconds * 1e3, 100 * hidden_fraction(r));
   if (!flags.check) return;
   const double tolerance = r.checks.empty() ? 0 : r.checks.front().tolerance;
   std::printf("check against the fp64 naive reference (relative error = max|a-b| / max|ref|, tolerance %.0e):\n",
@@ -239,7 +257,54 @@ void read_fault_injection(runtime::MpiBackendOptions& options) {
 }
 #endif
 
+#ifdef WALLFACER_WITH_CUDA
+// The GPU this process would use must exist before anything else happens: an exit-2 message
+// naming the problem, not a failure in the middle of the run.
+void require_gpu() {
+  const runtime::CudaDeviceInfo info = runtime::cuda_device_info(0);
+  if (!info.available) throw InputError("--backend cuda: no usable CUDA device here: " + info.description);
+  WF_LOG_INFO("cli", "GPU: {}", info.description);
+}
+
+int run_cuda(const RunFlags& flags) {
+#ifdef WALLFACER_WITH_MPI
+  if (runtime::launched_by_mpirun()) {
+    std::unique_ptr<Prepared> prepared;
+    runtime::DevicePlan device;
+    runtime::MpiJob job;
+    job.backend.stall_seconds = flags.stall_seconds;
+    job.backend.peer_check_seconds = flags.peer_check_seconds;
+    job.prepare = [&](int rank, int size) {
+      require_gpu();
+      prepared = prepare(flags, size, rank);
+      device = runtime::make_device_plan(prepared->schedule, prepared->plan);
+    };
+    job.run = [&](runtime::Backend& control) {
+      auto backend = runtime::make_nccl_backend(control, device.ranks[size_t(control.rank())]);
+      auto result = runtime::run_layer(*backend, prepared->plan, prepared->schedule, prepared->inputs,
+                                       layer_options(flags, false));
+      return backend->rank() == 0 ? conclude(flags, prepared->plan, result) : 0;
+    };
+    return runtime::run_mpi_job(job);
+  }
+#endif
+  require_gpu();
+  auto p = prepare(flags, 0);
+  auto result = runtime::run_layer_cuda_local(p->plan, p->schedule, p->inputs, layer_options(flags, false));
+  return conclude(flags, p->plan, result);
+}
+#endif
+
 int run_command(const RunFlags& flags) {
+  if (flags.backend == "cuda") {
+#ifdef WALLFACER_WITH_CUDA
+    return run_cuda(flags);
+#else
+    throw InputError(
+        "--backend cuda: this build has no CUDA support (configure with -DWALLFACER_CUDA=ON where nvcc and NCCL are "
+        "installed)");
+#endif
+  }
   if (!use_mpi(flags)) return run_local(flags);
 #ifdef WALLFACER_WITH_MPI
   std::unique_ptr<Prepared> prepared;
@@ -265,8 +330,8 @@ void register_run_command(CLI::App& app) {
   auto flags = std::make_shared<RunFlags>();
   CLI::App* cmd = app.add_subcommand(
       "run",
-      "Run one attention layer (forward and backward) of a plan on CPUs and optionally check it against the fp64 "
-      "reference. Under mpirun each process is one rank (MPI backend); otherwise all ranks run as threads here.");
+      "Run one attention layer (forward and backward) of a plan on CPUs or GPUs and optionally check it against the "
+      "fp64 reference. Under mpirun each process is one rank (MPI backend); otherwise all ranks run as threads here.");
   cmd->add_option("--plan", flags->plan, "Plan file written by `wallfacer plan --out`")->required();
   cmd->add_option(
       "--topology", flags->topology,
@@ -287,8 +352,10 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--seed", flags->seed, "Seed of the generated inputs (independent of the rank count)");
   cmd->add_flag("--fp64", flags->fp64, "Run every kernel and message in double precision");
   cmd->add_flag("--json", flags->json, "Print a machine-readable summary on stdout");
-  cmd->add_option("--backend", flags->backend, "auto (MPI under mpirun, else threads), local or mpi")
-      ->check(CLI::IsMember({"auto", "local", "mpi"}));
+  cmd->add_option("--backend", flags->backend,
+                  "auto (MPI under mpirun, else threads), local, mpi, or cuda (GPUs: NCCL, one process per GPU, "
+                  "under mpirun; else every rank on one GPU)")
+      ->check(CLI::IsMember({"auto", "local", "mpi", "cuda"}));
   cmd->add_option("--progress-rows", flags->progress_rows,
                   "Query rows per compute slice between communication progress calls (0: whole blocks; default 256 "
                   "under MPI, 0 with threads)")

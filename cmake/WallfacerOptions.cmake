@@ -43,7 +43,7 @@ macro(wallfacer_resolve_cuda)
       set(_found ON)
     endif()
   endif()
-  wallfacer_decide(WALLFACER_CUDA _found "nvcc ${CMAKE_CUDA_COMPILER}, NCCL ${NCCL_LIBRARY}; no CUDA sources in this version")
+  wallfacer_decide(WALLFACER_CUDA _found "nvcc ${CMAKE_CUDA_COMPILER}, NCCL ${NCCL_LIBRARY}")
 endmacro()
 
 macro(wallfacer_resolve_gui)

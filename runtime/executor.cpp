@@ -345,7 +345,13 @@ void Executor::run() {
     backend.wait_any(pending);
     stats_.wait_seconds += seconds_since(wait_start);
   }
+  backend.synchronize();
   stats_.seconds = seconds_since(start);
+  if (const DeviceTimes device = backend.device_times(); device.valid) {
+    stats_.compute_seconds = device.compute_seconds;
+    stats_.comm_seconds = device.comm_seconds;
+    stats_.wait_seconds = std::max(0.0, stats_.seconds - device.compute_seconds);
+  }
   stats_.cpu_seconds = thread_cpu_seconds() - cpu_start;
   stats_.ops = int64_t(program.ops.size());
 }

@@ -186,6 +186,7 @@ std::string serialise(const RankSummary& s) {
   w.put(s.stats.cpu_seconds);
   w.put(s.stats.compute_seconds);
   w.put(s.stats.wait_seconds);
+  w.put(s.stats.comm_seconds);
   w.put(s.stats.flops);
   w.put(s.stats.bytes_sent);
   w.put(s.weight_grad.present);
@@ -213,6 +214,7 @@ RankSummary deserialise(const std::string& bytes) {
   s.stats.cpu_seconds = r.get<double>();
   s.stats.compute_seconds = r.get<double>();
   s.stats.wait_seconds = r.get<double>();
+  s.stats.comm_seconds = r.get<double>();
   s.stats.flops = r.get<double>();
   s.stats.bytes_sent = r.get<int64_t>();
   s.weight_grad.present = r.get<bool>();
@@ -419,6 +421,7 @@ LayerRunResult run_layer(Backend& backend, const Plan& plan, const Schedule& sch
     result.cpu_seconds = std::max(result.cpu_seconds, r.stats.cpu_seconds);
     result.compute_seconds = std::max(result.compute_seconds, r.stats.compute_seconds);
     result.wait_seconds = std::max(result.wait_seconds, r.stats.wait_seconds);
+    result.comm_seconds = std::max(result.comm_seconds, r.stats.comm_seconds);
     result.flops += r.stats.flops;
     result.bytes_sent += r.stats.bytes_sent;
     if (!r.weight_grad.present) continue;

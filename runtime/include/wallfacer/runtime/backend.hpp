@@ -42,6 +42,15 @@ constexpr ElemType elem_type_of<double>() {
 using RequestId = int64_t;
 using Counts = std::vector<int64_t>;
 
+// Where a backend runs work asynchronously (a GPU), what its device spent one program on:
+// compute busy time (kernels and the copies that pack and unpack buffers) and communication busy
+// time, as measured on the device's streams. valid is false for backends that run synchronously.
+struct DeviceTimes {
+  bool valid = false;
+  double compute_seconds = 0;
+  double comm_seconds = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -98,6 +107,12 @@ class Backend {
   // (optional) Lets posted operations advance while the caller computes; the executor calls it
   // between slices of long compute ops. Backends that progress on their own ignore it.
   virtual void progress() {}
+  // (optional) Returns once everything the backend has enqueued is complete. Backends that run
+  // ops asynchronously (the CUDA backend enqueues kernels and copies on device streams and
+  // returns at once) finish here; the executor calls it at the end of a program, before it stops
+  // the clock. With it, device_times() covers the program since the last call.
+  virtual void synchronize() {}
+  virtual DeviceTimes device_times() { return {}; }
 
   // ---- attention kernels (attention_kernels.hpp semantics; pointers into backend memory) ----
   virtual void attention_forward(const kernels::QueryBlock<float>& q, const kernels::KeyBlock<float>& kv,

@@ -51,6 +51,10 @@ struct ExecutionStats {
   double cpu_seconds = 0;      // CPU time of the executing thread over the same span
   double compute_seconds = 0;  // inside compute ops
   double wait_seconds = 0;     // blocked on communication with nothing to compute
+  // Asynchronous (GPU) backends: compute_seconds is the device's compute busy time, wait_seconds
+  // the rest of the program's time (the compute stream idle), comm_seconds the communication
+  // busy time; comm_seconds is 0 for synchronous backends.
+  double comm_seconds = 0;
   int64_t ops = 0;
   double flops = 0;        // sum of the compute ops' flops (schedule convention)
   int64_t bytes_sent = 0;  // point-to-point and collective payload this rank posted

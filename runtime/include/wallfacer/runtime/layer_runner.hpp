@@ -70,6 +70,7 @@ struct LayerRunResult {
   double cpu_seconds = 0;           // max over ranks of the executing thread's CPU time
   double compute_seconds = 0;       // max over ranks
   double wait_seconds = 0;          // max over ranks
+  double comm_seconds = 0;          // max over ranks; device communication busy time (GPU backends)
   double flops = 0;                 // sum over ranks (schedule convention, docs/algorithms.md §1.3)
   int64_t bytes_sent = 0;           // sum over ranks
   LayerOutputs outputs;             // rank 0 only

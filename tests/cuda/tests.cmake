@@ -1,0 +1,36 @@
+# The CUDA backend where a GPU is not needed: `wallfacer run --backend cuda` fails cleanly (exit 2)
+# in builds without CUDA and on machines without a GPU, and, in CUDA builds, the gpu-check bundle
+# builds and every library its binaries need resolves inside it (apart from glibc, CUDA and the
+# driver); a bundle missing a library is refused. The GPU checks themselves are scripts/gpu-check.
+if(TARGET wallfacer AND TARGET runtime_test_plan)
+  set(_cuda_dir ${CMAKE_CURRENT_BINARY_DIR}/cuda_cli)
+  add_test(NAME cuda_plan_ring4
+           COMMAND runtime_test_plan plan ring 4 ${_cuda_dir}/ring4.yaml)
+  set_tests_properties(cuda_plan_ring4 PROPERTIES FIXTURES_SETUP cuda_plan_ring4)
+  if(WALLFACER_CUDA_ENABLED)
+    # With a GPU the run must pass its checks; without one it must say so and exit 2.
+    add_test(NAME cuda_run_ring4
+             COMMAND sh -c "\"$@\" 2>&1; echo \"exit status $?\"" sh $<TARGET_FILE:wallfacer> run
+                     --plan ${_cuda_dir}/ring4.yaml --check --backend cuda)
+    set_tests_properties(cuda_run_ring4 PROPERTIES FIXTURES_REQUIRED cuda_plan_ring4 PASS_REGULAR_EXPRESSION
+                         "(backend cuda-local.*all checks passed.*exit status 0|no usable CUDA device here: .*exit status 2)")
+
+    set(_bundle ${CMAKE_CURRENT_BINARY_DIR}/gpu-bundle)
+    add_test(NAME cuda_gpu_check_bundle
+             COMMAND ${PROJECT_SOURCE_DIR}/scripts/gpu-check --bundle ${_bundle} --build-dir ${PROJECT_BINARY_DIR})
+    set_tests_properties(cuda_gpu_check_bundle PROPERTIES FIXTURES_SETUP cuda_bundle PASS_REGULAR_EXPRESSION
+                         "bundle ok: .* libraries in")
+    # The same bundle without libfmt must be refused, naming the library.
+    add_test(NAME cuda_gpu_check_bundle_incomplete
+             COMMAND sh -c "rm -rf \"$1.broken\" && cp -r \"$1\" \"$1.broken\" && rm \"$1.broken\"/lib/libfmt.so* && \
+\"$2\" --verify \"$1.broken\"; echo \"exit status $?\"" sh ${_bundle} ${PROJECT_SOURCE_DIR}/scripts/gpu-check)
+    set_tests_properties(cuda_gpu_check_bundle_incomplete PROPERTIES FIXTURES_REQUIRED cuda_bundle
+                         PASS_REGULAR_EXPRESSION "needs libfmt.*bundle NOT ok.*exit status 1")
+  else()
+    add_test(NAME cuda_run_without_cuda
+             COMMAND sh -c "\"$@\" 2>&1; echo \"exit status $?\"" sh $<TARGET_FILE:wallfacer> run
+                     --plan ${_cuda_dir}/ring4.yaml --backend cuda)
+    set_tests_properties(cuda_run_without_cuda PROPERTIES FIXTURES_REQUIRED cuda_plan_ring4 PASS_REGULAR_EXPRESSION
+                         "this build has no CUDA support.*exit status 2")
+  endif()
+endif()
