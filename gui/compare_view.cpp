@@ -1,15 +1,14 @@
 #include <wallfacer/gui/compare_view.hpp>
 
 #include <QBarCategoryAxis>
-#include <QBarSeries>
 #include <QBarSet>
 #include <QChart>
 #include <QChartView>
 #include <QHBoxLayout>
+#include <QHorizontalBarSeries>
 #include <QLabel>
 #include <QLineSeries>
 #include <QListWidget>
-#include <QSplitter>
 #include <QVBoxLayout>
 #include <QValueAxis>
 
@@ -26,18 +25,22 @@ QChart* new_chart(const QString& title) {
   return chart;
 }
 
+// Candidates down the left (horizontal bars keep long labels readable), values along the bottom.
 void set_axes(QChart* chart, const QStringList& labels, const QString& unit, double max_value) {
-  auto* x = new QBarCategoryAxis();
-  x->append(labels);
-  x->setLabelsAngle(-35);
-  auto* y = new QValueAxis();
-  y->setTitleText(unit);
-  y->setRange(0, max_value > 0 ? max_value * 1.1 : 1);
-  chart->addAxis(x, Qt::AlignBottom);
-  chart->addAxis(y, Qt::AlignLeft);
+  auto* categories = new QBarCategoryAxis();
+  categories->append(labels);
+  categories->setTruncateLabels(false);
+  QFont font = categories->labelsFont();
+  font.setPointSizeF(7.5);
+  categories->setLabelsFont(font);
+  auto* values = new QValueAxis();
+  values->setTitleText(unit);
+  values->setRange(0, max_value > 0 ? max_value * 1.1 : 1);
+  chart->addAxis(categories, Qt::AlignLeft);
+  chart->addAxis(values, Qt::AlignBottom);
   for (QAbstractSeries* s : chart->series()) {
-    s->attachAxis(x);
-    s->attachAxis(y);
+    s->attachAxis(categories);
+    s->attachAxis(values);
   }
 }
 
@@ -48,7 +51,7 @@ QString candidate_label(const Candidate& c, int rank, bool chosen) {
       QString("%1 %2 %3").arg(rank).arg(to_string(c.plan.strategy)).arg(QString::fromStdString(c.describe_params()));
   const std::string placement = c.describe_placement();
   if (placement != "default") label += QString(" (%1)").arg(QString::fromStdString(placement));
-  if (chosen) label += " *chosen*";
+  if (chosen) label += "  << chosen";
   return label;
 }
 
@@ -58,24 +61,24 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   for (QChartView* v : {time_view_, memory_view_})
     v->setRenderHint(QPainter::Antialiasing);
   rejected_ = new QListWidget();
+  rejected_->setWordWrap(true);
   summary_ = new QLabel("No search yet: Run > Plan and simulate, or start with --search.");
   summary_->setWordWrap(true);
-  auto* charts = new QSplitter(Qt::Vertical);
-  charts->addWidget(time_view_);
-  charts->addWidget(memory_view_);
+  auto* charts = new QWidget();
+  auto* charts_layout = new QVBoxLayout(charts);
+  charts_layout->setContentsMargins(0, 0, 0, 0);
+  charts_layout->addWidget(time_view_, 1);
+  charts_layout->addWidget(memory_view_, 1);
   auto* side = new QWidget();
+  side->setMaximumWidth(360);
   auto* side_layout = new QVBoxLayout(side);
   side_layout->addWidget(summary_);
   side_layout->addWidget(new QLabel("Rejected candidates and why:"));
   side_layout->addWidget(rejected_);
-  auto* split = new QSplitter(Qt::Horizontal);
-  split->addWidget(charts);
-  split->addWidget(side);
-  split->setStretchFactor(0, 3);
-  split->setStretchFactor(1, 1);
   auto* layout = new QHBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
-  layout->addWidget(split);
+  layout->addWidget(charts, 3);
+  layout->addWidget(side, 1);
 }
 
 QChart* CompareView::time_chart() const {
@@ -121,32 +124,33 @@ void CompareView::set_result(const SearchResult& result, const std::vector<std::
     if (shown >= max_bars) continue;
     ++shown;
     const double sim = i < simulated_ms.size() && simulated_ms[i] ? *simulated_ms[i] : 0.0;
-    predicted->append(c.cost.step_ms);
-    simulated->append(sim);
-    memory->append(c.cost.memory.total_GiB);
+    // Prepended: horizontal bars run bottom to top, and the best should head the chart.
+    predicted->insert(0, c.cost.step_ms);
+    simulated->insert(0, sim);
+    memory->insert(0, c.cost.memory.total_GiB);
     max_ms = std::max({max_ms, c.cost.step_ms, sim});
     max_mem = std::max(max_mem, c.cost.memory.total_GiB);
-    labels << candidate_label(c, shown, int(i) == result.best);
+    labels.prepend(candidate_label(c, shown, int(i) == result.best));
   }
   bars_ = shown;
-  auto* times = new QBarSeries();
+  auto* times = new QHorizontalBarSeries();
   times->append(predicted);
   times->append(simulated);
   time_chart()->addSeries(times);
   set_axes(time_chart(), labels, "ms", max_ms);
-  auto* mem = new QBarSeries();
+  auto* mem = new QHorizontalBarSeries();
   mem->append(memory);
   memory_chart()->addSeries(mem);
   auto* budget = new QLineSeries();
   budget->setName(QString("budget %1 GiB").arg(budget_GiB, 0, 'f', 1));
-  budget->append(-0.5, budget_GiB);
-  budget->append(std::max(0, shown) - 0.5, budget_GiB);
+  budget->append(budget_GiB, -0.5);
+  budget->append(budget_GiB, std::max(0, shown) - 0.5);
   QPen pen(Qt::red, 2, Qt::DashLine);
   budget->setPen(pen);
   memory_chart()->addSeries(budget);
   set_axes(memory_chart(), labels, "GiB", max_mem);
   summary_->setText(QString("%1 feasible candidates (best %2 shown), %3 rejected. Simulated bars are 0 where a "
-                            "candidate was not simulated. The chosen plan is marked *chosen*.")
+                            "candidate was not simulated. The chosen plan is marked << chosen.")
                         .arg(std::count_if(result.candidates.begin(), result.candidates.end(),
                                            [](const Candidate& c) { return c.feasible; }))
                         .arg(shown)

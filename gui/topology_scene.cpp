@@ -296,11 +296,15 @@ void TopologyScene::set_folded(bool folded) {
     summary->setVisible(folded);
 }
 
-int TopologyScene::count_items(const QString& kind) const {
+int count_items(const QGraphicsScene& scene, const QString& kind) {
   int n = 0;
-  for (const QGraphicsItem* item : items())
+  for (const QGraphicsItem* item : scene.items())
     if (item->data(kKindKey).toString() == kind) ++n;
   return n;
+}
+
+int TopologyScene::count_items(const QString& kind) const {
+  return gui::count_items(*this, kind);
 }
 
 }  // namespace wallfacer::gui

@@ -28,6 +28,8 @@ constexpr int kIndexKey = 1;
 QString item_kind(DeviceKind kind);
 // "link:nvlink", "link:pcie", "link:cpu-bus", "link:network".
 QString item_kind(LinkKind kind);
+// Items of a scene whose kind (kKindKey) is `kind`.
+int count_items(const QGraphicsScene& scene, const QString& kind);
 
 class TopologyScene : public QGraphicsScene {
  public:
