@@ -51,7 +51,9 @@ QString candidate_label(const Candidate& c, int rank, bool chosen) {
       QString("%1 %2 %3").arg(rank).arg(to_string(c.plan.strategy)).arg(QString::fromStdString(c.describe_params()));
   const std::string placement = c.describe_placement();
   if (placement != "default") label += QString(" (%1)").arg(QString::fromStdString(placement));
-  if (chosen) label += "  << chosen";
+  // A pruned candidate was priced as a lower bound only (no memory figure): said in its label.
+  if (c.pruned) label += " [bound]";
+  if (chosen) label += " [chosen]";
   return label;
 }
 
@@ -150,7 +152,8 @@ void CompareView::set_result(const SearchResult& result, const std::vector<std::
   memory_chart()->addSeries(budget);
   set_axes(memory_chart(), labels, "GiB", max_mem);
   summary_->setText(QString("%1 feasible candidates (best %2 shown), %3 rejected. Simulated bars are 0 where a "
-                            "candidate was not simulated. The chosen plan is marked << chosen.")
+                            "candidate was not simulated. The chosen plan is marked [chosen]; [bound]: the search "
+                            "stopped pricing it at a lower bound of its time (no memory figure).")
                         .arg(std::count_if(result.candidates.begin(), result.candidates.end(),
                                            [](const Candidate& c) { return c.feasible; }))
                         .arg(shown)

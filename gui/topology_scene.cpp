@@ -221,6 +221,8 @@ void TopologyScene::add_device(int device, QPointF center) {
 void TopologyScene::layout_fabric() {
   const auto& devices = topology_.devices();
   const std::vector<int> tier = switch_tiers(topology_);
+  // Taller tiers over wider clusters, so the links to the leaves do not lie flat.
+  const double tier_gap = std::max(kTierGap, nodes_width_ / 12);
   std::map<int, std::vector<int>> by_tier;
   for (size_t i = 0; i < devices.size(); ++i)
     if (devices[i].node < 0) by_tier[tier[i] < 0 ? 1 : tier[i]].push_back(int(i));
@@ -229,7 +231,7 @@ void TopologyScene::layout_fabric() {
     const double width = step * double(members.size());
     const double start = (nodes_width_ - width) / 2 + step / 2;
     for (size_t k = 0; k < members.size(); ++k)
-      add_device(members[k], QPointF(start + double(k) * step, -kTierGap * t));
+      add_device(members[k], QPointF(start + double(k) * step, -tier_gap * t));
   }
 }
 

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/input_limits.hpp>
 
 namespace wallfacer::gui {
 namespace {
@@ -167,8 +168,18 @@ TraceModel parse_trace(const std::string& text, const std::string& source) {
 }
 
 TraceModel read_trace_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw InputError(path, 0, "cannot open the file");
+  // Traces run larger than the other inputs (a 4,096-rank replay writes ~150 MB): four times the
+  // input limit.
+  const int64_t limit = 4 * limits::max_input_bytes(), size = int64_t(in.tellg());
+  if (size > limit)
+    throw InputError(
+        path, 0,
+        fmt::format("the trace is {} MiB, more than the {} MiB a trace may be (4 x WALLFACER_MAX_INPUT_MIB; "
+                    "or trace fewer ranks with simulate --trace-ranks)",
+                    size >> 20, limit >> 20));
+  in.seekg(0);
   std::ostringstream text;
   text << in.rdbuf();
   return parse_trace(text.str(), path);

@@ -38,7 +38,7 @@ class CompareView : public QWidget {
   int bars_ = 0;
 };
 
-// "1 allgather S=2 T=8 (default)", with " *" when chosen.
+// "1 usp u=2 r=4 (head-first)", with " [bound]" when pruned and " [chosen]" when chosen.
 QString candidate_label(const Candidate& candidate, int rank, bool chosen);
 
 }  // namespace wallfacer::gui
