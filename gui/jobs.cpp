@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/log.hpp>
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/plan/workload.hpp>
 #include <wallfacer/topology/topology.hpp>
@@ -98,6 +99,8 @@ PlanOutcome run_planning(const PlanSettings& settings, const Topology& topology,
     // The whole step, as predicted: the comparison is like for like.
     outcome.simulated_ms[chosen[k]] = simulate(c.plan, topology, sim).step_ms;
   }
+  WF_LOG_INFO("gui", "search on {}: {} candidates, best #{}, {} simulated", topology.name(), candidates.size(),
+              outcome.result.best, chosen.size());
   progress("done", 1);
   return outcome;
 }
@@ -110,7 +113,10 @@ SimOutcome run_simulation(const Plan& plan, const Topology& topology, const std:
   if (plan.num_ranks() > kTracedRanksMax)
     for (int r = 0; r < kTracedRanksMax; ++r)
       options.trace_ranks.push_back(r);
-  return {simulate(plan, topology, options), trace_path};
+  SimOutcome outcome{simulate(plan, topology, options), trace_path};
+  WF_LOG_INFO("gui", "simulated {} on {}: step {:.3f} ms, {} links used, trace {}", to_string(plan.strategy),
+              topology.name(), outcome.result.step_ms, outcome.result.busiest_links.size(), trace_path);
+  return outcome;
 }
 
 }  // namespace wallfacer::gui

@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/log.hpp>
 #include <wallfacer/gui/main_window.hpp>
 
 namespace {
@@ -92,7 +93,22 @@ int main(int argc, char** argv) {
   app.add_option("--view", flags.view, "view for --screenshot: topology, plan, timeline or compare")
       ->capture_default_str();
   app.add_option("--size", flags.size, "window size for --screenshot, WIDTHxHEIGHT")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  app.add_option_function<std::vector<std::string>>(
+         "--log",
+         [](const std::vector<std::string>& specs) {
+           for (const std::string& spec : specs)
+             wallfacer::log::configure(spec);
+         },
+         "Log thresholds CAT=LEVEL[,CAT=LEVEL...], as wallfacer's --log, with the category gui (also WALLFACER_LOG)")
+      ->type_name("CAT=LEVEL");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const wallfacer::InputError& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
 
   QApplication qt(argc, argv);
   QApplication::setApplicationName("wallfacer-gui");

@@ -103,6 +103,26 @@ TEST_F(GuiScene, EveryLinkIsAnEdgeBetweenItsDevicesWithItsKindAndWidthByBandwidt
   EXPECT_TRUE(scene.device_item(topology_->gpu_device(3))->toolTip().contains("n0/gpu3"));
 }
 
+TEST_F(GuiScene, EveryPresetHasAnItemPerDeviceAndAnEdgePerLink) {
+  for (const std::string& name : Topology::preset_names()) {
+    const Topology topology = Topology::load(name);
+    gui::TopologyScene scene(topology);
+    int devices = 0, links = 0;
+    for (const QGraphicsItem* item : scene.items()) {
+      const QString kind = item->data(kKindKey).toString();
+      links += kind.startsWith("link:");
+      devices += item->data(kIndexKey).isValid() && !kind.startsWith("link:") && !kind.startsWith("node");
+    }
+    EXPECT_EQ(devices, int(topology.devices().size())) << name;
+    EXPECT_EQ(links, int(topology.links().size())) << name;
+    // No two devices share a spot.
+    std::set<std::pair<double, double>> spots;
+    for (size_t i = 0; i < topology.devices().size(); ++i)
+      spots.insert({scene.device_center(int(i)).x(), scene.device_center(int(i)).y()});
+    EXPECT_EQ(spots.size(), topology.devices().size()) << name;
+  }
+}
+
 TEST_F(GuiScene, FoldingHidesTheDevicesInsideNodesAndShowsTheirSummaries) {
   gui::TopologyScene scene(*topology_);
   QGraphicsItem* gpu = scene.device_item(topology_->gpu_device(0));
