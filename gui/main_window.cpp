@@ -74,9 +74,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 }
 
 MainWindow::~MainWindow() {
-  if (worker_) {
+  if (worker_) {  // its result, queued to this window, is dropped with it
     cancel_flag_ = true;
     worker_->wait();
+    delete worker_;
   }
   // Views first: their scenes refer to the topology.
   plan_view_->clear();

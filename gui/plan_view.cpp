@@ -16,6 +16,9 @@
 #include <wallfacer/gui/zoom_view.hpp>
 
 namespace wallfacer::gui {
+namespace {
+const char* const kNoPlan = "No plan: File > Open plan, or Run > Plan and simulate.";
+}  // namespace
 
 HeatLegend::HeatLegend(QWidget* parent) : QWidget(parent) {
   setMinimumHeight(64);
@@ -59,7 +62,7 @@ PlanView::PlanView(QWidget* parent) : QWidget(parent) {
   groups_->setHeaderLabels({"group", "ranks"});
   groups_->header()->setSectionResizeMode(QHeaderView::ResizeToContents);
   legend_ = new HeatLegend();
-  title_ = new QLabel("No plan: File > Open plan, or Run > Plan and simulate.");
+  title_ = new QLabel(kNoPlan);
   title_->setWordWrap(true);
   auto* side = new QWidget();
   side->setMinimumWidth(230);
@@ -90,6 +93,7 @@ void PlanView::clear() {
   scene_.reset();
   groups_->clear();
   legend_->set_range(0, 0);
+  title_->setText(kNoPlan);
 }
 
 void PlanView::set_plan(std::unique_ptr<TopologyScene> scene, const Plan& plan) {

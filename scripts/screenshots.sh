@@ -16,6 +16,7 @@ trap 'rm -rf "$work"' EXIT
 out=docs/images
 mkdir -p "$out"
 export QT_QPA_PLATFORM=offscreen
+export XDG_CONFIG_HOME="$work"  # the runs' recent files stay out of the user's settings
 size=1280x800
 
 "$bin/wallfacer" plan --topology dgx-h100 --nodes 2 --strategy wallfacer --tp 1 --pp 1 --scope attention \

@@ -39,6 +39,7 @@ class GuiScene : public ::testing::Test {
     plan_ = new Plan(wallfacer_plan(*topology_));
   }
   static void TearDownTestSuite() {
+    std::filesystem::remove_all(scratch_dir("scene"));
     delete plan_;
     delete topology_;
   }

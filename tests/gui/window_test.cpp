@@ -6,9 +6,14 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <QBarCategoryAxis>
+#include <QBarSet>
+#include <QChart>
 #include <QCoreApplication>
 #include <QFile>
+#include <QHorizontalBarSeries>
 #include <QImage>
+#include <QLineSeries>
 #include <QMessageBox>
 #include <QThread>
 
@@ -64,9 +69,11 @@ void close_dialogs(gui::MainWindow& window) {
     delete box;
 }
 
-// Runs wallfacer-gui through the shell with `env` before it; output and exit status.
+// Runs wallfacer-gui through the shell with `env` before it; output and exit status. Its recent
+// files go to a scratch configuration folder, not the user's.
 std::pair<int, std::string> run_gui(const std::string& env, const std::string& args) {
-  const std::string command = env + " " + WALLFACER_BINARY_DIR + "/bin/wallfacer-gui " + args + " 2>&1";
+  const std::string config = "XDG_CONFIG_HOME=" + scratch_dir("config").string() + " ";
+  const std::string command = config + env + " " + WALLFACER_BINARY_DIR + "/bin/wallfacer-gui " + args + " 2>&1";
   std::string output;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return {-1, ""};
@@ -101,6 +108,7 @@ class GuiWindow : public ::testing::Test {
     simulate(plan, topology, options);
   }
   static void TearDownTestSuite() {
+    fs::remove_all(scratch_dir("config"));
     fs::remove_all(*dir_);
     delete dir_;
   }
@@ -176,6 +184,8 @@ TEST_F(GuiWindow, PlanAndSimulateRunsOnAWorkerThreadAndFillsEveryView) {
   EXPECT_FALSE(window.plan_view()->overlay()->groups().empty());
   ASSERT_NE(window.timeline_scene(), nullptr);
   EXPECT_EQ(window.timeline_scene()->model().ranks.size(), 16u);
+  window.plan_view()->select_group(1);
+  EXPECT_EQ(window.plan_view()->overlay()->highlighted(), 1);
   // Export of the current view.
   window.show_view(gui::View::Plan);
   const fs::path png = *dir_ / "export.png", svg = *dir_ / "export.svg";
@@ -183,6 +193,43 @@ TEST_F(GuiWindow, PlanAndSimulateRunsOnAWorkerThreadAndFillsEveryView) {
   EXPECT_GT(distinct_colors(QImage(QString::fromStdString(png.string()))), 20);
   ASSERT_TRUE(window.export_image(QString::fromStdString(svg.string())));
   EXPECT_NE(read_text(svg).find("<svg"), std::string::npos);
+}
+
+TEST_F(GuiWindow, TheComparisonShowsTheRankingsBarsTheBudgetAndTheRejected) {
+  const Topology topology = Topology::load("dgx-h100", 2);
+  WorkloadOverrides overrides;
+  overrides.seq = 262144;  // some candidates do not fit 80 GiB
+  const CostModel model(topology, Calibration::defaults());
+  SearchOptions options;
+  options.scope = Scope::Step;
+  options.tensor_degrees = {1, 2, 4, 8};
+  const SearchResult result = search_plans(topology, load_workload("llama-3-8b", overrides), model, options);
+  ASSERT_EQ(result.best, 0);  // feasible candidates come first, best first
+  std::vector<std::optional<double>> simulated(result.candidates.size());
+  simulated[0] = 123.0;
+  gui::CompareView view;
+  view.set_result(result, simulated, 72.0, 5);
+  int feasible = 0, rejected = 0;
+  for (const Candidate& c : result.candidates)
+    (c.feasible ? feasible : rejected)++;
+  ASSERT_GT(rejected, 0);
+  EXPECT_EQ(view.bars(), std::min(5, feasible));
+  EXPECT_EQ(view.rejected(), rejected);
+  auto* times = dynamic_cast<QAbstractBarSeries*>(view.time_chart()->series().at(0));
+  ASSERT_NE(times, nullptr);
+  // Bars run bottom to top: the best candidate is the last value of each set.
+  const int n = view.bars();
+  for (int i = 0; i < n; ++i)
+    EXPECT_DOUBLE_EQ(times->barSets().at(0)->at(n - 1 - i), result.candidates[size_t(i)].cost.step_ms) << i;
+  EXPECT_DOUBLE_EQ(times->barSets().at(1)->at(n - 1), 123.0);
+  EXPECT_DOUBLE_EQ(times->barSets().at(1)->at(0), n > 1 ? 0.0 : 123.0);
+  auto* categories = dynamic_cast<QBarCategoryAxis*>(view.time_chart()->axes(Qt::Vertical).at(0));
+  ASSERT_NE(categories, nullptr);
+  EXPECT_TRUE(categories->categories().at(n - 1).endsWith("[chosen]"))
+      << categories->categories().at(n - 1).toStdString();
+  auto* budget = dynamic_cast<QLineSeries*>(view.memory_chart()->series().at(1));
+  ASSERT_NE(budget, nullptr);
+  EXPECT_DOUBLE_EQ(budget->at(0).x(), 72.0);
 }
 
 TEST_F(GuiWindow, ACancelledJobStopsAtItsNextStep) {
