@@ -11,10 +11,12 @@
 #include <QChart>
 #include <QCoreApplication>
 #include <QFile>
+#include <QFileInfo>
 #include <QHorizontalBarSeries>
 #include <QImage>
 #include <QLineSeries>
 #include <QMessageBox>
+#include <QSettings>
 #include <QThread>
 
 #include <atomic>
@@ -31,6 +33,7 @@
 #include <wallfacer/gui/plan_view.hpp>
 #include <wallfacer/gui/timeline_scene.hpp>
 #include <wallfacer/gui/topology_scene.hpp>
+#include <wallfacer/gui/zoom_view.hpp>
 #include <wallfacer/simulator/simulator.hpp>
 #include "gui_fixture.hpp"
 
@@ -230,6 +233,32 @@ TEST_F(GuiWindow, TheComparisonShowsTheRankingsBarsTheBudgetAndTheRejected) {
   auto* budget = dynamic_cast<QLineSeries*>(view.memory_chart()->series().at(1));
   ASSERT_NE(budget, nullptr);
   EXPECT_DOUBLE_EQ(budget->at(0).x(), 72.0);
+}
+
+TEST_F(GuiWindow, OpenedFilesAreRememberedMostRecentFirst) {
+  gui::MainWindow window;
+  const QString plan = QString::fromStdString((*dir_ / "plan.yaml").string());
+  const QString trace = QString::fromStdString((*dir_ / "trace.json").string());
+  ASSERT_TRUE(window.open_plan(plan));
+  ASSERT_TRUE(window.open_trace(trace));
+  ASSERT_TRUE(window.open_plan(plan));
+  const QStringList recent = QSettings("wallfacer", "wallfacer-gui").value("recent").toStringList();
+  ASSERT_GE(recent.size(), 2);
+  EXPECT_EQ(recent[0], "plan|" + QFileInfo(plan).absoluteFilePath());
+  EXPECT_EQ(recent[1], "trace|" + QFileInfo(trace).absoluteFilePath());
+  EXPECT_EQ(recent.count(recent[0]), 1);
+}
+
+TEST_F(GuiWindow, TheTimelineZoomsTimeOnly) {
+  gui::TimelineScene scene(gui::read_trace_file((*dir_ / "trace.json").string()));
+  gui::TimelineView view;
+  view.resize(900, 600);
+  view.set_timeline_scene(&scene);
+  const double before = view.transform().m11();
+  view.zoom(8);
+  EXPECT_NEAR(view.transform().m11(), 8 * before, 1e-9 * before);
+  EXPECT_EQ(view.transform().m22(), 1.0);
+  view.set_timeline_scene(nullptr);
 }
 
 TEST_F(GuiWindow, ACancelledJobStopsAtItsNextStep) {
