@@ -6,4 +6,5 @@ set(WALLFACER_MODEL_PRESETS
   ${PROJECT_SOURCE_DIR}/models/llama-2-7b.yaml
   ${PROJECT_SOURCE_DIR}/models/llama-3-8b.yaml
   ${PROJECT_SOURCE_DIR}/models/llama-3-70b.yaml
+  ${PROJECT_SOURCE_DIR}/models/llama-3-405b.yaml
 )

@@ -212,6 +212,8 @@ Calibration Calibration::parse(const std::string& yaml_text, const std::string& 
           given.push_back(d);
     *list = std::move(given);
   }
+  // The fp8 GEMM ceilings have no file key; a file that keeps the defaults keeps them too.
+  if (keep) c.gemm_fp8_ = defaults().gemm_fp8_;
   // A curve in the file replaces the default curve with the same GPU, op, dtype and head_dim.
   if (keep) {
     std::set<CurveKey> replaced;

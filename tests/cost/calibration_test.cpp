@@ -78,6 +78,27 @@ TEST(Calibration, FileCurvesReplaceMatchingDefaultsOnly) {
                    d.tflops("H100", KernelOp::AttnBwd, DType::BF16, 128, 16384, 16384, kH100Peak));
 }
 
+TEST(Calibration, FileThatKeepsDefaultsKeepsTheGemmCeilings) {
+  // A file with only an attention curve leaves the GEMM ceilings as built in, fp8 ones included
+  // (0.71 of the fp8 peak on H100, the MAMF table); keep_defaults: false drops them all.
+  const std::string points = "points:\n  - {gpu: H100, op: forward, block_tokens: 4096, tflops: 123}\n";
+  const Calibration d = Calibration::defaults();
+  const Calibration kept = Calibration::parse(points, "cal.yaml");
+  const int64_t n = 8192;
+  for (bool fp8 : {false, true}) {
+    bool fallback = true;
+    EXPECT_DOUBLE_EQ(kept.gemm_efficiency("H100-SXM5-80GB", n, n, n, &fallback, fp8),
+                     d.gemm_efficiency("H100-SXM5-80GB", n, n, n, nullptr, fp8))
+        << fp8;
+    EXPECT_FALSE(fallback) << fp8;
+  }
+  EXPECT_DOUBLE_EQ(kept.gemm_efficiency("H100-SXM5-80GB", n, n, n, nullptr, true), 0.71);
+  const Calibration dropped = Calibration::parse("keep_defaults: false\n" + points, "cal.yaml");
+  bool fallback = false;
+  dropped.gemm_efficiency("H100-SXM5-80GB", n, n, n, &fallback, true);
+  EXPECT_TRUE(fallback);
+}
+
 struct BadFile {
   std::string text;
   std::string expected;  // substring of what()

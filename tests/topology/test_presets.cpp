@@ -32,6 +32,8 @@ const PresetShape kShapes[] = {
     {"dgx-a100", 4, 8, 2, 4, 1, 8, 2 + 16, "fat_tree"},        // 2 nodes x 8 NICs per leaf
     {"dgx-a100-40g", 4, 8, 2, 4, 1, 8, 2 + 16, "fat_tree"},
     {"hgx-h200", 4, 8, 2, 8, 1, 8, 2 + 16, "fat_tree"},
+    {"meta-grand-teton-h100-roce", 2, 8, 2, 8, 1, 8, 1, "fat_tree"},  // one 384-node pod: one leaf
+    {"grand-teton-h100-96g", 2, 8, 2, 8, 1, 8, 1, "fat_tree"},
     {"a2-highgpu-8g", 2, 8, 1, 4, 1, 1, 1, "single_switch"},
     {"a2-megagpu-16g", 2, 16, 1, 8, 1, 1, 1, "single_switch"},
     {"summit", 4, 6, 2, 0, 0, 2, 1, "fat_tree"},  // 9 nodes per leaf: one leaf

@@ -31,6 +31,7 @@ const Shape kShapes[] = {
     {"llama-2-7b", 32, 32, 32, 128, 4096, 11008, 32000, true},
     {"llama-3-8b", 32, 32, 8, 128, 4096, 14336, 128256, true},
     {"llama-3-70b", 80, 64, 8, 128, 8192, 28672, 128256, true},
+    {"llama-3-405b", 126, 128, 8, 128, 16384, 53248, 128256, true},
 };
 
 TEST(ModelPresets, MatchTheirSources) {
@@ -86,6 +87,9 @@ TEST(ParameterCount, LlamaMatchesPublishedTotals) {
   EXPECT_EQ(load_workload("llama-2-7b").parameter_count(), 6738415616);
   EXPECT_EQ(load_workload("llama-3-8b").parameter_count(), 8030261248);
   EXPECT_EQ(load_workload("llama-3-70b").parameter_count(), 70553706496);
+  // The published shapes (126 x 3,187,703,808 per layer, untied 128256 x 16384 embedding and head,
+  // final norm) sum to 405,853,388,800: the "405B" of the model card.
+  EXPECT_EQ(load_workload("llama-3-405b").parameter_count(), 405853388800);
   EXPECT_NEAR(double(load_workload("llama-2-7b").parameter_count()), 6.74e9, 0.005 * 6.74e9);
   EXPECT_NEAR(double(load_workload("llama-3-8b").parameter_count()), 8.03e9, 0.005 * 8.03e9);
 }
@@ -185,8 +189,8 @@ TEST(Overrides, ErrorsNameTheFlag) {
 
 TEST(LoadWorkload, UnknownModel) {
   EXPECT_EQ(input_error_of([] { load_workload("llama-9-1t"); }),
-            "error: unknown model 'llama-9-1t': neither a preset (gpt-30b, gpt-3b, gpt-7b, llama-2-7b, llama-3-70b, "
-            "llama-3-8b) nor a file");
+            "error: unknown model 'llama-9-1t': neither a preset (gpt-30b, gpt-3b, gpt-7b, llama-2-7b, llama-3-405b, "
+            "llama-3-70b, llama-3-8b) nor a file");
 }
 
 TEST(LoadWorkload, FromFileWithOverride) {
