@@ -39,7 +39,7 @@ RankStats rank_stats(int rank, const sim::RankOutcome& outcome, double step_seco
   return stats;
 }
 
-void summarize_links(const Topology& topology, const std::vector<double>& resource_bytes, double step_seconds,
+void summarize_links(const Topology& topology, const std::vector<double>& resource_bytes, double step_seconds, int keep,
                      SimResult& result) {
   std::vector<LinkClassStats> classes;
   std::vector<LinkStats> used;
@@ -67,12 +67,12 @@ void summarize_links(const Topology& topology, const std::vector<double>& resour
   // Stable on insertion (link) order, so ties keep a fixed order.
   std::stable_sort(used.begin(), used.end(),
                    [](const auto& a, const auto& b) { return a.utilization > b.utilization; });
-  if (used.size() > 10) used.resize(10);
+  if (keep > 0 && used.size() > size_t(keep)) used.resize(size_t(keep));
   result.link_classes = std::move(classes);
   result.busiest_links = std::move(used);
 }
 
-SimResult summarize(const sim::Replay& replay, const Topology& topology) {
+SimResult summarize(const sim::Replay& replay, const Topology& topology, int busiest_links) {
   SimResult result;
   double step = 0, forward = 0;
   for (const auto& outcome : replay.outcomes()) {
@@ -86,7 +86,7 @@ SimResult summarize(const sim::Replay& replay, const Topology& topology) {
   result.backward_ms = (step - forward) * 1e3;
   for (size_t rank = 0; rank < replay.outcomes().size(); ++rank)
     result.ranks.push_back(rank_stats(int(rank), replay.outcomes()[rank], step));
-  summarize_links(topology, replay.resource_bytes(), step, result);
+  summarize_links(topology, replay.resource_bytes(), step, busiest_links, result);
   return result;
 }
 
@@ -161,7 +161,7 @@ SimResult simulate_here(const Plan& plan, const Topology& topology, const Schedu
   if (options.progress_every_s > 0) engine.on_clock_advance(ProgressReport(options, plan, running));
   replay.run();
   WF_LOG_INFO("simulator", "simulation ran {:.2f} s", seconds_since(running));
-  SimResult result = summarize(replay, topology);
+  SimResult result = summarize(replay, topology, options.busiest_links);
   if (!options.trace_path.empty()) {
     std::vector<int> ranks = options.trace_ranks;
     std::sort(ranks.begin(), ranks.end());

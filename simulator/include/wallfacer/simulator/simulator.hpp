@@ -61,6 +61,9 @@ struct SimOptions {
   // 1..workload.layers otherwise): fewer for quick looks at large clusters. An attention-scope
   // plan replays its one attention layer whatever this says.
   int step_layers = 0;
+  // Resources SimResult::busiest_links keeps, by utilisation (0: every resource that carried
+  // bytes, as the GUI's link-load view wants).
+  int busiest_links = 10;
 };
 
 struct RankStats {
@@ -88,7 +91,7 @@ struct SimResult {
   double step_ms = 0, forward_ms = 0, backward_ms = 0;
   std::vector<RankStats> ranks;
   std::vector<LinkClassStats> link_classes;
-  std::vector<LinkStats> busiest_links;  // top 10 by utilisation
+  std::vector<LinkStats> busiest_links;  // by utilisation, SimOptions::busiest_links of them
   int64_t activities = 0;                // SimGrid activities (execs + comms) run
   int64_t transfers = 0;                 // of which transfers (P2P and collective steps), counted once
   double wall_seconds = 0;               // host time the simulation took
