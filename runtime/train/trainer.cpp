@@ -350,7 +350,7 @@ double Trainer<T>::Impl::local_gradients(int64_t step, const BatchSource& batch)
   std::vector<uint8_t> mask(size_t(own.rows()));
   int64_t counted = 0;
   for (int b = 0; b < plan.workload.batch; ++b) {
-    const Sequence s = batch(step, b);
+    const TrainingSample s = batch(step, b);
     if (int64_t(s.tokens.size()) != shape.seq + 1 || int64_t(s.loss_mask.size()) != shape.seq)
       throw InputError(fmt::format("sample {} of step {} has {} tokens and {} mask entries; the model needs {} and {}",
                                    b, step, s.tokens.size(), s.loss_mask.size(), shape.seq + 1, shape.seq));

@@ -41,10 +41,10 @@ Plan tiny_plan(StrategyKind kind, const StrategyParams& params, const Workload& 
   return plan;
 }
 
-train::Sequence pseudo_text(int64_t seq, int64_t step, int sample) {
+train::TrainingSample pseudo_text(int64_t seq, int64_t step, int sample) {
   static const char* words[] = {"the ",   "ring ", "passes ", "keys ",  "and ",     "values ", "around ",
                                 "teams ", "of ",   "ranks ",  "while ", "queries ", "stay "};
-  train::Sequence s;
+  train::TrainingSample s;
   uint64_t state = uint64_t(step) * 7919 + uint64_t(sample) * 104729 + 1;
   while (int64_t(s.tokens.size()) < seq + 1) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;

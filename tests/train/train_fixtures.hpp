@@ -17,7 +17,7 @@ Workload tiny_decoder(int64_t seq, int batch, bool gated);
 Plan tiny_plan(StrategyKind kind, const StrategyParams& params, const Workload& workload);
 
 // Deterministic pseudo-text (bytes with repeated words), every target counted except a few.
-train::Sequence pseudo_text(int64_t seq, int64_t step, int sample);
+train::TrainingSample pseudo_text(int64_t seq, int64_t step, int sample);
 train::BatchSource pseudo_text_batches(int64_t seq);
 
 // Runs body(trainer, backend) on every rank of the plan (threads); the callback decides what to

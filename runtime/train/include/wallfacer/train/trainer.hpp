@@ -19,18 +19,13 @@
 #include <wallfacer/schedule/schedule.hpp>
 #include <wallfacer/train/model.hpp>
 #include <wallfacer/train/optimizer.hpp>
+#include <wallfacer/train/sample.hpp>
 
 namespace wallfacer::train {
 
-// One training sequence: seq + 1 tokens (inputs are tokens[0, seq), targets tokens[1, seq + 1))
-// and a loss mask over the seq targets (1: counted).
-struct Sequence {
-  std::vector<int32_t> tokens;
-  std::vector<uint8_t> loss_mask;
-};
 // Sequence `sample` (0 .. batch - 1, global over the replicas) of step `step`. Every rank asks for
 // every sample of a step: the loss is normalised by the counted targets of the whole batch.
-using BatchSource = std::function<Sequence(int64_t step, int sample)>;
+using BatchSource = std::function<TrainingSample(int64_t step, int sample)>;
 
 struct TrainerOptions {
   Positions positions = Positions::Rotary;
