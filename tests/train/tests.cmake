@@ -5,4 +5,5 @@ wallfacer_add_test(NAME test_train
           ${CMAKE_CURRENT_LIST_DIR}/gradient_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/equality_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/resume_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/recall_test.cpp
   LIBS wallfacer::train wallfacer::planner fmt::fmt)
