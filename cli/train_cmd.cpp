@@ -30,7 +30,7 @@ struct TrainFlags {
   int64_t steps = 100, warmup = 10, checkpoint_every = 0;
   double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, clip = 1.0, peak_gflops = 0;
   uint64_t seed = 1, data_seed = 1;
-  int64_t recall_pairs = 4, recall_key_len = 3, recall_value_len = 2, recall_min_distance = -1;
+  int64_t recall_pairs = 1, recall_key_len = 1, recall_value_len = 1, recall_min_distance = -1;
   int log_every = 10;
   bool resume = false, json = false, fp64 = false;
 };
