@@ -96,6 +96,8 @@ format::FileHeader read_file_header(Reader& in) {
     in.fail(CheckpointProblem::Checksum,
             fmt::format("checksum mismatch in the file header: stored crc32 {:#010x}, computed {:#010x}", stored,
                         computed));
+  if (format::get<uint32_t>(bytes + 44) != 0)
+    in.fail(CheckpointProblem::Malformed, "the reserved word at byte 44 of the header is not zero");
   h.section_count = format::get<uint32_t>(bytes + 12);
   h.step = format::get<int64_t>(bytes + 16);
   h.rank = format::get<int32_t>(bytes + 24);
