@@ -8,5 +8,6 @@ wallfacer_add_test(NAME test_train_io
           ${CMAKE_CURRENT_LIST_DIR}/checkpoint_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/checkpoint_fault_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/progress_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/source_test.cpp
   LIBS wallfacer::train_io nlohmann_json::nlohmann_json fmt::fmt
   TEST_PREFIX train_io.)
