@@ -69,6 +69,17 @@ std::string hex_bytes(const char* bytes, size_t n) {
   return out;
 }
 
+// A section kind as text when it is printable ASCII ("TNSR"), else as hex bytes.
+std::string printable_kind(const char kind[4]) {
+  for (int i = 0; i < 4; ++i)
+    if (kind[i] < 0x20 || kind[i] > 0x7e) return hex_bytes(kind, 4);
+  return format::kind_name(kind);
+}
+
+std::string bytes_count(uint64_t n) {
+  return fmt::format("{} byte{}", n, n == 1 ? "" : "s");
+}
+
 format::FileHeader read_file_header(Reader& in) {
   char bytes[format::kFileHeaderBytes];
   if (in.size() < 8) {
@@ -140,7 +151,7 @@ Section read_section(Reader& in, uint32_t index, uint32_t count) {
   in.read(bytes, sizeof bytes);
   Section s;
   std::memcpy(s.header.kind, bytes, 4);
-  const std::string kind = hex_bytes(bytes, 4);
+  const std::string kind = printable_kind(s.header.kind);
   const uint32_t stored = format::get<uint32_t>(bytes + 20), computed = format::crc32_update(0, bytes, 20);
   if (stored != computed)
     in.fail(CheckpointProblem::Checksum,
@@ -148,17 +159,17 @@ Section read_section(Reader& in, uint32_t index, uint32_t count) {
                         where(index, count, kind, at), stored, computed));
   s.header.length = format::get<uint64_t>(bytes + 8);
   s.header.payload_crc = format::get<uint32_t>(bytes + 16);
-  const std::string name = format::kind_name(s.header.kind);
   if (s.header.length > in.left())
     in.fail(CheckpointProblem::Truncated, fmt::format("truncated: {} holds {} bytes, the file ends {} bytes into it",
-                                                      where(index, count, name, at), s.header.length, in.left()));
+                                                      where(index, count, kind, at), s.header.length, in.left()));
   s.payload.resize(s.header.length);
   in.read(s.payload.data(), s.payload.size());
   const uint32_t payload_crc = format::crc32_update(0, s.payload.data(), s.payload.size());
   if (payload_crc != s.header.payload_crc)
-    in.fail(CheckpointProblem::Checksum,
-            fmt::format("checksum mismatch in {}, {} bytes: stored crc32 {:#010x}, computed {:#010x}",
-                        where(index, count, name, at), s.header.length, s.header.payload_crc, payload_crc));
+    in.fail(
+        CheckpointProblem::Checksum,
+        fmt::format("checksum mismatch in {}, {}: stored crc32 {:#010x}, computed {:#010x}",
+                    where(index, count, kind, at), bytes_count(s.header.length), s.header.payload_crc, payload_crc));
   return s;
 }
 
@@ -221,15 +232,16 @@ CheckpointState read_verified(const std::string& path, int64_t step, int rank, i
   for (uint32_t i = 0; i < h.section_count; ++i) {
     const uint64_t at = in.position();
     Section s = read_section(in, i, h.section_count);
-    const std::string place = where(i, h.section_count, format::kind_name(s.header.kind), at);
+    const std::string place = where(i, h.section_count, printable_kind(s.header.kind), at);
     apply_section(in, std::move(s), place, state, seen);
   }
   for (const char* kind : {"PLAN", "RNG ", "DATA", "META"})
     if (seen.count(kind) == 0) in.fail(CheckpointProblem::Malformed, fmt::format("the {} section is missing", kind));
   if (in.left() != 0 || in.position() != format::kFileHeaderBytes + h.section_bytes)
-    in.fail(CheckpointProblem::Malformed,
-            fmt::format("{} bytes follow the last of its {} sections (the header declares {} bytes of sections)",
-                        in.left(), h.section_count, h.section_bytes));
+    in.fail(
+        CheckpointProblem::Malformed,
+        fmt::format("{} follow{} the last of its {} sections (the header declares {} of sections)",
+                    bytes_count(in.left()), in.left() == 1 ? "s" : "", h.section_count, bytes_count(h.section_bytes)));
   return state;
 }
 

@@ -209,7 +209,7 @@ TEST_F(DamagedCheckpoint, EveryFlippedByteIsDetected) {
 
 TEST_F(DamagedCheckpoint, TrailingBytesAreRefused) {
   damage(good + "x");
-  expect(CheckpointProblem::Malformed, "1 bytes follow the last of its 8 sections");
+  expect(CheckpointProblem::Malformed, "1 byte follows the last of its 8 sections");
 }
 
 TEST_F(DamagedCheckpoint, AnotherRankStepWorldOrPlanIsRefused) {

@@ -163,3 +163,19 @@ TEST(ByteDataset, TrainingSampleCountsEveryTarget) {
 
 }  // namespace
 }  // namespace wallfacer::train
+
+namespace wallfacer::train {
+namespace {
+
+// The corpus shipped in data/text/: plain ASCII prose long enough for sequences of 8K tokens.
+TEST(ByteDataset, TheShippedCorpusIsUsable) {
+  const ByteDataset data = ByteDataset::open(std::string(WALLFACER_SOURCE_DIR) + "/data/text/long-sequences.txt");
+  EXPECT_GT(data.size_bytes(), 8192);
+  data.check_fits(8192);
+  const std::vector<int32_t> tokens = data.sequence(1, 0, 0, 8192);
+  for (int32_t t : tokens)
+    EXPECT_TRUE(t == '\n' || (t >= 32 && t < 127)) << t;
+}
+
+}  // namespace
+}  // namespace wallfacer::train
