@@ -42,7 +42,9 @@ inline constexpr char kDataKind[4] = {'D', 'A', 'T', 'A'};
 inline constexpr char kMetaKind[4] = {'M', 'E', 'T', 'A'};
 inline constexpr char kTensorKind[4] = {'T', 'N', 'S', 'R'};
 
+// zlib treats a null buffer as a request for the initial value, so empty data must not reach it.
 inline uint32_t crc32_update(uint32_t crc, const void* data, size_t size) {
+  if (size == 0) return crc;
   return static_cast<uint32_t>(::crc32_z(crc, static_cast<const Bytef*>(data), size));
 }
 

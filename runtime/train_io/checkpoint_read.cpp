@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <set>
+#include <vector>
 
 #include <wallfacer/train/checkpoint.hpp>
 
@@ -69,6 +71,17 @@ std::string hex_bytes(const char* bytes, size_t n) {
   return out;
 }
 
+// A section kind as text when it is printable ASCII ("TNSR"), else as hex bytes.
+std::string printable_kind(const char kind[4]) {
+  for (int i = 0; i < 4; ++i)
+    if (kind[i] < 0x20 || kind[i] > 0x7e) return hex_bytes(kind, 4);
+  return format::kind_name(kind);
+}
+
+std::string bytes_count(uint64_t n) {
+  return fmt::format("{} byte{}", n, n == 1 ? "" : "s");
+}
+
 format::FileHeader read_file_header(Reader& in) {
   char bytes[format::kFileHeaderBytes];
   if (in.size() < 8) {
@@ -96,6 +109,8 @@ format::FileHeader read_file_header(Reader& in) {
     in.fail(CheckpointProblem::Checksum,
             fmt::format("checksum mismatch in the file header: stored crc32 {:#010x}, computed {:#010x}", stored,
                         computed));
+  if (format::get<uint32_t>(bytes + 44) != 0)
+    in.fail(CheckpointProblem::Malformed, "the reserved word at byte 44 of the header is not zero");
   h.section_count = format::get<uint32_t>(bytes + 12);
   h.step = format::get<int64_t>(bytes + 16);
   h.rank = format::get<int32_t>(bytes + 24);
@@ -125,8 +140,38 @@ std::string where(uint32_t index, uint32_t count, const std::string& kind, uint6
 
 struct Section {
   format::SectionHeader header;
-  std::string payload;
+  std::string payload;        // all of it; for a tensor the head before its values (length, name, count)
+  std::vector<float> values;  // a tensor's values, read in place
+  uint64_t value_bytes = 0;   // bytes of a tensor section after its head
 };
+
+bool is_tensor(const Section& s) {
+  return std::memcmp(s.header.kind, format::kTensorKind, 4) == 0;
+}
+
+// Reads a tensor section with its values straight into a float vector, so the largest part of a
+// checkpoint is not held twice; the head is clipped where the section ends. Returns the CRC-32 of
+// the whole payload.
+uint32_t read_tensor_payload(Reader& in, Section& s) {
+  const uint64_t length = s.header.length;
+  uint64_t head = std::min<uint64_t>(length, 4);
+  s.payload.resize(head);
+  in.read(s.payload.data(), head);
+  if (head == 4) {
+    const uint64_t name_len = format::get<uint32_t>(s.payload.data());
+    head = std::min<uint64_t>(length, 4 + name_len + 8);
+    s.payload.resize(head);
+    in.read(s.payload.data() + 4, head - 4);
+  }
+  uint32_t crc = format::crc32_update(0, s.payload.data(), s.payload.size());
+  s.value_bytes = length - head;
+  s.values.resize(s.value_bytes / 4);
+  in.read(s.values.data(), 4 * s.values.size());
+  crc = format::crc32_update(crc, s.values.data(), 4 * s.values.size());
+  char tail[4];
+  in.read(tail, s.value_bytes % 4);
+  return format::crc32_update(crc, tail, s.value_bytes % 4);
+}
 
 Section read_section(Reader& in, uint32_t index, uint32_t count) {
   const uint64_t at = in.position();
@@ -138,7 +183,7 @@ Section read_section(Reader& in, uint32_t index, uint32_t count) {
   in.read(bytes, sizeof bytes);
   Section s;
   std::memcpy(s.header.kind, bytes, 4);
-  const std::string kind = hex_bytes(bytes, 4);
+  const std::string kind = printable_kind(s.header.kind);
   const uint32_t stored = format::get<uint32_t>(bytes + 20), computed = format::crc32_update(0, bytes, 20);
   if (stored != computed)
     in.fail(CheckpointProblem::Checksum,
@@ -146,33 +191,37 @@ Section read_section(Reader& in, uint32_t index, uint32_t count) {
                         where(index, count, kind, at), stored, computed));
   s.header.length = format::get<uint64_t>(bytes + 8);
   s.header.payload_crc = format::get<uint32_t>(bytes + 16);
-  const std::string name = format::kind_name(s.header.kind);
   if (s.header.length > in.left())
-    in.fail(CheckpointProblem::Truncated, fmt::format("truncated: {} holds {} bytes, the file ends {} bytes into it",
-                                                      where(index, count, name, at), s.header.length, in.left()));
-  s.payload.resize(s.header.length);
-  in.read(s.payload.data(), s.payload.size());
-  const uint32_t payload_crc = format::crc32_update(0, s.payload.data(), s.payload.size());
+    in.fail(CheckpointProblem::Truncated,
+            fmt::format("truncated: {} holds {}, the file ends {} into it", where(index, count, kind, at),
+                        bytes_count(s.header.length), bytes_count(in.left())));
+  uint32_t payload_crc = 0;
+  if (is_tensor(s)) {
+    payload_crc = read_tensor_payload(in, s);
+  } else {
+    s.payload.resize(s.header.length);
+    in.read(s.payload.data(), s.payload.size());
+    payload_crc = format::crc32_update(0, s.payload.data(), s.payload.size());
+  }
   if (payload_crc != s.header.payload_crc)
-    in.fail(CheckpointProblem::Checksum,
-            fmt::format("checksum mismatch in {}, {} bytes: stored crc32 {:#010x}, computed {:#010x}",
-                        where(index, count, name, at), s.header.length, s.header.payload_crc, payload_crc));
+    in.fail(
+        CheckpointProblem::Checksum,
+        fmt::format("checksum mismatch in {}, {}: stored crc32 {:#010x}, computed {:#010x}",
+                    where(index, count, kind, at), bytes_count(s.header.length), s.header.payload_crc, payload_crc));
   return s;
 }
 
-NamedTensor decode_tensor(const Reader& in, const std::string& payload, const std::string& place) {
+NamedTensor decode_tensor(const Reader& in, Section&& s, const std::string& place) {
   const auto bad = [&](const std::string& why) { in.fail(CheckpointProblem::Malformed, place + ": " + why); };
-  if (payload.size() < 12) bad("a tensor section needs at least 12 bytes");
-  const uint64_t name_len = format::get<uint32_t>(payload.data());
-  if (name_len > payload.size() - 12) bad(fmt::format("tensor name of {} bytes does not fit", name_len));
+  if (s.payload.size() < 12) bad("a tensor section needs at least 12 bytes");
+  const uint64_t name_len = format::get<uint32_t>(s.payload.data());
+  if (s.payload.size() != 4 + name_len + 8) bad(fmt::format("tensor name of {} bytes does not fit", name_len));
   NamedTensor t;
-  t.name = payload.substr(4, name_len);
-  const uint64_t count = format::get<uint64_t>(payload.data() + 4 + name_len);
-  const uint64_t value_bytes = payload.size() - 12 - name_len;
-  if (value_bytes % 4 != 0 || count != value_bytes / 4)
-    bad(fmt::format("tensor '{}' declares {} values in {} bytes", t.name, count, value_bytes));
-  t.values.resize(count);
-  std::memcpy(t.values.data(), payload.data() + 12 + name_len, value_bytes);
+  t.name = s.payload.substr(4, name_len);
+  const uint64_t count = format::get<uint64_t>(s.payload.data() + 4 + name_len);
+  if (s.value_bytes % 4 != 0 || count != s.value_bytes / 4)
+    bad(fmt::format("tensor '{}' declares {} values in {}", t.name, count, bytes_count(s.value_bytes)));
+  t.values = std::move(s.values);
   return t;
 }
 
@@ -181,7 +230,7 @@ void apply_section(const Reader& in, Section&& s, const std::string& place, Chec
                    std::set<std::string>& seen) {
   const std::string kind = format::kind_name(s.header.kind);
   if (kind == format::kind_name(format::kTensorKind)) {
-    NamedTensor t = decode_tensor(in, s.payload, place);
+    NamedTensor t = decode_tensor(in, std::move(s), place);
     if (!seen.insert("tensor " + t.name).second)
       in.fail(CheckpointProblem::Malformed, fmt::format("{}: tensor '{}' appears twice", place, t.name));
     state.tensors.push_back(std::move(t));
@@ -219,15 +268,16 @@ CheckpointState read_verified(const std::string& path, int64_t step, int rank, i
   for (uint32_t i = 0; i < h.section_count; ++i) {
     const uint64_t at = in.position();
     Section s = read_section(in, i, h.section_count);
-    const std::string place = where(i, h.section_count, format::kind_name(s.header.kind), at);
+    const std::string place = where(i, h.section_count, printable_kind(s.header.kind), at);
     apply_section(in, std::move(s), place, state, seen);
   }
   for (const char* kind : {"PLAN", "RNG ", "DATA", "META"})
     if (seen.count(kind) == 0) in.fail(CheckpointProblem::Malformed, fmt::format("the {} section is missing", kind));
   if (in.left() != 0 || in.position() != format::kFileHeaderBytes + h.section_bytes)
-    in.fail(CheckpointProblem::Malformed,
-            fmt::format("{} bytes follow the last of its {} sections (the header declares {} bytes of sections)",
-                        in.left(), h.section_count, h.section_bytes));
+    in.fail(
+        CheckpointProblem::Malformed,
+        fmt::format("{} follow{} the last of its {} sections (the header declares {} of sections)",
+                    bytes_count(in.left()), in.left() == 1 ? "s" : "", h.section_count, bytes_count(h.section_bytes)));
   return state;
 }
 
