@@ -5,6 +5,7 @@
 // first step with exit status 2.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 #include <wallfacer/train/data.hpp>
 #include <wallfacer/train/recall_task.hpp>
 #include <wallfacer/train/run.hpp>
+#include <wallfacer/train/source.hpp>
 #include "commands.hpp"
 #include "common.hpp"
 #ifdef WALLFACER_WITH_MPI
@@ -26,7 +28,7 @@ namespace wallfacer::cli {
 namespace {
 
 struct TrainFlags {
-  std::string plan, data, task = "text", backend = "auto", positions = "rotary", checkpoint;
+  std::string plan, data, task, backend = "auto", positions = "rotary", checkpoint;
   int64_t steps = 100, warmup = 10, checkpoint_every = 0;
   double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, clip = 1.0, peak_gflops = 0;
   uint64_t seed = 1, data_seed = 1;
@@ -38,8 +40,7 @@ struct TrainFlags {
 struct Prepared {
   Plan plan;
   Schedule attention;
-  std::optional<train::ByteDataset> text;
-  train::RecallTaskSpec recall;
+  std::optional<train::TrainingSource> source;
   train::RunSettings settings;
 };
 
@@ -68,12 +69,13 @@ std::unique_ptr<Prepared> prepare(const TrainFlags& flags, int launched_ranks) {
                      fmt::format("workload vocab {} is below 256, the byte-level tokens need 256", w.vocab));
   train::model_shape(w, train::parse_positions(flags.positions));  // refuses what cannot train
   p->attention = train::attention_schedule(p->plan);
-  if (flags.task == "text") {
+  const std::string task = flags.task.empty() ? (flags.data.empty() ? "recall" : "text") : flags.task;
+  if (task == "text") {
     if (flags.data.empty()) throw InputError("--data: a text file is required with --task text");
-    p->text = train::ByteDataset::open(flags.data);
-    p->text->check_fits(w.seq);
+    p->source = train::TrainingSource::text(train::ByteDataset::open(flags.data), w.seq);
   } else {
-    p->recall = recall_spec(flags, w.seq);
+    if (!flags.data.empty()) throw InputError("--data: the recall task generates its sequences; drop --data");
+    p->source = train::TrainingSource::recall(recall_spec(flags, w.seq));
   }
   train::RunSettings& s = p->settings;
   s.steps = flags.steps;
@@ -90,21 +92,15 @@ std::unique_ptr<Prepared> prepare(const TrainFlags& flags, int launched_ranks) {
   s.checkpoint_every = flags.checkpoint_every;
   s.resume = flags.resume;
   s.peak_flops_per_rank = flags.peak_gflops * 1e9;
-  s.data_description = flags.task == "text" ? flags.data : "recall";
+  s.data_description = p->source->describe();
+  s.data_seed = flags.data_seed;
   if (flags.resume && flags.checkpoint.empty()) throw InputError("--resume needs --checkpoint DIR");
   return p;
 }
 
 train::BatchSource batches(const Prepared& p, uint64_t data_seed) {
-  const int64_t seq = p.plan.workload.seq;
-  if (p.text) {
-    const train::ByteDataset& text = *p.text;
-    return [&text, data_seed, seq](int64_t step, int sample) {
-      return text.training_sample(data_seed, step, sample, seq);
-    };
-  }
-  const train::RecallTaskSpec spec = p.recall;
-  return [spec, data_seed](int64_t step, int sample) { return train::recall_sample(spec, data_seed, step, sample); };
+  const train::TrainingSource& source = *p.source;
+  return [&source, data_seed](int64_t step, int sample) { return source.sample(data_seed, step, sample); };
 }
 
 void print_summary(const TrainFlags& flags, const Prepared& p, const train::RunReport& r, int ranks,
@@ -117,8 +113,17 @@ void print_summary(const TrainFlags& flags, const Prepared& p, const train::RunR
   if (!r.losses.empty())
     std::printf("loss %.4f -> %.4f, %.0f tokens/s, MFU %.1f%% of %.1f GFLOP/s per rank\n", r.losses.front(),
                 r.losses.back(), r.tokens_per_s, 100 * r.mfu, r.peak_flops_per_rank / 1e9);
-  if (flags.task == "recall")
-    std::printf("recall task: chance loss %.4f (ln 10) per answer token\n", train::recall_chance_loss(p.recall));
+  if (auto chance = p.source->chance_loss(); chance && !r.losses.empty()) {
+    // Over the last 20 steps (or all): single steps count few answers.
+    const size_t n = std::min<size_t>(20, r.losses.size());
+    double loss = 0, accuracy = 0;
+    for (size_t i = r.losses.size() - n; i < r.losses.size(); ++i) {
+      loss += r.losses[i] / double(n);
+      accuracy += r.accuracies[i] / double(n);
+    }
+    std::printf("%s: answer loss %.4f (chance %.4f), accuracy %.1f%% over the last %zu steps\n",
+                p.source->describe().c_str(), loss, *chance, 100 * accuracy, n);
+  }
   if (r.checkpoints_written > 0)
     std::printf("checkpoints written: %lld (latest in %s)\n", static_cast<long long>(r.checkpoints_written),
                 flags.checkpoint.c_str());
@@ -185,8 +190,8 @@ void register_train_command(CLI::App& app) {
       "as threads here.");
   cmd->add_option("--plan", flags->plan, "Plan file written by `wallfacer plan --out`")->required();
   cmd->add_option("--data", flags->data, "Text file to train on, one token per byte (--task text)");
-  cmd->add_option("--task", flags->task, "text (--data) or recall (the synthetic long-range key retrieval)")
-      ->capture_default_str()
+  cmd->add_option("--task", flags->task,
+                  "text or recall (the synthetic long-range key retrieval); default: text with --data, else recall")
       ->check(CLI::IsMember({"text", "recall"}));
   cmd->add_option("--steps", flags->steps, "Training steps of the whole run")
       ->capture_default_str()

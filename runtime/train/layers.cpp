@@ -134,8 +134,9 @@ void swiglu_backward(const T* g, const T* u, const T* dh, T* dg, T* du, int64_t 
 
 template <typename T>
 double cross_entropy(const T* logits, const int32_t* targets, const uint8_t* mask, double scale, T* dlogits,
-                     int64_t rows, int64_t vocab) {
+                     int64_t rows, int64_t vocab, int64_t& correct) {
   double total = 0;
+  correct = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const T* row = logits + r * vocab;
     T* drow = dlogits + r * vocab;
@@ -144,8 +145,13 @@ double cross_entropy(const T* logits, const int32_t* targets, const uint8_t* mas
       continue;
     }
     double top = row[0];
+    int64_t best = 0;
     for (int64_t j = 1; j < vocab; ++j)
-      top = std::max(top, double(row[j]));
+      if (double(row[j]) > top) {
+        top = double(row[j]);
+        best = j;
+      }
+    correct += best == targets[r] ? 1 : 0;
     double sum = 0;
     for (int64_t j = 0; j < vocab; ++j)
       sum += std::exp(double(row[j]) - top);
@@ -167,7 +173,7 @@ double cross_entropy(const T* logits, const int32_t* targets, const uint8_t* mas
   template void gelu_backward<T>(const T*, const T*, T*, int64_t);                                      \
   template void swiglu_forward<T>(const T*, const T*, T*, int64_t);                                     \
   template void swiglu_backward<T>(const T*, const T*, const T*, T*, T*, int64_t);                      \
-  template double cross_entropy<T>(const T*, const int32_t*, const uint8_t*, double, T*, int64_t, int64_t);
+  template double cross_entropy<T>(const T*, const int32_t*, const uint8_t*, double, T*, int64_t, int64_t, int64_t&);
 WF_TRAIN_INSTANTIATE(float)
 WF_TRAIN_INSTANTIATE(double)
 #undef WF_TRAIN_INSTANTIATE

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include <wallfacer/train/layers.hpp>
+#include <wallfacer/train/source.hpp>
 
 namespace wallfacer::train {
 
@@ -64,7 +65,7 @@ double measure_peak_flops(bool fp64) {
 
 template <typename T>
 CheckpointState capture_state(Trainer<T>& trainer, int64_t steps_done, int rank, int world_size,
-                              const std::string& plan_hash, const std::string& meta_json) {
+                              const std::string& plan_hash, uint64_t data_seed, const std::string& meta_json) {
   CheckpointState state;
   state.step = steps_done;
   state.rank = rank;
@@ -78,13 +79,18 @@ CheckpointState capture_state(Trainer<T>& trainer, int64_t steps_done, int rank,
   // Nothing else is random: the data is a function of (seed, step, sample), the weights of the seed.
   state.rng_state = {uint64_t(adam.steps), uint64_t(trainer.shard_begin()), uint64_t(trainer.shard_end()),
                      uint64_t(sizeof(T))};
-  state.data_state = fmt::format("next_step={}", steps_done);
+  state.data_state = to_data_state(DataPosition{data_seed, steps_done});
   state.meta_json = meta_json;
   return state;
 }
 
 template <typename T>
-void restore_state(Trainer<T>& trainer, const CheckpointState& state, const std::string& file) {
+void restore_state(Trainer<T>& trainer, const CheckpointState& state, const std::string& file, uint64_t data_seed) {
+  const DataPosition position = parse_data_state(state.data_state, file);
+  if (position.seed != data_seed || position.next_step != state.step)
+    throw CheckpointError(file, CheckpointProblem::PlanMismatch,
+                          fmt::format("written by a run on data seed {} (next step {}); this run uses data seed {}",
+                                      position.seed, position.next_step, data_seed));
   if (state.rng_state.size() != 4)
     throw CheckpointError(file, CheckpointProblem::Malformed, "the optimizer state has the wrong length");
   if (state.rng_state[3] != sizeof(T))
@@ -124,7 +130,7 @@ RunReport run_typed(runtime::Backend& backend, const Plan& plan, const Schedule&
   Trainer<T> trainer(plan, attention, backend, settings.trainer);
   RunReport report;
   if (resumed) {
-    restore_state(trainer, *resumed, resumed_file);
+    restore_state(trainer, *resumed, resumed_file, settings.data_seed);
     report.first_step = resumed->step;
   }
   report.peak_flops_per_rank = settings.peak_flops_per_rank > 0
@@ -137,6 +143,7 @@ RunReport run_typed(runtime::Backend& backend, const Plan& plan, const Schedule&
   for (int64_t step = report.first_step; step < settings.steps; ++step) {
     const StepResult r = trainer.step(step, batches);
     report.losses.push_back(r.loss);
+    report.accuracies.push_back(r.accuracy);
     report.seconds += r.seconds;
     StepRecord record;
     record.step = step + 1;
@@ -154,8 +161,8 @@ RunReport run_typed(runtime::Backend& backend, const Plan& plan, const Schedule&
     const bool last = step + 1 == settings.steps;
     if (!settings.checkpoint_dir.empty() &&
         (last || (settings.checkpoint_every > 0 && (step + 1) % settings.checkpoint_every == 0))) {
-      write_checkpoint(settings.checkpoint_dir,
-                       capture_state(trainer, step + 1, backend.rank(), backend.size(), hash, meta));
+      write_checkpoint(settings.checkpoint_dir, capture_state(trainer, step + 1, backend.rank(), backend.size(), hash,
+                                                              settings.data_seed, meta));
       backend.barrier();
       if (backend.rank() == 0) commit_checkpoint(settings.checkpoint_dir, step + 1, backend.size());
       backend.barrier();
@@ -178,11 +185,11 @@ RunReport train_run(runtime::Backend& backend, const Plan& plan, const Schedule&
                        : run_typed<float>(backend, plan, attention, batches, settings, on_step);
 }
 
-template CheckpointState capture_state<float>(Trainer<float>&, int64_t, int, int, const std::string&,
+template CheckpointState capture_state<float>(Trainer<float>&, int64_t, int, int, const std::string&, uint64_t,
                                               const std::string&);
-template CheckpointState capture_state<double>(Trainer<double>&, int64_t, int, int, const std::string&,
+template CheckpointState capture_state<double>(Trainer<double>&, int64_t, int, int, const std::string&, uint64_t,
                                                const std::string&);
-template void restore_state<float>(Trainer<float>&, const CheckpointState&, const std::string&);
-template void restore_state<double>(Trainer<double>&, const CheckpointState&, const std::string&);
+template void restore_state<float>(Trainer<float>&, const CheckpointState&, const std::string&, uint64_t);
+template void restore_state<double>(Trainer<double>&, const CheckpointState&, const std::string&, uint64_t);
 
 }  // namespace wallfacer::train

@@ -325,7 +325,7 @@ void Trainer<T>::Impl::layer_backward(int l, std::vector<T>& dx, LayerCache<T>& 
 
 template <typename T>
 double Trainer<T>::Impl::head(const std::vector<T>& x, const std::vector<int32_t>& targets,
-                              const std::vector<uint8_t>& mask, double scale, std::vector<T>& dx) {
+                              const std::vector<uint8_t>& mask, double scale, std::vector<T>& dx, int64_t& correct) {
   const int64_t rows = own.rows(), h = shape.hidden, v = shape.vocab;
   const T* w = params.data();
   T* g = grads.data();
@@ -333,7 +333,8 @@ double Trainer<T>::Impl::head(const std::vector<T>& x, const std::vector<int32_t
       dlogits(size_t(rows * v));
   rms_norm_forward(x.data(), w + layout.final_norm(), f.data(), rstd.data(), rows, h);
   matmul(f.data(), false, w + layout.lm_head(), false, logits.data(), rows, v, h, false);
-  const double loss = cross_entropy(logits.data(), targets.data(), mask.data(), scale, dlogits.data(), rows, v);
+  const double loss =
+      cross_entropy(logits.data(), targets.data(), mask.data(), scale, dlogits.data(), rows, v, correct);
   matmul(f.data(), true, dlogits.data(), false, g + layout.lm_head(), h, v, rows, true);
   std::vector<T> df(size_t(rows * h));
   matmul(dlogits.data(), false, w + layout.lm_head(), true, df.data(), rows, h, v, false);
@@ -375,7 +376,9 @@ double Trainer<T>::Impl::local_gradients(int64_t step, const BatchSource& batch)
   for (int l = 0; l < shape.layers; ++l)
     layer_forward(l, x, caches[size_t(l)]);
   std::vector<T> dx;
-  const double loss = head(x, targets, mask, counted > 0 ? 1.0 / double(counted) : 0.0, dx);
+  int64_t correct = 0;
+  const double loss = head(x, targets, mask, counted > 0 ? 1.0 / double(counted) : 0.0, dx, correct);
+  local_accuracy = counted > 0 ? double(correct) / double(counted) : 0.0;
   for (int l = shape.layers - 1; l >= 0; --l)
     layer_backward(l, dx, caches[size_t(l)]);
   embed_backward(inputs, dx);
@@ -392,7 +395,7 @@ Trainer<T>::~Trainer() = default;
 
 template <typename T>
 double Trainer<T>::compute_gradients(int64_t step, const BatchSource& batch) {
-  std::vector<double> extra{impl_->local_gradients(step, batch)};
+  std::vector<double> extra{impl_->local_gradients(step, batch), impl_->local_accuracy};
   impl_->synchronise(extra);
   return extra[0];
 }
@@ -403,11 +406,12 @@ StepResult Trainer<T>::step(int64_t step, const BatchSource& batch) {
   m.backend.barrier();
   const auto start = std::chrono::steady_clock::now();
   StepResult r;
-  std::vector<double> extra{m.local_gradients(step, batch)};
+  std::vector<double> extra{m.local_gradients(step, batch), m.local_accuracy};
   if (m.plan.workload.zero_stage > 0) extra.push_back(0);  // the shards' squared norms, summed below
   m.synchronise(extra);
   r.loss = extra[0];
-  r.grad_norm = std::sqrt(m.plan.workload.zero_stage > 0 ? extra[1] : m.grad_norm_squared_local());
+  r.accuracy = extra[1];
+  r.grad_norm = std::sqrt(m.plan.workload.zero_stage > 0 ? extra[2] : m.grad_norm_squared_local());
   r.lr = learning_rate(m.options.optimizer, step, m.options.total_steps);
   const double scale = clip_scale(m.options.optimizer, r.grad_norm);
   if (m.plan.workload.zero_stage == 0) {

@@ -33,8 +33,9 @@ struct Trainer<T>::Impl {
                           std::vector<T>& dv);
   // Returns the batch's summed loss over this rank's counted targets.
   double head(const std::vector<T>& x, const std::vector<int32_t>& targets, const std::vector<uint8_t>& mask,
-              double scale, std::vector<T>& dx);
+              double scale, std::vector<T>& dx, int64_t& correct);
   double local_gradients(int64_t step, const BatchSource& batch);
+  double local_accuracy = 0;  // this rank's correct answers over the batch's counted targets
 
   // ---- gradient synchronisation and the update (trainer_sync.cpp) ----
   void setup_shards();

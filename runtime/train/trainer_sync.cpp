@@ -134,11 +134,11 @@ void Trainer<T>::Impl::synchronise(std::vector<double>& extra) {
   }
   shard_grad = std::move(part);
   shard_grad.resize(size_t(std::max<int64_t>(0, std::min(shard_hi, layout.size()) - shard_lo)));
-  if (extra.size() > 1) {
+  if (extra.size() > 2) {
     double squares = 0;
     for (T v : shard_grad)
       squares += double(v) * double(v);
-    extra[1] = squares;
+    extra[2] = squares;
   }
   all_reduce_scalars(extra);
 }

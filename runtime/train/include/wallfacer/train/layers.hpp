@@ -42,9 +42,10 @@ void swiglu_backward(const T* g, const T* u, const T* dh, T* dg, T* du, int64_t 
 
 // Softmax cross-entropy of logits [rows][vocab] against targets, rows weighted by
 // mask[r] * scale. Returns sum_r mask[r] * loss_r (unscaled, in double) and writes
-// dlogits = mask[r] * scale * (softmax - onehot).
+// dlogits = mask[r] * scale * (softmax - onehot); `correct` counts the masked rows whose largest
+// logit is the target (the first largest on ties).
 template <typename T>
 double cross_entropy(const T* logits, const int32_t* targets, const uint8_t* mask, double scale, T* dlogits,
-                     int64_t rows, int64_t vocab);
+                     int64_t rows, int64_t vocab, int64_t& correct);
 
 }  // namespace wallfacer::train

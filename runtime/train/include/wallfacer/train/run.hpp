@@ -31,14 +31,18 @@ struct RunSettings {
   double peak_flops_per_rank = 0;
   // Extra text kept in each checkpoint's metadata (the data source, the task).
   std::string data_description;
+  // The seed the caller's batches use: kept in each checkpoint (its data position) and checked
+  // on resume, so that a resumed run cannot silently continue on other data.
+  uint64_t data_seed = 1;
 };
 
 struct RunReport {
-  int64_t first_step = 0;      // 0, or the step a resume continued from
-  std::vector<double> losses;  // of the steps this run made
-  double seconds = 0;          // of those steps, slowest rank
-  double tokens_per_s = 0;     // mean over the run's steps
-  double mfu = 0;              // mean, fraction of peak
+  int64_t first_step = 0;          // 0, or the step a resume continued from
+  std::vector<double> losses;      // of the steps this run made
+  std::vector<double> accuracies;  // of the same steps (share of counted targets predicted)
+  double seconds = 0;              // of those steps, slowest rank
+  double tokens_per_s = 0;         // mean over the run's steps
+  double mfu = 0;                  // mean, fraction of peak
   double peak_flops_per_rank = 0;
   double model_flops_per_step = 0;
   int64_t checkpoints_written = 0;
@@ -56,9 +60,10 @@ double measure_peak_flops(bool fp64);
 // has another size.
 template <typename T>
 CheckpointState capture_state(Trainer<T>& trainer, int64_t steps_done, int rank, int world_size,
-                              const std::string& plan_hash, const std::string& meta_json);
+                              const std::string& plan_hash, uint64_t data_seed, const std::string& meta_json);
+// Also throws CheckpointError when the checkpoint's data seed is not `data_seed`.
 template <typename T>
-void restore_state(Trainer<T>& trainer, const CheckpointState& state, const std::string& file);
+void restore_state(Trainer<T>& trainer, const CheckpointState& state, const std::string& file, uint64_t data_seed);
 
 // Collective over the plan's ranks. on_step (every rank; print on rank 0) gets each step's record.
 // Throws InputError / CheckpointError for unusable input or checkpoints, before the first step.

@@ -37,6 +37,7 @@ struct TrainerOptions {
 
 struct StepResult {
   double loss = 0;       // mean over the batch's counted targets, before the update
+  double accuracy = 0;   // share of the counted targets whose most likely token is the target
   double grad_norm = 0;  // global, before clipping
   double lr = 0;
   double seconds = 0;  // slowest rank
