@@ -107,21 +107,23 @@ std::vector<ParallelCase> parallel_cases(const Workload& w) {
 }
 
 TEST(DataSequenceParallel, GradientsEqualSingleProcess) {
-  for (Positions positions : {Positions::Rotary, Positions::Learned}) {
-    const Workload w = tiny_decoder(32, 2, true);
+  // 30 tokens: shards of unequal size where the strategy allows them.
+  for (auto [positions, seq] :
+       {std::pair{Positions::Rotary, 32}, std::pair{Positions::Learned, 32}, std::pair{Positions::Rotary, 30}}) {
+    const Workload w = tiny_decoder(seq, 2, true);
     TrainerOptions options;
     options.positions = positions;
     const Gradient single = gradient_of(tiny_plan(StrategyKind::Ring, {}, w), options);
     int cases = 0;
     for (const ParallelCase& c : parallel_cases(w)) {
-      SCOPED_TRACE(fmt::format("{} S={} D={} positions {}", to_string(c.kind), c.params.sequence_parallel,
-                               c.params.data_parallel, to_string(positions)));
+      SCOPED_TRACE(fmt::format("{} S={} D={} seq {} positions {}", to_string(c.kind), c.params.sequence_parallel,
+                               c.params.data_parallel, seq, to_string(positions)));
       const Gradient parallel = gradient_of(tiny_plan(c.kind, c.params, w), options);
       EXPECT_NEAR(parallel.loss, single.loss, 1e-12 * single.loss);
       EXPECT_LT(relative_difference(parallel.values, single.values), 1e-10);
       ++cases;
     }
-    EXPECT_GE(cases, 10);
+    EXPECT_GE(cases, seq == 32 ? 10 : 3);
   }
 }
 

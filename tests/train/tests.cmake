@@ -41,6 +41,9 @@ if(TARGET wallfacer)
   wallfacer_train_cli_test(train_cli_resume_local train_plan_zigzag2 0 "resumed losses equal"
                            ${CMAKE_CURRENT_LIST_DIR}/resume_cli.sh ${_train_dir}/resume_local
                            ${_train_dir}/zigzag2.yaml ${_text} ${_wf})
+  wallfacer_train_cli_test(train_cli_killed_checkpoint_write train_plan_zigzag2 0 "resumed losses equal"
+                           ${CMAKE_CURRENT_LIST_DIR}/kill_cli.sh ${_train_dir}/killed_local
+                           ${_train_dir}/zigzag2.yaml ${_text} ${_wf})
   # A truncated checkpoint is refused before any step, naming the file.
   wallfacer_train_cli_test(train_cli_truncated_checkpoint train_plan_zigzag2 2 "rank-0.ckpt: error: checkpoint"
                            sh -c "rm -rf ${_train_dir}/trunc && ${_wf} train --plan ${_train_dir}/zigzag2.yaml \
@@ -53,6 +56,9 @@ truncate -s 64 ${_train_dir}/trunc/step-2/rank-0.ckpt && ${_wf} train --plan ${_
                              ${_mpirun} -np 4 ${_wf} train --plan ${_train_dir}/lss4.yaml --data ${_text} --steps 3)
     wallfacer_train_cli_test(train_cli_resume_mpirun train_plan_lss4 0 "resumed losses equal"
                              ${CMAKE_CURRENT_LIST_DIR}/resume_cli.sh ${_train_dir}/resume_mpi
+                             ${_train_dir}/lss4.yaml ${_text} ${_mpirun} -np 4 ${_wf})
+    wallfacer_train_cli_test(train_cli_killed_checkpoint_write_mpirun train_plan_lss4 0 "resumed losses equal"
+                             ${CMAKE_CURRENT_LIST_DIR}/kill_cli.sh ${_train_dir}/killed_mpi
                              ${_train_dir}/lss4.yaml ${_text} ${_mpirun} -np 4 ${_wf})
     wallfacer_train_cli_test(train_cli_mpirun_rank_mismatch train_plan_lss4 2
                              "the plan has 4 ranks but 2 processes were started"
