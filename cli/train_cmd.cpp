@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/plan/plan.hpp>
@@ -42,6 +43,7 @@ struct Prepared {
   Schedule attention;
   std::optional<train::TrainingSource> source;
   train::RunSettings settings;
+  std::vector<std::optional<train::CheckpointState>> resume_states;  // by rank; this process's ranks only
 };
 
 train::RecallTaskSpec recall_spec(const TrainFlags& flags, int64_t seq) {
@@ -56,7 +58,8 @@ train::RecallTaskSpec recall_spec(const TrainFlags& flags, int64_t seq) {
   return spec;
 }
 
-std::unique_ptr<Prepared> prepare(const TrainFlags& flags, int launched_ranks) {
+// `rank` < 0: every rank of the plan runs here (threads).
+std::unique_ptr<Prepared> prepare(const TrainFlags& flags, int launched_ranks, int rank = -1) {
   auto p = std::make_unique<Prepared>();
   p->plan = read_plan_file(flags.plan);
   if (launched_ranks > 0 && launched_ranks != p->plan.num_ranks())
@@ -95,6 +98,14 @@ std::unique_ptr<Prepared> prepare(const TrainFlags& flags, int launched_ranks) {
   s.data_description = p->source->describe();
   s.data_seed = flags.data_seed;
   if (flags.resume && flags.checkpoint.empty()) throw InputError("--resume needs --checkpoint DIR");
+  if (flags.resume) {  // before any communication: a bad checkpoint is bad input (exit 2) on every rank
+    const int ranks = p->plan.num_ranks();
+    p->resume_states.resize(size_t(ranks));
+    for (int r = 0; r < ranks; ++r)
+      if (rank < 0 || r == rank)
+        p->resume_states[size_t(r)] = train::read_resume_state(flags.checkpoint, p->plan, r, ranks, flags.data_seed);
+    s.resume_states = &p->resume_states;
+  }
   return p;
 }
 
@@ -171,7 +182,7 @@ int train_command(const TrainFlags& flags) {
 #ifdef WALLFACER_WITH_MPI
   std::unique_ptr<Prepared> prepared;
   runtime::MpiJob job;
-  job.prepare = [&](int, int size) { prepared = prepare(flags, size); };
+  job.prepare = [&](int rank, int size) { prepared = prepare(flags, size, rank); };
   job.run = [&](runtime::Backend& backend) { return train_on(backend, flags, *prepared); };
   return runtime::run_mpi_job(job);
 #else

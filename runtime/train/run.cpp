@@ -110,6 +110,21 @@ void restore_state(Trainer<T>& trainer, const CheckpointState& state, const std:
   from_floats(find_tensor(state, "adam.v", file), adam.v.data(), adam.steps > 0 ? shard : 0, file);
 }
 
+std::optional<CheckpointState> read_resume_state(const std::string& dir, const Plan& plan, int rank, int world_size,
+                                                 uint64_t data_seed) {
+  const std::optional<int64_t> step = latest_checkpoint(dir);
+  if (!step) return std::nullopt;
+  const std::string file = checkpoint_file(dir, *step, rank);
+  CheckpointState state = read_checkpoint(dir, *step, rank, world_size);
+  check_resumable(state, file, plan_fingerprint(plan), world_size);
+  const DataPosition position = parse_data_state(state.data_state, file);
+  if (position.seed != data_seed)
+    throw CheckpointError(
+        file, CheckpointProblem::PlanMismatch,
+        fmt::format("written by a run on data seed {}; this run uses data seed {}", position.seed, data_seed));
+  return state;
+}
+
 namespace {
 
 template <typename T>
@@ -118,19 +133,18 @@ RunReport run_typed(runtime::Backend& backend, const Plan& plan, const Schedule&
   const std::string hash = plan_fingerprint(plan);
   // Read before the trainer exists, so that a bad checkpoint stops every rank before any compute.
   std::optional<CheckpointState> resumed;
-  std::string resumed_file;
   if (settings.resume && !settings.checkpoint_dir.empty()) {
-    if (auto step = latest_checkpoint(settings.checkpoint_dir)) {
-      resumed_file = checkpoint_file(settings.checkpoint_dir, *step, backend.rank());
-      resumed = read_checkpoint(settings.checkpoint_dir, *step, backend.rank(), backend.size());
-      check_resumable(*resumed, resumed_file, hash, backend.size());
-    }
+    if (settings.resume_states)
+      resumed = settings.resume_states->at(size_t(backend.rank()));
+    else
+      resumed = read_resume_state(settings.checkpoint_dir, plan, backend.rank(), backend.size(), settings.data_seed);
   }
   if (!backend.all_ok(true)) throw InputError("another rank could not read its checkpoint");
   Trainer<T> trainer(plan, attention, backend, settings.trainer);
   RunReport report;
   if (resumed) {
-    restore_state(trainer, *resumed, resumed_file, settings.data_seed);
+    restore_state(trainer, *resumed, checkpoint_file(settings.checkpoint_dir, resumed->step, backend.rank()),
+                  settings.data_seed);
     report.first_step = resumed->step;
   }
   report.peak_flops_per_rank = settings.peak_flops_per_rank > 0

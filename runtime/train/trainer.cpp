@@ -153,9 +153,6 @@ void Trainer<T>::Impl::embed_backward(const std::vector<int32_t>& inputs, const 
   }
 }
 
-// Row of (global batch b, global token t) in the rank's row-major [batch][own token] arrays.
-#define WF_ROW(b, t) ((int64_t((b)-own.batch_begin) * int64_t(own.positions.size()) + own.row_of[size_t(t)]))
-
 template <typename T>
 void Trainer<T>::Impl::attention(const std::vector<T>& q, const std::vector<T>& k, const std::vector<T>& v,
                                  LayerCache<T>& cache) {
@@ -167,13 +164,13 @@ void Trainer<T>::Impl::attention(const std::vector<T>& q, const std::vector<T>& 
   int64_t delivered = 0;
   cache.session->forward(
       [&](Field f, int b, int64_t t, int h, int e) -> double {
-        const int64_t row = WF_ROW(b, t);
+        const int64_t row = own.row(b, t);
         if (f == Field::Q) return q[size_t(row * qw + h * d + e)];
         return (f == Field::K ? k : v)[size_t(row * kw + h * d + e)];
       },
       [&](Field f, int b, int64_t t, int h, int e, double value) {
         if (f != Field::O) return;
-        cache.o[size_t(WF_ROW(b, t) * qw + h * d + e)] = T(value);
+        cache.o[size_t(own.row(b, t) * qw + h * d + e)] = T(value);
         ++delivered;
       });
   if (delivered != own.rows() * qw)
@@ -191,9 +188,9 @@ void Trainer<T>::Impl::attention_backward(LayerCache<T>& cache, const std::vecto
   dv.assign(size_t(own.rows() * kw), T(0));
   int64_t delivered = 0;
   cache.session->backward(
-      [&](Field, int b, int64_t t, int h, int e) -> double { return d_o[size_t(WF_ROW(b, t) * qw + h * d + e)]; },
+      [&](Field, int b, int64_t t, int h, int e) -> double { return d_o[size_t(own.row(b, t) * qw + h * d + e)]; },
       [&](Field f, int b, int64_t t, int h, int e, double value) {
-        const int64_t row = WF_ROW(b, t);
+        const int64_t row = own.row(b, t);
         if (f == Field::dQ)
           dq[size_t(row * qw + h * d + e)] = T(value);
         else

@@ -57,7 +57,7 @@ void all_reduce(Backend& backend, int group, std::vector<T>& values) {
 
 // Sum over `group` of every member's `values` (chunk j for member j); returns this member's chunk.
 template <typename T>
-std::vector<T> reduce_scatter(Backend& backend, int group, int size, int me, const std::vector<T>& values) {
+std::vector<T> reduce_scatter(Backend& backend, int group, int size, const std::vector<T>& values) {
   const int64_t chunk = int64_t(values.size()) / size;
   const ElemType type = runtime::elem_type_of<T>();
   BackendArray<T> send(backend, int64_t(values.size()));
@@ -78,7 +78,6 @@ std::vector<T> reduce_scatter(Backend& backend, int group, int size, int me, con
   for (int j = 0; j < size; ++j)
     for (int64_t i = 0; i < chunk; ++i)
       mine[size_t(i)] = j == 0 ? all[size_t(i)] : mine[size_t(i)] + all[size_t(j * chunk + i)];
-  (void)me;
   return mine;
 }
 
@@ -113,11 +112,11 @@ void Trainer<T>::Impl::all_reduce_scalars(std::vector<double>& values) {
 template <typename T>
 void Trainer<T>::Impl::synchronise(std::vector<double>& extra) {
   if (plan.workload.zero_stage == 0) {
+    if (groups.empty()) return;
     // The loss and the gradient in one message per group.
     std::vector<T> fused(grads.begin(), grads.end());
     for (double e : extra)
       fused.push_back(T(e));
-    if (groups.empty()) return;
     // Scalars travel in the training type; fp32 loses nothing the reported loss needs.
     for (int g : groups)
       all_reduce(backend, g, fused);
@@ -130,7 +129,7 @@ void Trainer<T>::Impl::synchronise(std::vector<double>& extra) {
   std::copy(grads.begin(), grads.end(), part.begin());
   for (int g : groups) {
     const CommGroup& group = plan.groups[size_t(g)];
-    part = reduce_scatter(backend, g, int(group.ranks.size()), member_index(group, backend.rank()), part);
+    part = reduce_scatter(backend, g, int(group.ranks.size()), part);
   }
   shard_grad = std::move(part);
   shard_grad.resize(size_t(std::max<int64_t>(0, std::min(shard_hi, layout.size()) - shard_lo)));

@@ -60,6 +60,13 @@ truncate -s 64 ${_train_dir}/trunc/step-2/rank-0.ckpt && ${_wf} train --plan ${_
     wallfacer_train_cli_test(train_cli_killed_checkpoint_write_mpirun train_plan_lss4 0 "resumed losses equal"
                              ${CMAKE_CURRENT_LIST_DIR}/kill_cli.sh ${_train_dir}/killed_mpi
                              ${_train_dir}/lss4.yaml ${_text} ${_mpirun} -np 4 ${_wf})
+    # Under mpirun too a bad checkpoint is bad input on every rank (exit 2), found before any step.
+    set(_mpirun_sh "${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root")  # one word list for sh -c
+    wallfacer_train_cli_test(train_cli_mpirun_truncated_checkpoint train_plan_lss4 2 "rank-1.ckpt: error: checkpoint"
+                             sh -c "rm -rf ${_train_dir}/trunc_mpi && ${_mpirun_sh} -np 4 ${_wf} train --plan \
+${_train_dir}/lss4.yaml --data ${_text} --steps 2 --checkpoint ${_train_dir}/trunc_mpi >/dev/null 2>&1 && \
+truncate -s 64 ${_train_dir}/trunc_mpi/step-2/rank-1.ckpt && ${_mpirun_sh} -np 4 ${_wf} train --plan \
+${_train_dir}/lss4.yaml --data ${_text} --steps 4 --checkpoint ${_train_dir}/trunc_mpi --resume")
     wallfacer_train_cli_test(train_cli_mpirun_rank_mismatch train_plan_lss4 2
                              "the plan has 4 ranks but 2 processes were started"
                              ${_mpirun} -np 2 ${_wf} train --plan ${_train_dir}/lss4.yaml --data ${_text})

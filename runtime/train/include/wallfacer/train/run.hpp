@@ -34,6 +34,10 @@ struct RunSettings {
   // The seed the caller's batches use: kept in each checkpoint (its data position) and checked
   // on resume, so that a resumed run cannot silently continue on other data.
   uint64_t data_seed = 1;
+  // With `resume`: the states read_resume_state gave, by rank (a process that checked its input
+  // before any communication, as `wallfacer train` does, so that a bad checkpoint exits with
+  // status 2 on every rank). Null: train_run reads them itself.
+  const std::vector<std::optional<CheckpointState>>* resume_states = nullptr;
 };
 
 struct RunReport {
@@ -47,6 +51,11 @@ struct RunReport {
   double model_flops_per_step = 0;
   int64_t checkpoints_written = 0;
 };
+
+// Rank `rank`'s state in the latest checkpoint of `dir`, checked against the plan, the world
+// size and the data seed; nullopt when `dir` has no committed checkpoint. Throws CheckpointError.
+std::optional<CheckpointState> read_resume_state(const std::string& dir, const Plan& plan, int rank, int world_size,
+                                                 uint64_t data_seed);
 
 // A fingerprint of the plan (its whole YAML): a checkpoint is resumable only with the same plan.
 std::string plan_fingerprint(const Plan& plan);

@@ -50,6 +50,10 @@ struct OwnTokens {
   std::vector<int32_t> row_of;     // per global position: its row, or -1
   int batch_begin = 0, batch_end = 1;
   int64_t rows() const { return int64_t(positions.size()) * (batch_end - batch_begin); }
+  // Row of (global sequence b, global position t) in the rank's [sequence][own token] arrays.
+  int64_t row(int b, int64_t t) const {
+    return int64_t(b - batch_begin) * int64_t(positions.size()) + row_of[size_t(t)];
+  }
 };
 // Throws ScheduleError when the program's bindings do not all cover the same tokens.
 OwnTokens own_tokens(const Schedule& schedule, const RankProgram& program);
