@@ -182,7 +182,11 @@ int train_command(const TrainFlags& flags) {
 #ifdef WALLFACER_WITH_MPI
   std::unique_ptr<Prepared> prepared;
   runtime::MpiJob job;
-  job.prepare = [&](int rank, int size) { prepared = prepare(flags, size, rank); };
+  job.prepare = [&](int rank, int size) {
+    prepared = prepare(flags, size, rank);
+    // As `run` does: MPI moves large messages only inside its calls, so long kernels yield to it.
+    prepared->settings.trainer.executor.progress_rows = 256;
+  };
   job.run = [&](runtime::Backend& backend) { return train_on(backend, flags, *prepared); };
   return runtime::run_mpi_job(job);
 #else
