@@ -79,8 +79,9 @@ void check_resumable(const CheckpointState& state, const std::string& checkpoint
 std::string checkpoint_step_dir(const std::string& dir, int64_t step);
 std::string checkpoint_file(const std::string& dir, int64_t step, int rank);
 
-// Steps with a committed-looking directory (step-<N>), ascending; older ones may be removed with
-// remove_checkpoint_step. Only rank 0 should remove, after a later step was committed.
+// Steps that have a directory (step-<N>), committed or not, ascending. remove_checkpoint_step
+// deletes one (never the step `latest` names: std::invalid_argument); only rank 0 should, after a
+// later step was committed.
 std::vector<int64_t> checkpoint_steps(const std::string& dir);
 void remove_checkpoint_step(const std::string& dir, int64_t step);
 
