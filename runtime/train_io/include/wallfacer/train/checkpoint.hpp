@@ -62,7 +62,8 @@ struct CheckpointState {
 // a rank outside [0, world_size).
 void write_checkpoint(const std::string& dir, const CheckpointState& state);
 // Rank 0, after all ranks wrote (the caller barriers): checks that every rank's file exists and has
-// a valid header for this step and world size, fsyncs the step directory, then replaces dir/latest.
+// a valid header for this step and world size, removes temporary files that killed writers left in
+// the step directory, fsyncs it, then replaces dir/latest.
 // CheckpointError when a rank's file is missing or wrong.
 void commit_checkpoint(const std::string& dir, int64_t step, int world_size);
 // The step dir/latest names; nullopt when dir or dir/latest does not exist. CheckpointError when
