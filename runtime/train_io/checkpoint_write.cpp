@@ -87,6 +87,7 @@ class SectionWriter {
   SectionWriter(std::ostream& out, std::optional<CheckpointFault> fault) : out_(out), fault_(fault) {}
 
   void write(const void* data, size_t size) {
+    if (size == 0) return;  // empty vectors may have no storage at all
     const char* p = static_cast<const char*>(data);
     if (fault_) {
       const auto room = static_cast<uint64_t>(fault_->after_bytes) - written_;
