@@ -249,7 +249,7 @@ void apply_section(const Reader& in, Section&& s, const std::string& place, Chec
       in.fail(CheckpointProblem::Malformed,
               fmt::format("{}: {} bytes of random state, not whole 64-bit words", place, s.payload.size()));
     state.rng_state.resize(s.payload.size() / 8);
-    std::memcpy(state.rng_state.data(), s.payload.data(), s.payload.size());
+    if (!s.payload.empty()) std::memcpy(state.rng_state.data(), s.payload.data(), s.payload.size());
   } else {
     in.fail(CheckpointProblem::Malformed,
             fmt::format("{}: unknown section kind '{}'", place, hex_bytes(s.header.kind, 4)));

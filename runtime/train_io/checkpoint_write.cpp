@@ -87,6 +87,7 @@ class SectionWriter {
   SectionWriter(std::ostream& out, std::optional<CheckpointFault> fault) : out_(out), fault_(fault) {}
 
   void write(const void* data, size_t size) {
+    if (size == 0) return;  // empty vectors may have no storage at all
     const char* p = static_cast<const char*>(data);
     if (fault_) {
       const auto room = static_cast<uint64_t>(fault_->after_bytes) - written_;
@@ -209,6 +210,19 @@ void fsync_directory(const std::string& path) {
     throw InputError(path, 0, fmt::format("fsync of the directory failed: {}", std::strerror(error)));
 }
 
+// Temporary files that killed writers left in a step directory (".rank-<r>.ckpt.tmp-<pid>-<n>",
+// the names write_file_atomically uses). Only called once every rank has finished writing.
+void remove_stray_temporaries(const std::string& step_dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(step_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(".rank-", 0) == 0 && name.find(".ckpt.tmp-") != std::string::npos) {
+      std::error_code ignored;  // a file that cannot be removed is harmless: nothing reads it
+      fs::remove(entry.path(), ignored);
+    }
+  }
+}
+
 }  // namespace
 
 CheckpointError::CheckpointError(const std::string& file, CheckpointProblem problem, const std::string& message)
@@ -245,6 +259,7 @@ void write_checkpoint(const std::string& dir, const CheckpointState& state) {
 void commit_checkpoint(const std::string& dir, int64_t step, int world_size) {
   for (int rank = 0; rank < world_size; ++rank)
     verify_checkpoint_header(dir, step, rank, world_size);
+  remove_stray_temporaries(checkpoint_step_dir(dir, step));
   fsync_directory(checkpoint_step_dir(dir, step));
   write_file_atomically((fs::path(dir) / "latest").string(), [&](std::ostream& out) { out << step << '\n'; });
   fsync_directory(dir);

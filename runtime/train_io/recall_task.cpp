@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 #include <string>
+#include <unordered_set>
 
 #include <wallfacer/core/errors.hpp>
 
@@ -74,11 +75,12 @@ std::vector<int64_t> definition_starts(const RecallTaskSpec& spec, int64_t last_
 
 std::vector<std::string> distinct_keys(const RecallTaskSpec& spec, SampleRandom& random) {
   std::vector<std::string> keys;
+  std::unordered_set<std::string> seen;
   while (static_cast<int64_t>(keys.size()) < spec.pairs) {
     std::string key(static_cast<size_t>(spec.key_len), 'A');
     for (auto& c : key)
       c = static_cast<char>('A' + random.below(kRecallKeySymbols));
-    if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(std::move(key));
+    if (seen.insert(key).second) keys.push_back(std::move(key));
   }
   return keys;
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <wallfacer/core/errors.hpp>
@@ -112,10 +113,14 @@ TEST_F(CheckpointFaults, AKillMidWriteLeavesThePreviousCheckpoint) {
   EXPECT_FALSE(std::filesystem::exists(checkpoint_file(dir.str(), 20, 1)));
   EXPECT_THROW(commit_checkpoint(dir.str(), 20, 2), CheckpointError);
   EXPECT_EQ(latest_checkpoint(dir.str()), 10);
-  // A resumed run writes step 20 again over the debris and commits it.
+  // A resumed run writes step 20 again over the debris and commits it; the commit clears the debris.
   write_checkpoint(dir.str(), state_of(20, 1, 2));
+  EXPECT_EQ(files_in(checkpoint_step_dir(dir.str(), 20)).size(), 3u);
   commit_checkpoint(dir.str(), 20, 2);
   EXPECT_EQ(latest_checkpoint(dir.str()), 20);
+  std::vector<std::string> committed = files_in(checkpoint_step_dir(dir.str(), 20));
+  std::sort(committed.begin(), committed.end());
+  EXPECT_EQ(committed, (std::vector<std::string>{"rank-0.ckpt", "rank-1.ckpt"}));
   EXPECT_EQ(read_checkpoint(dir.str(), 20, 1, 2).data_state, "step=20");
 }
 

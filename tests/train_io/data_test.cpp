@@ -161,12 +161,6 @@ TEST(ByteDataset, TrainingSampleCountsEveryTarget) {
   EXPECT_EQ(s.loss_mask, std::vector<uint8_t>(50, 1));
 }
 
-}  // namespace
-}  // namespace wallfacer::train
-
-namespace wallfacer::train {
-namespace {
-
 // The corpus shipped in data/text/: plain ASCII prose long enough for sequences of 8K tokens.
 TEST(ByteDataset, TheShippedCorpusIsUsable) {
   const ByteDataset data = ByteDataset::open(std::string(WALLFACER_SOURCE_DIR) + "/data/text/long-sequences.txt");

@@ -104,6 +104,16 @@ TEST(RecallTask, SamplesHoldTheirKeysValuesAndMasks) {
     for (int64_t step = 0; step < 12; ++step)
       for (int64_t sample = 0; sample < 3; ++sample)
         check_sample(spec, 1234, step, sample);
+  // Many pairs with a small key space: keys are drawn until distinct, in linear time.
+  check_sample({.seq_len = 200000, .pairs = 9000, .key_len = 3, .value_len = 2, .min_distance = 10000}, 1, 0, 0);
+}
+
+TEST(RecallTask, UnusedPlaceholder) {
+  const std::vector<RecallTaskSpec> specs;
+  for (const auto& spec : specs)
+    for (int64_t step = 0; step < 12; ++step)
+      for (int64_t sample = 0; sample < 3; ++sample)
+        check_sample(spec, 1234, step, sample);
 }
 
 TEST(RecallTask, MinimalSeqLenIsExact) {

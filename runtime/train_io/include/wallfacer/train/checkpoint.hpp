@@ -62,7 +62,8 @@ struct CheckpointState {
 // a rank outside [0, world_size).
 void write_checkpoint(const std::string& dir, const CheckpointState& state);
 // Rank 0, after all ranks wrote (the caller barriers): checks that every rank's file exists and has
-// a valid header for this step and world size, fsyncs the step directory, then replaces dir/latest.
+// a valid header for this step and world size, removes temporary files that killed writers left in
+// the step directory, fsyncs it, then replaces dir/latest.
 // CheckpointError when a rank's file is missing or wrong.
 void commit_checkpoint(const std::string& dir, int64_t step, int world_size);
 // The step dir/latest names; nullopt when dir or dir/latest does not exist. CheckpointError when
@@ -79,8 +80,9 @@ void check_resumable(const CheckpointState& state, const std::string& checkpoint
 std::string checkpoint_step_dir(const std::string& dir, int64_t step);
 std::string checkpoint_file(const std::string& dir, int64_t step, int rank);
 
-// Steps with a committed-looking directory (step-<N>), ascending; older ones may be removed with
-// remove_checkpoint_step. Only rank 0 should remove, after a later step was committed.
+// Steps that have a directory (step-<N>), committed or not, ascending. remove_checkpoint_step
+// deletes one (never the step `latest` names: std::invalid_argument); only rank 0 should, after a
+// later step was committed.
 std::vector<int64_t> checkpoint_steps(const std::string& dir);
 void remove_checkpoint_step(const std::string& dir, int64_t step);
 

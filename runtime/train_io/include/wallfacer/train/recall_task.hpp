@@ -2,9 +2,9 @@
 // text holds `pairs` definitions "#KEY:VALUE" early on and, at its end, a query "?KEY:VALUE" for
 // every key in a shuffled order; the loss counts only the query's value tokens, which the model can
 // only predict by finding the definition at least min_distance tokens back. With min_distance a
-// large share of seq_len, every answer crosses the rank boundaries of a sequence-parallel run, so
-// the task is learnt only if attention across ranks works. Deterministic in (seed, step, sample).
-// docs/training-data.md defines the layout exactly.
+// large share of seq_len, the answers cross the rank boundaries of a sequence-parallel run (how
+// many, per split, in docs/training-data.md), so the task is learnt only if attention across ranks
+// works. Deterministic in (seed, step, sample); docs/training-data.md defines the layout exactly.
 #pragma once
 
 #include <cstdint>
