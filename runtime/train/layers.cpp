@@ -23,11 +23,21 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
               blasint(n));
 }
 
+thread_local GemmTrace* current_trace = nullptr;
+
 }  // namespace
+
+GemmTrace::GemmTrace() : previous_(current_trace) {
+  current_trace = this;
+}
+GemmTrace::~GemmTrace() {
+  current_trace = previous_;
+}
 
 template <typename T>
 void matmul(const T* a, bool transpose_a, const T* b, bool transpose_b, T* c, int64_t m, int64_t n, int64_t k,
             bool accumulate) {
+  if (current_trace) current_trace->record(m, n, k);
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!accumulate) std::fill(c, c + m * n, T(0));

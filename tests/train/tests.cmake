@@ -7,6 +7,7 @@ wallfacer_add_test(NAME test_train
           ${CMAKE_CURRENT_LIST_DIR}/resume_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/recall_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/session_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/step_program_test.cpp
   LIBS wallfacer::train wallfacer::planner fmt::fmt)
 
 # ---- `wallfacer train` end to end ---------------------------------------------------------------

@@ -4,10 +4,28 @@
 // works on `rows` independent rows, so a rank runs them on exactly the tokens it holds.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
 namespace wallfacer::train {
+
+// While one is alive, records the {m, n, k} of every matmul the constructing thread runs: what the
+// tests compare with the step program's Gemm ops (docs/training.md, "How far this is from the step
+// program").
+class GemmTrace {
+ public:
+  GemmTrace();
+  ~GemmTrace();
+  GemmTrace(const GemmTrace&) = delete;
+  GemmTrace& operator=(const GemmTrace&) = delete;
+  const std::vector<std::array<int64_t, 3>>& calls() const { return calls_; }
+  void record(int64_t m, int64_t n, int64_t k) { calls_.push_back({m, n, k}); }
+
+ private:
+  GemmTrace* previous_;
+  std::vector<std::array<int64_t, 3>> calls_;
+};
 
 // C[m x n] (+)= A[m x k] * B[k x n], with A or B read transposed when asked (then A is stored
 // k x m, B n x k). accumulate: C += instead of C =.
