@@ -70,7 +70,12 @@ std::unique_ptr<Prepared> prepare(const TrainFlags& flags, int launched_ranks, i
   if (w.vocab < 256)
     throw InputError(flags.plan, 0,
                      fmt::format("workload vocab {} is below 256, the byte-level tokens need 256", w.vocab));
-  train::model_shape(w, train::parse_positions(flags.positions));  // refuses what cannot train
+  try {  // what the trainer refuses, blamed on the plan file
+    train::check_trainable(p->plan);
+    train::model_shape(w, train::parse_positions(flags.positions));
+  } catch (const InputError& e) {
+    throw InputError(flags.plan, 0, e.message());
+  }
   p->attention = train::attention_schedule(p->plan);
   const std::string task = flags.task.empty() ? (flags.data.empty() ? "recall" : "text") : flags.task;
   if (task == "text") {

@@ -35,7 +35,9 @@ std::vector<int64_t> token_positions(const TokenSet& set) {
   return out;
 }
 
-const Plan& trainable(const Plan& plan) {
+}  // namespace
+
+void check_trainable(const Plan& plan) {
   if (plan.params.tensor_parallel != 1 || plan.params.pipeline_parallel != 1)
     throw InputError(
         fmt::format("the trainer runs data x sequence parallel plans; this plan has tensor_parallel {} "
@@ -47,6 +49,12 @@ const Plan& trainable(const Plan& plan) {
   if (plan.workload.microbatches != 1)
     throw InputError(
         fmt::format("the trainer runs one micro-batch per step; the plan has {}", plan.workload.microbatches));
+}
+
+namespace {
+
+const Plan& trainable(const Plan& plan) {
+  check_trainable(plan);
   return plan;
 }
 

@@ -45,6 +45,12 @@ if(TARGET wallfacer)
   wallfacer_train_cli_test(train_cli_killed_checkpoint_write train_plan_zigzag2 0 "resumed losses equal"
                            ${CMAKE_CURRENT_LIST_DIR}/kill_cli.sh ${_train_dir}/killed_local
                            ${_train_dir}/zigzag2.yaml ${_text} ${_wf})
+  add_test(NAME train_plan_tp2 COMMAND ${_wf} plan --model gpt-tiny --seq 128 --strategy ring --gpus 2 --tp 2 --pp 1
+                                       --out ${_train_dir}/tp2.yaml)
+  set_tests_properties(train_plan_tp2 PROPERTIES FIXTURES_SETUP train_plan_tp2)
+  wallfacer_train_cli_test(train_cli_tensor_parallel_refused train_plan_tp2 2
+                           "tp2.yaml: error: the trainer runs data x sequence parallel plans"
+                           ${_wf} train --plan ${_train_dir}/tp2.yaml --steps 1)
   # A truncated checkpoint is refused before any step, naming the file.
   wallfacer_train_cli_test(train_cli_truncated_checkpoint train_plan_zigzag2 2 "rank-0.ckpt: error: checkpoint"
                            sh -c "rm -rf ${_train_dir}/trunc && ${_wf} train --plan ${_train_dir}/zigzag2.yaml \

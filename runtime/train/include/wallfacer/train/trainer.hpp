@@ -62,6 +62,10 @@ OwnTokens own_tokens(const Schedule& schedule, const RankProgram& program);
 // its data group; empty on one rank. Throws ScheduleError when the plan lacks them.
 std::vector<int> gradient_groups(const Plan& plan, int rank);
 
+// Throws InputError for a plan the trainer cannot run: tensor or pipeline parallel, ZeRO 3, more
+// than one micro-batch.
+void check_trainable(const Plan& plan);
+
 // The attention program of every rank of a plan of either scope: a step-scope plan's attention
 // is the same strategy over the same groups, built alone (docs/training.md, "One program").
 Schedule attention_schedule(const Plan& plan);
