@@ -210,15 +210,8 @@ PackedBlock Executor::pack(const BufferState& buf, const RowRuns& runs, FieldMas
 void Executor::bind_inputs(const GlobalInputs& inputs) {
   const ScheduleDims& dims = schedule.dims;
   for (const Binding& binding : program.inputs) {
-    BufferState& buf = buffer(binding.buf, -1);
-    const FieldMask bit = field_bit(binding.field);
     if (binding.field == Field::WeightGrad) {
-      prepare_write(buf, buf.tokens, bit, nullptr, -1);
-      std::vector<double> values(size_t(buf.storage.weight_elements));
-      for (size_t i = 0; i < values.size(); ++i)
-        values[i] = weight_grad_value(program.rank, int64_t(i));
-      auto bytes = to_bytes(values, type);
-      backend.upload(buf.storage.base[size_t(Field::WeightGrad)], bytes.data(), bytes.size());
+      bind_weight_grad(binding);
       continue;
     }
     const Tensor<double>* global = global_of(inputs, binding.field);
@@ -229,29 +222,62 @@ void Executor::bind_inputs(const GlobalInputs& inputs) {
     if (global->shape != want)
       throw ScheduleError(fmt::format("global {} has shape {}, the schedule needs {}", to_string(binding.field),
                                       shape_to_string(global->shape), shape_to_string(want)));
-    const TokenSet& set = tokens(binding.tokens, -1);
-    const HeadRange h = binding.heads;
-    if (h.begin < 0 || h.end > heads_total)
-      throw ScheduleError(fmt::format("{}: input {} out of range", where(-1), describe(h)));
-    std::vector<double> values;
-    values.reserve(size_t(batches * token_count(set) * h.size() * dims.head_dim));
-    for (int b = program.batch_begin; b < program.batch_end; ++b)
-      for (int64_t t : positions(set))
-        for (int head = h.begin; head < h.end; ++head)
-          for (int d = 0; d < dims.head_dim; ++d)
-            values.push_back((*global)[global->offset({b, t, head, d})]);
-    const bool query = is_query_class(binding.field);
-    RowRuns runs = prepare_write(buf, set, bit, nullptr, -1);
-    PackedBlock block = make_packed(backend, bit, token_count(set), h, query, batches, head_dim, group, type);
-    auto bytes = to_bytes(values, type);
-    backend.upload(block.memory.data(), bytes.data(), bytes.size());
-    copy_rows(backend, block.shape, identity_runs(token_count(set)), buf.storage, runs, bit, h, query);
+    bind_values(
+        binding,
+        [&](int b, int64_t t, int head, int d) {
+          return (*global)[global->offset({b, t, head, d})];
+        },
+        false);
   }
 }
 
-std::vector<OutputSlice> Executor::collect_outputs() {
+void Executor::bind_weight_grad(const Binding& binding) {
+  BufferState& buf = buffer(binding.buf, -1);
+  prepare_write(buf, buf.tokens, field_bit(Field::WeightGrad), nullptr, -1);
+  std::vector<double> values(size_t(buf.storage.weight_elements));
+  if (!options.skip_weight_grad)
+    for (size_t i = 0; i < values.size(); ++i)
+      values[i] = weight_grad_value(program.rank, int64_t(i));
+  auto bytes = to_bytes(values, type);
+  backend.upload(buf.storage.base[size_t(Field::WeightGrad)], bytes.data(), bytes.size());
+}
+
+void Executor::bind_values(const Binding& binding, const std::function<double(int, int64_t, int, int)>& value,
+                           bool in_place) {
+  const ScheduleDims& dims = schedule.dims;
+  BufferState& buf = buffer(binding.buf, -1);
+  const FieldMask bit = field_bit(binding.field);
+  const int heads_total = is_query_class(binding.field) ? dims.heads : dims.kv_heads;
+  const TokenSet& set = tokens(binding.tokens, -1);
+  const HeadRange h = binding.heads;
+  if (h.begin < 0 || h.end > heads_total)
+    throw ScheduleError(fmt::format("{}: input {} out of range", where(-1), describe(h)));
+  // A late binding (dO after the forward) must not evict rows the forward left for the backward.
+  const bool holds_data = std::any_of(buf.valid.begin(), buf.valid.end(), [](bool v) { return v; });
+  if (in_place && holds_data && !map_rows(buf.tokens, set))
+    throw ScheduleError(fmt::format("{}: {} binds tokens {} into buffer '{}', which holds {} after the forward",
+                                    where(-1), to_string(binding.field), describe(set), buf.name,
+                                    describe(buf.tokens)));
+  std::vector<double> values;
+  values.reserve(size_t(batches * token_count(set) * h.size() * dims.head_dim));
+  const std::vector<int64_t> pos = positions(set);
+  for (int b = program.batch_begin; b < program.batch_end; ++b)
+    for (int64_t t : pos)
+      for (int head = h.begin; head < h.end; ++head)
+        for (int d = 0; d < dims.head_dim; ++d)
+          values.push_back(value(b, t, head, d));
+  const bool query = is_query_class(binding.field);
+  RowRuns runs = prepare_write(buf, set, bit, nullptr, -1);
+  PackedBlock block = make_packed(backend, bit, token_count(set), h, query, batches, head_dim, group, type);
+  auto bytes = to_bytes(values, type);
+  backend.upload(block.memory.data(), bytes.data(), bytes.size());
+  copy_rows(backend, block.shape, identity_runs(token_count(set)), buf.storage, runs, bit, h, query);
+}
+
+std::vector<OutputSlice> Executor::collect_outputs(FieldMask fields) {
   std::vector<OutputSlice> slices;
   for (const Binding& binding : program.outputs) {
+    if (!(fields & field_bit(binding.field))) continue;
     BufferState& buf = buffer(binding.buf, -1);
     const FieldMask bit = field_bit(binding.field);
     OutputSlice slice;
@@ -281,7 +307,13 @@ std::vector<OutputSlice> Executor::collect_outputs() {
 
 // ---- the stream loop --------------------------------------------------------------------------
 
+bool Executor::skipped(const Op& op) const {
+  return options.skip_weight_grad && op.kind == OpKind::AllReduce &&
+         program.collectives[size_t(op.coll)].fields == field_bit(Field::WeightGrad);
+}
+
 bool Executor::ready(int32_t op_index) const {
+  if (op_index >= op_limit_) return false;
   const Op& op = program.ops[size_t(op_index)];
   for (const int32_t* d = program.deps_begin(op); d != program.deps_end(op); ++d) {
     if (*d < 0 || *d >= op_index)
@@ -309,8 +341,14 @@ bool Executor::advance_streams() {
     if (flight.op < 0 && head < ops.size() && ready(ops[head])) {
       flight = InFlight{};
       flight.op = ops[head++];
-      post(flight);
       progressed = true;
+      if (skipped(program.ops[size_t(flight.op)])) {
+        done_[size_t(flight.op)] = 1;
+        ++done_count_;
+        flight = InFlight{};
+        continue;
+      }
+      post(flight);
     }
   }
   const auto& compute = stream_ops_[size_t(Stream::Compute)];
@@ -325,10 +363,11 @@ bool Executor::advance_streams() {
   return progressed;
 }
 
-void Executor::run() {
+void Executor::run(int64_t op_limit) {
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = thread_cpu_seconds();
-  while (done_count_ < int64_t(program.ops.size())) {
+  op_limit_ = std::min<int64_t>(op_limit, int64_t(program.ops.size()));
+  while (done_count_ < op_limit_) {
     if (advance_streams()) continue;
     std::vector<RequestId> pending;
     for (const InFlight& flight : flight_)
@@ -346,14 +385,14 @@ void Executor::run() {
     stats_.wait_seconds += seconds_since(wait_start);
   }
   backend.synchronize();
-  stats_.seconds = seconds_since(start);
+  stats_.seconds += seconds_since(start);
   if (const DeviceTimes device = backend.device_times(); device.valid) {
     stats_.compute_seconds = device.compute_seconds;
     stats_.comm_seconds = device.comm_seconds;
     stats_.wait_seconds = std::max(0.0, stats_.seconds - device.compute_seconds);
   }
-  stats_.cpu_seconds = thread_cpu_seconds() - cpu_start;
-  stats_.ops = int64_t(program.ops.size());
+  stats_.cpu_seconds += thread_cpu_seconds() - cpu_start;
+  stats_.ops = done_count_;
 }
 
 void Executor::post(InFlight& flight) {
@@ -426,5 +465,85 @@ template RankResult execute_program<float>(const Schedule&, const RankProgram&, 
                                            Backend&, const ExecutorOptions&);
 template RankResult execute_program<double>(const Schedule&, const RankProgram&, const Plan&, const GlobalInputs&,
                                             Backend&, const ExecutorOptions&);
+
+// ---- rank-local sessions -----------------------------------------------------------------------
+
+namespace {
+
+ExecutorOptions session_options(ExecutorOptions options) {
+  options.skip_weight_grad = true;
+  return options;
+}
+
+int64_t forward_prefix(const RankProgram& program) {
+  int64_t first_backward = int64_t(program.ops.size());
+  for (size_t i = 0; i < program.ops.size(); ++i)
+    if (program.ops[i].phase == Phase::Backward) {
+      first_backward = int64_t(i);
+      break;
+    }
+  for (size_t i = size_t(first_backward); i < program.ops.size(); ++i)
+    if (program.ops[i].phase == Phase::Forward)
+      throw ScheduleError(
+          fmt::format("rank {}: forward op {} comes after backward op {}; a training session needs "
+                      "the forward as a prefix of the program",
+                      program.rank, i, first_backward));
+  return first_backward;
+}
+
+void deliver(const std::vector<OutputSlice>& slices, int head_dim, const SliceSink& sink) {
+  for (const OutputSlice& slice : slices) {
+    const std::vector<int64_t> pos = detail::positions(slice.tokens);
+    const bool lse = slice.field == Field::Lse;
+    const int d_count = lse ? 1 : head_dim;
+    size_t v = 0;
+    for (int b = slice.batch_begin; b < slice.batch_end; ++b) {
+      if (lse) {
+        for (int h = slice.heads.begin; h < slice.heads.end; ++h)
+          for (int64_t t : pos)
+            sink(slice.field, b, t, h, 0, slice.values[v++]);
+        continue;
+      }
+      for (int64_t t : pos)
+        for (int h = slice.heads.begin; h < slice.heads.end; ++h)
+          for (int d = 0; d < d_count; ++d)
+            sink(slice.field, b, t, h, d, slice.values[v++]);
+    }
+  }
+}
+
+}  // namespace
+
+RankSession::RankSession(const Schedule& schedule, const RankProgram& program, const Plan& plan, Backend& backend,
+                         ElemType type, const ExecutorOptions& options)
+    : executor_(std::make_unique<detail::Executor>(schedule, program, plan, backend, session_options(options), type)),
+      forward_ops_(forward_prefix(program)) {}
+
+RankSession::~RankSession() = default;
+
+void RankSession::forward(const SliceSource& source, const SliceSink& sink) {
+  for (const Binding& binding : executor_->program.inputs) {
+    if (binding.field == Field::WeightGrad)
+      executor_->bind_weight_grad(binding);
+    else if (binding.field != Field::dO)
+      executor_->bind_values(
+          binding, [&](int b, int64_t t, int h, int d) { return source(binding.field, b, t, h, d); }, false);
+  }
+  executor_->run(forward_ops_);
+  deliver(executor_->collect_outputs(field_mask({Field::O, Field::Lse})), executor_->head_dim, sink);
+}
+
+void RankSession::backward(const SliceSource& source, const SliceSink& sink) {
+  for (const Binding& binding : executor_->program.inputs)
+    if (binding.field == Field::dO)
+      executor_->bind_values(
+          binding, [&](int b, int64_t t, int h, int d) { return source(binding.field, b, t, h, d); }, true);
+  executor_->run();
+  deliver(executor_->collect_outputs(field_mask({Field::dQ, Field::dK, Field::dV})), executor_->head_dim, sink);
+}
+
+const ExecutionStats& RankSession::stats() const {
+  return executor_->stats();
+}
 
 }  // namespace wallfacer::runtime

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -72,8 +73,14 @@ class Executor {
   Executor(const Schedule& schedule, const RankProgram& program, const Plan& plan, Backend& backend,
            const ExecutorOptions& options, ElemType type);
   void bind_inputs(const GlobalInputs& inputs);
-  void run();
-  std::vector<OutputSlice> collect_outputs();
+  // One input binding, element (batch, token, head, d) from `value`. in_place: the buffer must
+  // already hold the binding's tokens (a binding made after the forward ran).
+  void bind_values(const Binding& binding, const std::function<double(int, int64_t, int, int)>& value, bool in_place);
+  // WeightGrad: the weight_grad_value contributions, or zeros with options.skip_weight_grad.
+  void bind_weight_grad(const Binding& binding);
+  // Runs ops [0, op_limit) (all ops by default); may be called again with a larger limit.
+  void run(int64_t op_limit = INT64_MAX);
+  std::vector<OutputSlice> collect_outputs(FieldMask fields = ~FieldMask(0));
   const ExecutionStats& stats() const { return stats_; }
 
   // ---- buffers and token bookkeeping (executor.cpp) ----
@@ -108,6 +115,8 @@ class Executor {
 
  private:
   bool ready(int32_t op_index) const;
+  // A WeightGrad all-reduce the caller synchronises itself (options.skip_weight_grad).
+  bool skipped(const Op& op) const;
   bool advance_streams();
   void post(InFlight& flight);
   void post_point_to_point(InFlight& flight);
@@ -156,6 +165,7 @@ class Executor {
   std::array<InFlight, kNumStreams> flight_{};    // the op in flight on each communication stream
   std::vector<char> done_;
   int64_t done_count_ = 0;
+  int64_t op_limit_ = 0;  // ops at or after this index wait for a later run()
   ExecutionStats stats_;
 };
 

@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config ccache clang-format
   libsimgrid-dev libboost-graph-dev libyaml-cpp-dev libfmt-dev libcli11-dev nlohmann-json3-dev libtinyxml2-dev
-  libopenblas-dev libmimalloc-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libopenblas-dev libmimalloc-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
   openmpi-bin libopenmpi-dev
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev qt6-svg-dev fonts-dejavu-core xvfb xauth
 )

@@ -21,6 +21,8 @@ struct Shape {
   int layers, heads, kv_heads, head_dim;
   int64_t hidden, ffn, vocab;
   bool gated;
+  int batch = 1;
+  DType dtype = DType::BF16;
 };
 
 // Numbers from the sources each preset names (WallFacer's setups, Llama 2 / Llama 3 configs).
@@ -32,6 +34,8 @@ const Shape kShapes[] = {
     {"llama-3-8b", 32, 32, 8, 128, 4096, 14336, 128256, true},
     {"llama-3-70b", 80, 64, 8, 128, 8192, 28672, 128256, true},
     {"llama-3-405b", 126, 128, 8, 128, 16384, 53248, 128256, true},
+    // The CPU training preset (docs/training.md): byte vocabulary, fp32, two sequences per step.
+    {"gpt-tiny", 2, 4, 2, 16, 64, 256, 256, true, 2, DType::FP32},
 };
 
 TEST(ModelPresets, MatchTheirSources) {
@@ -50,8 +54,8 @@ TEST(ModelPresets, MatchTheirSources) {
     EXPECT_EQ(w.q_width(), s.hidden);
     EXPECT_EQ(w.kv_width(), int64_t(s.kv_heads) * s.head_dim);
     EXPECT_GE(w.seq, 1);
-    EXPECT_EQ(w.batch, 1);
-    EXPECT_EQ(w.dtype, DType::BF16);
+    EXPECT_EQ(w.batch, s.batch);
+    EXPECT_EQ(w.dtype, s.dtype);
     EXPECT_TRUE(w.causal);
     EXPECT_NO_THROW(validate(w, s.name));
   }
@@ -189,7 +193,7 @@ TEST(Overrides, ErrorsNameTheFlag) {
 
 TEST(LoadWorkload, UnknownModel) {
   EXPECT_EQ(input_error_of([] { load_workload("llama-9-1t"); }),
-            "error: unknown model 'llama-9-1t': neither a preset (gpt-30b, gpt-3b, gpt-7b, llama-2-7b, llama-3-405b, "
+            "error: unknown model 'llama-9-1t': neither a preset (gpt-30b, gpt-3b, gpt-7b, gpt-tiny, llama-2-7b, llama-3-405b, "
             "llama-3-70b, llama-3-8b) nor a file");
 }
 

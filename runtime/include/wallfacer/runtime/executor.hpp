@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include <wallfacer/plan/plan.hpp>
@@ -25,6 +27,9 @@ struct ExecutorOptions {
   // Fills rows a buffer does not hold with NaN, so that a schedule reading them shows up in the
   // checked outputs instead of passing silently.
   bool poison = true;
+  // WeightGrad starts at zero and its all-reduces complete at once without communicating: for
+  // callers that synchronise real weight gradients themselves (the trainer, runtime/train/).
+  bool skip_weight_grad = false;
 };
 
 // The global inputs every rank reads its slices from: q, dO [B, N, h, d]; k, v [B, N, h_kv, d].
@@ -81,5 +86,41 @@ double weight_grad_class_value(int value_class, int64_t index);
 template <typename T>
 RankResult execute_program(const Schedule& schedule, const RankProgram& program, const Plan& plan,
                            const GlobalInputs& inputs, Backend& backend, const ExecutorOptions& options = {});
+
+namespace detail {
+class Executor;
+}
+
+// Rank-local execution of an attention program, for training: the rank provides the elements of
+// its own input slices and receives its own output slices, never a global tensor. The forward
+// (every op of Phase::Forward, a prefix of the program) runs first; its O and lse stay in the
+// rank's buffers, with Q, K, V and whatever the strategy keeps, until backward() binds dO and
+// runs the rest. WeightGrad is not used (ExecutorOptions::skip_weight_grad is forced on): the
+// caller synchronises its real weight gradients. `batch` in the callbacks is the global sequence
+// index (RankProgram::batch_begin ..), `token` the global position, `head` the global head
+// (kv heads for K, V, dK, dV), `d` the element within the head (0 for Lse).
+using SliceSource = std::function<double(Field field, int batch, int64_t token, int head, int d)>;
+using SliceSink = std::function<void(Field field, int batch, int64_t token, int head, int d, double value)>;
+
+class RankSession {
+ public:
+  // `type` chooses the precision of every buffer, message and kernel. Throws ScheduleError when
+  // the program's forward ops are not a prefix of it.
+  RankSession(const Schedule& schedule, const RankProgram& program, const Plan& plan, Backend& backend, ElemType type,
+              const ExecutorOptions& options = {});
+  ~RankSession();
+  RankSession(const RankSession&) = delete;
+  RankSession& operator=(const RankSession&) = delete;
+
+  // Binds Q, K and V from `source`, runs the forward and hands O and Lse to `sink`.
+  void forward(const SliceSource& source, const SliceSink& sink);
+  // Binds dO from `source`, runs the backward and hands dQ, dK and dV to `sink`. Once per forward.
+  void backward(const SliceSource& source, const SliceSink& sink);
+  const ExecutionStats& stats() const;
+
+ private:
+  std::unique_ptr<detail::Executor> executor_;
+  int64_t forward_ops_ = 0;
+};
 
 }  // namespace wallfacer::runtime

@@ -1,0 +1,103 @@
+// bench_train: training throughput of `wallfacer train`'s loop on this machine. The gpt-tiny
+// preset (or --seq/--batch overrides) trains on pseudo-random bytes for --steps steps on 1 rank
+// and on 2 ranks (a zigzag split of each sequence, threads), alternating rounds so both see the
+// same machine load. Per configuration: median step time, tokens/s, and MFU against one core's
+// measured GEMM peak (measured once, before the rounds, and used for both). Figures in
+// docs/benchmarks.md ("Training").
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include <wallfacer/runtime/local_backend.hpp>
+#include <wallfacer/schedule/step.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/train/run.hpp>
+
+namespace {
+
+using namespace wallfacer;
+
+struct Options {
+  int64_t seq = 1024;
+  int batch = 2;
+  int steps = 12, rounds = 3;
+};
+
+Plan plan_of(const Workload& w, StrategyKind kind, int ranks) {
+  Plan plan;
+  plan.topology_name = "none";
+  plan.topology_nodes = 1;
+  plan.workload = w;
+  plan.strategy = kind;
+  plan.params.sequence_parallel = ranks;
+  for (int r = 0; r < ranks; ++r)
+    plan.ranks.push_back(RankSlot{r, r, 0, r, ""});
+  plan.groups = make_groups(kind, plan.params, ranks);
+  return plan;
+}
+
+train::TrainingSample random_bytes(int64_t seq, int64_t step, int sample) {
+  train::SampleRandom random(7, step, sample, 1);
+  train::TrainingSample s;
+  for (int64_t i = 0; i <= seq; ++i)
+    s.tokens.push_back(int32_t(random.below(256)));
+  s.loss_mask.assign(size_t(seq), 1);
+  return s;
+}
+
+// Step seconds of `steps` steps after the first (which allocates and warms up).
+std::vector<double> step_times(const Plan& plan, const Options& o, double peak) {
+  const Schedule schedule = train::attention_schedule(plan);
+  train::RunSettings settings;
+  settings.steps = o.steps + 1;
+  settings.trainer.total_steps = settings.steps;
+  settings.peak_flops_per_rank = peak;
+  std::vector<double> seconds;
+  runtime::run_local_ranks(plan.num_ranks(), [&](runtime::Backend& backend) {
+    auto batches = [&](int64_t step, int sample) { return random_bytes(plan.workload.seq, step, sample); };
+    train::train_run(backend, plan, schedule, batches, settings, [&](const train::StepRecord& r) {
+      if (backend.rank() == 0 && r.step > 1) seconds.push_back(r.seconds);
+    });
+  });
+  return seconds;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app("Training throughput of the gpt-tiny preset on 1 and 2 ranks (threads)");
+  app.add_option("--seq", o.seq, "Tokens per sequence")->capture_default_str();
+  app.add_option("--batch", o.batch, "Sequences per step")->capture_default_str();
+  app.add_option("--steps", o.steps, "Timed steps per round")->capture_default_str();
+  app.add_option("--rounds", o.rounds, "Rounds (1 rank, then 2 ranks, per round)")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  Workload w = load_workload("gpt-tiny");
+  w.seq = o.seq;
+  w.batch = o.batch;
+  const double peak = train::measure_peak_flops(false);
+  const double flops = step_model_flops(w);
+  std::printf("gpt-tiny, seq %lld, batch %d, fp32; one core's GEMM peak %.1f GFLOP/s; model FLOPs per step %.3g\n",
+              static_cast<long long>(w.seq), w.batch, peak / 1e9, flops);
+  std::vector<double> times[2];
+  for (int round = 0; round < o.rounds; ++round)
+    for (int ranks : {1, 2}) {
+      auto t = step_times(plan_of(w, ranks == 1 ? StrategyKind::Ring : StrategyKind::Zigzag, ranks), o, peak);
+      times[ranks - 1].insert(times[ranks - 1].end(), t.begin(), t.end());
+    }
+  std::printf("| ranks | strategy | median step ms | tokens/s | MFU |\n|---:|---|---:|---:|---:|\n");
+  for (int ranks : {1, 2}) {
+    const double s = median(times[ranks - 1]);
+    std::printf("| %d | %s | %.1f | %.0f | %.1f %% |\n", ranks, ranks == 1 ? "ring S=1" : "zigzag S=2", 1e3 * s,
+                double(w.seq * w.batch) / s, 100 * flops / s / (peak * ranks));
+  }
+  return 0;
+}

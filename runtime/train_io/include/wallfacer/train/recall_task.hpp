@@ -1,0 +1,53 @@
+// The long-range task that ships with the project: synthetic key retrieval. A sequence of filler
+// text holds `pairs` definitions "#KEY:VALUE" early on and, at its end, a query "?KEY:VALUE" for
+// every key in a shuffled order; the loss counts only the query's value tokens, which the model can
+// only predict by finding the definition at least min_distance tokens back. With min_distance a
+// large share of seq_len, the answers cross the rank boundaries of a sequence-parallel run (how
+// many, per split, in docs/training-data.md), so the task is learnt only if attention across ranks
+// works. Deterministic in (seed, step, sample); docs/training-data.md defines the layout exactly.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <wallfacer/train/sample.hpp>
+
+namespace wallfacer::train {
+
+// seq_len: tokens the model sees (the sample holds seq_len + 1). pairs: definitions and queries per
+// sample, >= 1. key_len: uppercase letters per key, >= 1, with 26^key_len >= pairs (keys of a
+// sample are distinct). value_len: digits per value, >= 1. min_distance: each answer token sits at
+// least this many positions after the definition token it copies, >= 0 (0: anywhere before its
+// query). InputError naming the field for a spec that breaks these or does not fit in seq_len.
+struct RecallTaskSpec {
+  int64_t seq_len = 0;
+  int64_t pairs = 8;
+  int64_t key_len = 4;
+  int64_t value_len = 4;
+  int64_t min_distance = 0;
+};
+
+// The alphabet of the task (ASCII, so a sample prints as text).
+inline constexpr char kRecallDefinitionMark = '#';
+inline constexpr char kRecallQueryMark = '?';
+inline constexpr char kRecallSeparator = ':';
+inline constexpr int kRecallValueSymbols = 10;  // '0'..'9'
+inline constexpr int kRecallKeySymbols = 26;    // 'A'..'Z'
+// Filler: 'a'..'z' and ' '.
+
+// Throws InputError when the spec is impossible (see RecallTaskSpec).
+void validate(const RecallTaskSpec& spec);
+// The smallest seq_len at which the spec's other fields fit.
+int64_t recall_min_seq_len(const RecallTaskSpec& spec);
+
+TrainingSample recall_sample(const RecallTaskSpec& spec, uint64_t seed, int64_t step, int64_t sample);
+
+// Mean loss per answer token of a model that does not look back past the query (its best guess is
+// the uniform distribution over the value digits): ln 10. A trained model that retrieves the answers
+// goes well below it; docs/training-data.md states the threshold.
+double recall_chance_loss(const RecallTaskSpec& spec);
+
+// Answer tokens of the sample (positions t with loss_mask[t] == 1) per sample: pairs * value_len.
+int64_t recall_answer_tokens(const RecallTaskSpec& spec);
+
+}  // namespace wallfacer::train

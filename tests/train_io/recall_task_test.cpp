@@ -1,0 +1,204 @@
+// The recall task, checked by parsing its samples as text: exactly `pairs` definitions and
+// queries, distinct keys, every query's answer equal to its key's definition and at least
+// min_distance after it, the loss mask on exactly the answer tokens, filler elsewhere; samples a
+// pure function of (seed, step, sample); impossible specs refused naming the field.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include <wallfacer/core/errors.hpp>
+#include <wallfacer/train/recall_task.hpp>
+
+namespace wallfacer::train {
+namespace {
+
+struct Block {
+  int64_t start;  // position of the mark
+  std::string key, value;
+};
+
+struct Parsed {
+  std::vector<Block> definitions, queries;
+  std::vector<bool> in_block;
+};
+
+// Reads "#KEY:VALUE" and "?KEY:VALUE" blocks; ASSERTs that nothing else but filler is there.
+Parsed parse(const std::vector<int32_t>& tokens, const RecallTaskSpec& spec) {
+  Parsed p;
+  p.in_block.assign(tokens.size(), false);
+  const int64_t block = 2 + spec.key_len + spec.value_len;
+  for (int64_t i = 0; i < static_cast<int64_t>(tokens.size()); ++i) {
+    const int32_t t = tokens[i];
+    EXPECT_GE(t, 0);
+    EXPECT_LT(t, 256);
+    if (t != '#' && t != '?') {
+      EXPECT_TRUE(std::islower(t) || t == ' ') << "token " << t << " at " << i << " is neither filler nor a mark";
+      continue;
+    }
+    EXPECT_LE(i + block, static_cast<int64_t>(tokens.size())) << "block cut off at " << i;
+    if (i + block > static_cast<int64_t>(tokens.size())) break;
+    Block b{i, "", ""};
+    for (int64_t k = 0; k < spec.key_len; ++k)
+      b.key.push_back(static_cast<char>(tokens[i + 1 + k]));
+    EXPECT_EQ(tokens[i + 1 + spec.key_len], ':');
+    for (int64_t k = 0; k < spec.value_len; ++k)
+      b.value.push_back(static_cast<char>(tokens[i + 2 + spec.key_len + k]));
+    for (char c : b.key)
+      EXPECT_TRUE(std::isupper(c)) << b.key;
+    for (char c : b.value)
+      EXPECT_TRUE(std::isdigit(c)) << b.value;
+    (t == '#' ? p.definitions : p.queries).push_back(b);
+    for (int64_t k = 0; k < block; ++k)
+      p.in_block[i + k] = true;
+    i += block - 1;
+  }
+  return p;
+}
+
+void check_sample(const RecallTaskSpec& spec, uint64_t seed, int64_t step, int64_t sample) {
+  SCOPED_TRACE(::testing::Message() << "seq_len " << spec.seq_len << " pairs " << spec.pairs << " min_distance "
+                                    << spec.min_distance << " step " << step << " sample " << sample);
+  const TrainingSample s = recall_sample(spec, seed, step, sample);
+  ASSERT_EQ(s.tokens.size(), size_t(spec.seq_len + 1));
+  ASSERT_EQ(s.loss_mask.size(), size_t(spec.seq_len));
+  const Parsed p = parse(s.tokens, spec);
+  ASSERT_EQ(p.definitions.size(), size_t(spec.pairs));
+  ASSERT_EQ(p.queries.size(), size_t(spec.pairs));
+  std::map<std::string, Block> by_key;
+  for (const Block& d : p.definitions)
+    EXPECT_TRUE(by_key.emplace(d.key, d).second) << "key " << d.key << " twice";
+  std::vector<uint8_t> expected_mask(spec.seq_len, 0);
+  for (const Block& q : p.queries) {
+    ASSERT_EQ(by_key.count(q.key), 1u) << "query of an undefined key " << q.key;
+    const Block& d = by_key.at(q.key);
+    EXPECT_EQ(q.value, d.value) << "key " << q.key;
+    EXPECT_LT(d.start, q.start);
+    // Answer token j at q.start + 2 + key_len + j copies the definition's token at d.start + 2 + key_len + j.
+    EXPECT_GE(q.start - d.start, spec.min_distance) << "key " << q.key;
+    for (int64_t j = 0; j < spec.value_len; ++j)
+      expected_mask[q.start + 1 + spec.key_len + j] = 1;
+  }
+  EXPECT_EQ(s.loss_mask, expected_mask);
+  int64_t ones = 0;
+  for (uint8_t m : s.loss_mask)
+    ones += m;
+  EXPECT_EQ(ones, recall_answer_tokens(spec));
+  // The queries fill the end of the sequence; every definition precedes every query.
+  EXPECT_EQ(p.queries.back().start + 2 + spec.key_len + spec.value_len, spec.seq_len + 1);
+  for (const Block& d : p.definitions)
+    EXPECT_LT(d.start, p.queries.front().start);
+}
+
+TEST(RecallTask, SamplesHoldTheirKeysValuesAndMasks) {
+  const std::vector<RecallTaskSpec> specs = {
+      {.seq_len = 256},
+      {.seq_len = 4096, .pairs = 8, .key_len = 4, .value_len = 4, .min_distance = 2048},
+      {.seq_len = 1000, .pairs = 3, .key_len = 1, .value_len = 7, .min_distance = 900},
+      {.seq_len = 511, .pairs = 26, .key_len = 1, .value_len = 1, .min_distance = 0},  // every letter a key
+      {.seq_len = 19, .pairs = 1, .key_len = 4, .value_len = 4, .min_distance = 0},    // exactly one def + query
+  };
+  for (const auto& spec : specs)
+    for (int64_t step = 0; step < 12; ++step)
+      for (int64_t sample = 0; sample < 3; ++sample)
+        check_sample(spec, 1234, step, sample);
+  // Many pairs with a small key space: keys are drawn until distinct, in linear time.
+  check_sample({.seq_len = 200000, .pairs = 9000, .key_len = 3, .value_len = 2, .min_distance = 10000}, 1, 0, 0);
+}
+
+TEST(RecallTask, UnusedPlaceholder) {
+  const std::vector<RecallTaskSpec> specs;
+  for (const auto& spec : specs)
+    for (int64_t step = 0; step < 12; ++step)
+      for (int64_t sample = 0; sample < 3; ++sample)
+        check_sample(spec, 1234, step, sample);
+}
+
+TEST(RecallTask, MinimalSeqLenIsExact) {
+  for (RecallTaskSpec spec : {RecallTaskSpec{.pairs = 8}, RecallTaskSpec{.pairs = 2, .min_distance = 500},
+                              RecallTaskSpec{.pairs = 5, .key_len = 2, .value_len = 3, .min_distance = 7}}) {
+    spec.seq_len = recall_min_seq_len(spec);
+    for (int64_t step = 0; step < 20; ++step)
+      check_sample(spec, 5, step, 0);
+    spec.seq_len -= 1;
+    EXPECT_THROW(validate(spec), InputError) << spec.seq_len;
+  }
+}
+
+TEST(RecallTask, DeterministicInSeedStepAndSample) {
+  const RecallTaskSpec spec{.seq_len = 2048, .min_distance = 1024};
+  const TrainingSample a = recall_sample(spec, 7, 3, 2);
+  EXPECT_EQ(recall_sample(spec, 7, 3, 2).tokens, a.tokens);
+  EXPECT_EQ(recall_sample(spec, 7, 3, 2).loss_mask, a.loss_mask);
+  EXPECT_NE(recall_sample(spec, 8, 3, 2).tokens, a.tokens);
+  EXPECT_NE(recall_sample(spec, 7, 4, 2).tokens, a.tokens);
+  EXPECT_NE(recall_sample(spec, 7, 3, 3).tokens, a.tokens);
+}
+
+// With no distance constraint the definitions use the whole space before the queries, so the
+// distances vary from a few blocks to most of the sequence.
+TEST(RecallTask, DefinitionsSpreadOverTheSequence) {
+  const RecallTaskSpec spec{.seq_len = 4096};
+  int64_t earliest = spec.seq_len, latest = 0;
+  for (int64_t step = 0; step < 50; ++step) {
+    const Parsed p = parse(recall_sample(spec, 1, step, 0).tokens, spec);
+    for (const Block& d : p.definitions) {
+      earliest = std::min(earliest, d.start);
+      latest = std::max(latest, d.start);
+    }
+  }
+  EXPECT_LT(earliest, 100);
+  EXPECT_GT(latest, 3800);  // the first query starts at 4097 - 8 * 10 = 4017
+}
+
+// The answers are uniform digits independent of the rest: the best a model that cannot look back
+// to the definitions does is their entropy, ln 10, which the empirical entropy approaches.
+TEST(RecallTask, ChanceLossIsTheEntropyOfTheAnswers) {
+  const RecallTaskSpec spec{.seq_len = 512};
+  EXPECT_DOUBLE_EQ(recall_chance_loss(spec), std::log(10.0));
+  std::map<int32_t, int64_t> counts;
+  int64_t total = 0;
+  for (int64_t step = 0; step < 400; ++step) {
+    const TrainingSample s = recall_sample(spec, 99, step, 0);
+    for (int64_t t = 0; t < spec.seq_len; ++t)
+      if (s.loss_mask[t]) ++counts[s.tokens[t + 1]], ++total;
+  }
+  ASSERT_EQ(counts.size(), 10u);
+  double entropy = 0;
+  for (const auto& [token, n] : counts) {
+    const double p = static_cast<double>(n) / total;
+    entropy -= p * std::log(p);
+  }
+  EXPECT_NEAR(entropy, recall_chance_loss(spec), 0.005);
+}
+
+void expect_field_error(const RecallTaskSpec& spec, const std::string& field) {
+  try {
+    validate(spec);
+    ADD_FAILURE() << "accepted a spec with a bad '" << field << "'";
+  } catch (const InputError& e) {
+    EXPECT_NE(e.message().find("'" + field + "'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(recall_sample(spec, 0, 0, 0), InputError);
+}
+
+TEST(RecallTask, ImpossibleSpecsNameTheirField) {
+  expect_field_error({.seq_len = 0}, "seq_len");
+  expect_field_error({.seq_len = 1000, .pairs = 0}, "pairs");
+  expect_field_error({.seq_len = 1000, .key_len = 0}, "key_len");
+  expect_field_error({.seq_len = 1000, .value_len = 0}, "value_len");
+  expect_field_error({.seq_len = 1000, .min_distance = -1}, "min_distance");
+  expect_field_error({.seq_len = 1000, .pairs = 27, .key_len = 1}, "pairs");  // 26 distinct one-letter keys
+  expect_field_error({.seq_len = 100, .pairs = 8}, "seq_len");                // 8 pairs need 159
+  expect_field_error({.seq_len = 1000, .pairs = 2, .min_distance = 995}, "seq_len");
+  try {
+    validate({.seq_len = 100, .pairs = 8});
+  } catch (const InputError& e) {
+    EXPECT_NE(e.message().find("at least 159"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace wallfacer::train
