@@ -3,7 +3,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
+#include <unordered_map>
+#include <utility>
 
 #include <wallfacer/core/log.hpp>
 
@@ -27,13 +28,6 @@ struct Keyed {
   bool same_key(const Keyed& other) const { return high == other.high && (low >> 1) == (other.low >> 1); }
   bool is_send() const { return (low & 1) == 0; }
 };
-
-// Equal keys keep program order (an op's program and index break ties).
-bool by_key_then_program_order(const Keyed& a, const Keyed& b) {
-  if (a.high != b.high) return a.high < b.high;
-  if (a.low != b.low) return a.low < b.low;
-  return a.ref.program != b.ref.program ? a.ref.program < b.ref.program : a.ref.op < b.ref.op;
-}
 
 }  // namespace
 
@@ -98,20 +92,46 @@ void TimelineShape::Impl::add_lanes(const RankProgram& program) {
       l.dependents[fill[size_t(*d)]++] = int32_t(i);
 }
 
-// Pairs the k-th send of each key with its k-th receive.
-void TimelineShape::Impl::pair_messages(std::vector<Keyed>& ends) {
-  std::sort(ends.begin(), ends.end(), by_key_then_program_order);
-  for (size_t first = 0; first < ends.size();) {
-    size_t last = first, sends = 0;
-    while (last < ends.size() && ends[last].same_key(ends[first])) {
-      sends += ends[last].is_send() ? 1 : 0;
-      ++last;
+// Dense ids of the ends' keys (sides apart), numbered in order of first appearance.
+std::vector<uint32_t> key_ids(const std::vector<Keyed>& ends, uint32_t& count) {
+  struct KeyHash {
+    size_t operator()(const std::pair<uint64_t, uint64_t>& k) const {
+      return size_t((k.first * 0x9E3779B97F4A7C15ull) ^ (k.second + 0x632BE59BD9B4E019ull + (k.first << 6)));
     }
-    for (size_t k = 0; k < sends && first + sends + k < last; ++k) {
-      const OpRef pair[2] = {ends[first + k].ref, ends[first + sends + k].ref};
+  };
+  std::unordered_map<std::pair<uint64_t, uint64_t>, uint32_t, KeyHash> ids;
+  std::vector<uint32_t> id(ends.size());
+  for (size_t e = 0; e < ends.size(); ++e)
+    id[e] = ids.try_emplace({ends[e].high, ends[e].low >> 1}, uint32_t(ids.size())).first->second;
+  count = uint32_t(ids.size());
+  return id;
+}
+
+// Pairs the k-th send of each key with its k-th receive, in the order the ends are listed
+// (collected program by program, op by op: each program's order).
+void TimelineShape::Impl::pair_messages(std::vector<Keyed>& ends) {
+  uint32_t keys = 0;
+  const std::vector<uint32_t> id = key_ids(ends, keys);
+  // Counting sort by key, sends then receives, stable.
+  std::vector<uint32_t> sends(keys + 1, 0), recvs(keys + 1, 0);
+  for (size_t e = 0; e < ends.size(); ++e)
+    ++(ends[e].is_send() ? sends : recvs)[id[e] + 1];
+  for (uint32_t k = 0; k < keys; ++k)
+    sends[k + 1] += sends[k], recvs[k + 1] += recvs[k];
+  std::vector<OpRef> send_refs(sends[keys]), recv_refs(recvs[keys]);
+  std::vector<uint32_t> send_fill(sends.begin(), sends.end() - 1), recv_fill(recvs.begin(), recvs.end() - 1);
+  for (size_t e = 0; e < ends.size(); ++e) {
+    if (ends[e].is_send())
+      send_refs[send_fill[id[e]]++] = ends[e].ref;
+    else
+      recv_refs[recv_fill[id[e]]++] = ends[e].ref;
+  }
+  for (uint32_t k = 0; k < keys; ++k) {
+    const uint32_t pairs = std::min(sends[k + 1] - sends[k], recvs[k + 1] - recvs[k]);
+    for (uint32_t j = 0; j < pairs; ++j) {
+      const OpRef pair[2] = {send_refs[sends[k] + j], recv_refs[recvs[k] + j]};
       add_meet(pair, pair + 2);
     }
-    first = last;
   }
 }
 
@@ -149,8 +169,9 @@ void TimelineShape::Impl::pair_symmetric() {
 // every member is timed).
 void TimelineShape::Impl::meet_collectives() {
   std::vector<Keyed> ops;
+  std::unordered_map<int32_t, int32_t> seen;  // group -> collectives of it so far, per program
   for (size_t p = 0; p < programs.size(); ++p) {
-    std::map<int32_t, int32_t> seen;  // group -> collectives of it so far
+    seen.clear();
     for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
       const Op& op = programs[p]->ops[i];
       if (op.stream != Stream::Collective || op.coll < 0) continue;
@@ -158,16 +179,19 @@ void TimelineShape::Impl::meet_collectives() {
       ops.emplace_back(group, seen[group]++, 0, 0, OpRef{int32_t(p), int32_t(i)});
     }
   }
-  std::sort(ops.begin(), ops.end(), by_key_then_program_order);
-  std::vector<OpRef> members;
-  for (size_t first = 0; first < ops.size();) {
-    members.clear();
-    size_t last = first;
-    for (; last < ops.size() && ops[last].same_key(ops[first]); ++last)
-      members.push_back(ops[last].ref);
-    if (members.size() > 1) add_meet(members.data(), members.data() + members.size());
-    first = last;
-  }
+  uint32_t keys = 0;
+  const std::vector<uint32_t> id = key_ids(ops, keys);
+  std::vector<uint32_t> begin(keys + 1, 0);
+  for (uint32_t k : id)
+    ++begin[k + 1];
+  for (uint32_t k = 0; k < keys; ++k)
+    begin[k + 1] += begin[k];
+  std::vector<OpRef> members(ops.size());
+  std::vector<uint32_t> fill(begin.begin(), begin.end() - 1);
+  for (size_t e = 0; e < ops.size(); ++e)
+    members[fill[id[e]]++] = ops[e].ref;
+  for (uint32_t k = 0; k < keys; ++k)
+    if (begin[k + 1] - begin[k] > 1) add_meet(members.data() + begin[k], members.data() + begin[k + 1]);
 }
 
 TimelineShape::TimelineShape(std::vector<const RankProgram*> programs, PairMode mode) : impl_(new Impl) {
