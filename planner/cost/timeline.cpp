@@ -58,6 +58,13 @@ struct TimelineShape::Impl {
     meet_begin.push_back(uint32_t(meet_ops.size()));
   }
   void pair_messages(std::vector<Keyed>& ends);
+  size_t message_ends() const {
+    size_t count = 0;
+    for (const RankProgram* program : programs)
+      for (const Op& op : program->ops)
+        count += op.kind == OpKind::Send || op.kind == OpKind::Recv ? 1 : 0;
+    return count;
+  }
   void pair_matched(bool stage_only);
   void pair_symmetric();
   void meet_collectives();
@@ -140,6 +147,7 @@ void TimelineShape::Impl::pair_messages(std::vector<Keyed>& ends) {
 // columns), whatever the mode for the strategy's messages.
 void TimelineShape::Impl::pair_matched(bool stage_only) {
   std::vector<Keyed> ends;
+  ends.reserve(message_ends());
   for (size_t p = 0; p < programs.size(); ++p)
     for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
       const Op& op = programs[p]->ops[i];
@@ -156,6 +164,7 @@ void TimelineShape::Impl::pair_matched(bool stage_only) {
 // Both ends on the timed rank: its send and its receive of the same tag.
 void TimelineShape::Impl::pair_symmetric() {
   std::vector<Keyed> ends;
+  ends.reserve(message_ends());
   for (size_t p = 0; p < programs.size(); ++p)
     for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
       const Op& op = programs[p]->ops[i];
