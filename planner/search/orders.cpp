@@ -142,12 +142,14 @@ void NodeOrders::find_symmetries() {
   // One twin class: every order is already one. Large clusters: the check is quadratic in GPUs.
   if (!applicable_ || topology_.num_nodes() > kMaxSymmetryNodes) return;
   if (std::count(class_size_.begin(), class_size_.end(), 0) == gpus_per_node_ - 1) return;
-  size_t checks = 0;  // full checks; a subset of the symmetries is still exact, only less pruning
+  // Full and partial checks are bounded (nodes of many GPUs): a subset of the symmetries is still
+  // exact, it only merges fewer orders.
+  size_t checks = 0, steps = 0;
   const int g = gpus_per_node_;
   std::vector<int> sigma(size_t(g), -1);
   std::vector<bool> taken(size_t(g), false);
   std::function<void(int, const ResourceMap&)> extend = [&](int k, const ResourceMap& map) {
-    if (checks > kMaxSymmetryChecks) return;
+    if (checks > kMaxSymmetryChecks || steps > kMaxSymmetrySteps) return;
     if (k == g) {
       ++checks;
       if (sigma != symmetries_.front() && is_symmetry(sigma)) symmetries_.push_back(sigma);
@@ -157,6 +159,7 @@ void NodeOrders::find_symmetries() {
       if (taken[size_t(image)]) continue;
       sigma[size_t(k)] = image;
       ResourceMap next = map;
+      ++steps;
       if (!extends_to_symmetry(sigma, k, next)) continue;
       taken[size_t(image)] = true;
       extend(k + 1, next);

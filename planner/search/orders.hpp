@@ -45,7 +45,8 @@ class NodeOrders {
   // positions over every symmetry's image of `order`.
   std::vector<int> canonical(const std::vector<int>& order) const;
   static constexpr int kMaxSymmetryNodes = 8;
-  static constexpr size_t kMaxSymmetryChecks = 2048;
+  static constexpr size_t kMaxSymmetryChecks = 2048;   // complete permutations checked
+  static constexpr size_t kMaxSymmetrySteps = 100000;  // partial ones
 
  private:
   bool swap_is_symmetry(int a, int b) const;
