@@ -42,7 +42,9 @@ struct TimelineShape::Impl {
     std::vector<int32_t> next;              // by op: the next op of its stream, -1 at the end
     std::vector<uint32_t> first_dependent;  // CSR over `dependents`, by op
     std::vector<int32_t> dependents;        // ops naming this one as a dependency
+    std::vector<uint8_t> kind;              // by op: kCompute | kForward (what the totals read)
   };
+  static constexpr uint8_t kCompute = 1, kForward = 2;
   std::vector<const RankProgram*> programs;
   std::vector<Lanes> lanes;
   std::vector<OpRef> meet_ops;             // every meeting's ops, one meeting after another
@@ -77,9 +79,11 @@ void TimelineShape::Impl::add_lanes(const RankProgram& program) {
   l.meet.assign(n, -1);
   l.next.assign(n, -1);
   l.first_dependent.assign(n + 1, 0);
+  l.kind.assign(n, 0);
   int32_t last[kNumStreams] = {-1, -1, -1, -1};
   for (size_t i = 0; i < n; ++i) {
     const Op& op = program.ops[i];
+    l.kind[i] = uint8_t((op.stream == Stream::Compute ? kCompute : 0) | (op.phase == Phase::Forward ? kForward : 0));
     int32_t& previous = last[int(op.stream)];
     if (previous >= 0) {
       l.next[size_t(previous)] = int32_t(i);
@@ -340,9 +344,9 @@ std::vector<RankTiming> TimelineRun::run() {
   std::vector<RankTiming> times(state_.size());
   for (size_t p = 0; p < state_.size(); ++p)
     for (size_t i = 0; i < shape_.programs[p]->ops.size(); ++i) {
-      const Op& op = shape_.programs[p]->ops[i];
-      const bool forward = op.phase == Phase::Forward;
-      if (op.stream == Stream::Compute)
+      const uint8_t kind = shape_.lanes[p].kind[i];
+      const bool forward = (kind & TimelineShape::Impl::kForward) != 0;
+      if (kind & TimelineShape::Impl::kCompute)
         (forward ? times[p].compute_forward_s : times[p].compute_backward_s) += duration_[p][i];
       if (forward) times[p].forward_end_s = std::max(times[p].forward_end_s, state_[p].end[i]);
       times[p].end_s = std::max(times[p].end_s, state_[p].end[i]);
