@@ -2,3 +2,4 @@
 # Single-threaded standalone driver; prints a table. Figures in docs/benchmarks.md.
 add_executable(bench_planner ${CMAKE_CURRENT_LIST_DIR}/planner_bench.cpp)
 target_link_libraries(bench_planner PRIVATE wallfacer::planner fmt::fmt)
+target_compile_definitions(bench_planner PRIVATE WALLFACER_BENCH_DIR="${CMAKE_CURRENT_LIST_DIR}")

@@ -2,7 +2,10 @@
 // sequence, every strategy, auto search mode) at 64, 1,024 and 16,384 GPUs, on one thread: the
 // attention-layer search of Llama-3-8B, and the whole-step search (tensor parallel 1, 2, 4, 8, as
 // `wallfacer plan` runs it) of Llama-3-8B and of Llama-3-70B with ZeRO-3 and full recomputation. Prints one row per
-// case and the ratios defined in docs/benchmarks.md.
+// case and the ratios defined in docs/benchmarks.md. Last, the exhaustive whole-step search of
+// Llama-3-8B at 128K tokens on the 32-GPU A100 cluster of bench/a100-32.yaml (every GPU order up
+// to the cluster's symmetries, tensor parallel 1 to 8, pipeline 1, 2 and 4 stages, as `wallfacer
+// plan --topology bench/a100-32.yaml` runs it).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -37,7 +40,8 @@ struct Row {
   std::string best;
 };
 
-Row run(int gpus, const wallfacer::Workload& workload, const wallfacer::SearchOptions& options, int repeats) {
+Row run(int gpus, const wallfacer::Workload& workload, const wallfacer::SearchOptions& options, int repeats,
+        const std::string& topology_file = {}) {
   Row row;
   row.gpus = gpus;
   row.what = fmt::format("{} {}", workload.model, wallfacer::to_string(options.scope));
@@ -46,7 +50,8 @@ Row run(int gpus, const wallfacer::Workload& workload, const wallfacer::SearchOp
   for (int i = 0; i < repeats; ++i) {
     // A fresh topology each time: its route cache must not carry over between repeats.
     const auto t0 = Clock::now();
-    const wallfacer::Topology topology = wallfacer::Topology::load("dgx-h100", gpus / 8);
+    const wallfacer::Topology topology = topology_file.empty() ? wallfacer::Topology::load("dgx-h100", gpus / 8)
+                                                               : wallfacer::Topology::load(topology_file);
     const auto t1 = Clock::now();
     const double cpu0 = thread_cpu_seconds();
     const wallfacer::CostModel model(topology, wallfacer::Calibration::defaults());
@@ -93,6 +98,11 @@ int main(int argc, char** argv) {
   for (const auto& [workload, options] : {std::pair{&llama8, &attention}, {&llama8, &step}, {&llama70, &step}})
     for (int gpus : {64, 1024, 16384})
       rows.push_back(run(gpus, *workload, *options, repeats));
+  wallfacer::SearchOptions a100 = step;  // what `wallfacer plan` runs by default at 32 GPUs
+  a100.pipeline_degrees = {1, 2, 4};
+  const wallfacer::Workload llama8_128k = wallfacer::load_workload("llama-3-8b", {});
+  Row exhaustive = run(32, llama8_128k, a100, repeats, WALLFACER_BENCH_DIR "/a100-32.yaml");
+  exhaustive.what = "a100-32 exhaustive step";
 
   fmt::print("planner benchmark: dgx-h100, seq {} tokens, auto search, 1 thread, best of {}\n", llama8.seq, repeats);
   fmt::print("{:<22} {:>6} {:>8} {:>9} {:>8} {:>10} {:>8} {:>6} {:>13}  {}\n", "search", "GPUs", "load s", "search s",
@@ -101,6 +111,10 @@ int main(int argc, char** argv) {
     fmt::print("{:<22} {:>6} {:>8.3f} {:>9.3f} {:>8.3f} {:>10} {:>8} {:>6} {:>13.2f}  {}\n", r.what, r.gpus, r.load_s,
                r.search_s, r.search_cpu_s, r.candidates, r.feasible, r.pruned,
                1e3 * r.search_cpu_s / double(std::max<size_t>(r.candidates, 1)), r.best);
+  const Row& r = exhaustive;
+  fmt::print("{:<22} {:>6} {:>8.3f} {:>9.3f} {:>8.3f} {:>10} {:>8} {:>6} {:>13.2f}  {}\n", r.what, r.gpus, r.load_s,
+             r.search_s, r.search_cpu_s, r.candidates, r.feasible, r.pruned,
+             1e3 * r.search_cpu_s / double(std::max<size_t>(r.candidates, 1)), r.best);
   // Growth of the search time from 64 to 16,384 GPUs against the 256x growth in GPUs, per search.
   for (size_t i = 0; i + 2 < rows.size(); i += 3) {
     const double growth = rows[i + 2].search_cpu_s / rows[i].search_cpu_s;

@@ -50,6 +50,12 @@ struct OpPricer {
         return compute.seconds(op, schedule.tokens);
     }
   }
+  std::vector<double> durations(const RankProgram& program) {
+    std::vector<double> out(program.ops.size());
+    for (size_t i = 0; i < program.ops.size(); ++i)
+      out[i] = seconds(program.ops[i], program);
+    return out;
+  }
 };
 
 void add_unique(std::vector<int>& list, std::set<int>& seen, int rank, int ranks) {
@@ -250,18 +256,47 @@ CostBreakdown CostModel::evaluate_times(const Plan& plan, const Schedule& schedu
 
 CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& prepared, bool with_parts) const {
   const Schedule& schedule = prepared.schedule_;
-  WF_ASSERT(prepared.shape_->size() == schedule.ranks.size(), "the schedule changed after its timing was prepared");
-  const double peak = kernel_peak_tflops(topology_.gpu(), plan.workload.dtype);
   detail::NetworkPricer network(topology_, plan, schedule.flow_sets, tree_prices_.get());
   OpPricer pricer{schedule, network, ComputeTimer(topology_.gpu(), calibration_, plan.workload)};
   std::vector<std::vector<double>> duration(schedule.ranks.size());
+  size_t doubles = 0;
   for (size_t p = 0; p < schedule.ranks.size(); ++p) {
-    const RankProgram& program = schedule.ranks[p];
-    duration[p].resize(program.ops.size());
-    for (size_t i = 0; i < program.ops.size(); ++i)
-      duration[p][i] = pricer.seconds(program.ops[i], program);
+    duration[p] = pricer.durations(schedule.ranks[p]);
+    doubles += duration[p].size();
   }
+  if (with_parts) return time_schedule(plan, prepared, duration, true);
+  // The timeline is a function of the durations alone (and of the plan's workload and ranks, the
+  // same for every order of one candidate): equal durations give equal times.
+  for (const PreparedTiming::Timed& t : prepared.timed_)
+    if (t.duration == duration) return t.cost;
+  CostBreakdown cost = time_schedule(plan, prepared, duration, false);
+  if (prepared.timed_doubles_ + doubles <= PreparedTiming::kMaxTimedDoubles) {
+    prepared.timed_doubles_ += doubles;
+    prepared.timed_.push_back({std::move(duration), cost});
+  }
+  return cost;
+}
 
+std::vector<std::vector<double>> CostModel::template_durations(
+    const Plan& plan, const Schedule& step, const std::vector<const RankProgram*>& templates,
+    const std::vector<std::vector<uint32_t>>& origins) const {
+  detail::NetworkPricer network(topology_, plan, step.flow_sets, tree_prices_.get());
+  OpPricer pricer{step, network, ComputeTimer(topology_.gpu(), calibration_, plan.workload)};
+  std::vector<std::vector<double>> duration(templates.size());
+  for (size_t p = 0; p < templates.size(); ++p) {
+    const std::vector<double> once = pricer.durations(*templates[p]);
+    duration[p].reserve(origins[p].size());
+    for (uint32_t op : origins[p])
+      duration[p].push_back(once[op]);
+  }
+  return duration;
+}
+
+CostBreakdown CostModel::time_schedule(const Plan& plan, const PreparedTiming& prepared,
+                                       const std::vector<std::vector<double>>& duration, bool with_parts) const {
+  const Schedule& schedule = prepared.schedule_;
+  WF_ASSERT(prepared.shape_->size() == schedule.ranks.size(), "the schedule changed after its timing was prepared");
+  const double peak = kernel_peak_tflops(topology_.gpu(), plan.workload.dtype);
   CostBreakdown cost;
   double forward_s = 0, step_s = 0, critical_compute = 0, busiest_compute = 0, total_compute = 0;
   size_t critical = 0;

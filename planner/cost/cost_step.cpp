@@ -57,9 +57,24 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   Schedule step;
   step.dims = builder.dims();
   step.flow_sets = builder.flow_sets();
-  for (const RankProgram& program : attention.ranks)
-    step.ranks.push_back(unroll(builder.build_template(program.rank, step.tokens)));
-  CostBreakdown cost = evaluate_times(plan, step);
+  std::vector<StepTemplate> templates;
+  std::vector<std::vector<uint32_t>> origins(attention.ranks.size());
+  templates.reserve(attention.ranks.size());
+  for (size_t p = 0; p < attention.ranks.size(); ++p) {
+    templates.push_back(builder.build_template(attention.ranks[p].rank, step.tokens));
+    step.ranks.push_back(unroll(templates.back(), 0, options_.step_shortcuts ? &origins[p] : nullptr));
+  }
+  CostBreakdown cost;
+  if (options_.step_shortcuts) {
+    std::vector<const RankProgram*> programs;
+    for (const StepTemplate& t : templates)
+      programs.push_back(&t.program);
+    const PreparedTiming prepared(plan, step);
+    cost = time_schedule(plan, prepared, template_durations(plan, step, programs, origins), true);
+  } else {
+    cost = evaluate_times(plan, step);
+  }
+  templates.clear();
   cost.volume = comm_volume(step);
   cost.layers_timed = w.layers;
   // Transfers per layer instance a rank runs: its stage's layers, once per micro-batch.

@@ -3,7 +3,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
+#include <unordered_map>
+#include <utility>
 
 #include <wallfacer/core/log.hpp>
 
@@ -28,13 +29,6 @@ struct Keyed {
   bool is_send() const { return (low & 1) == 0; }
 };
 
-// Equal keys keep program order (an op's program and index break ties).
-bool by_key_then_program_order(const Keyed& a, const Keyed& b) {
-  if (a.high != b.high) return a.high < b.high;
-  if (a.low != b.low) return a.low < b.low;
-  return a.ref.program != b.ref.program ? a.ref.program < b.ref.program : a.ref.op < b.ref.op;
-}
-
 }  // namespace
 
 // What each op waits for. An op is *posted* once its stream predecessor and its dependencies have
@@ -48,7 +42,9 @@ struct TimelineShape::Impl {
     std::vector<int32_t> next;              // by op: the next op of its stream, -1 at the end
     std::vector<uint32_t> first_dependent;  // CSR over `dependents`, by op
     std::vector<int32_t> dependents;        // ops naming this one as a dependency
+    std::vector<uint8_t> kind;              // by op: kCompute | kForward (what the totals read)
   };
+  static constexpr uint8_t kCompute = 1, kForward = 2;
   std::vector<const RankProgram*> programs;
   std::vector<Lanes> lanes;
   std::vector<OpRef> meet_ops;             // every meeting's ops, one meeting after another
@@ -64,6 +60,13 @@ struct TimelineShape::Impl {
     meet_begin.push_back(uint32_t(meet_ops.size()));
   }
   void pair_messages(std::vector<Keyed>& ends);
+  size_t message_ends() const {
+    size_t count = 0;
+    for (const RankProgram* program : programs)
+      for (const Op& op : program->ops)
+        count += op.kind == OpKind::Send || op.kind == OpKind::Recv ? 1 : 0;
+    return count;
+  }
   void pair_matched(bool stage_only);
   void pair_symmetric();
   void meet_collectives();
@@ -76,9 +79,11 @@ void TimelineShape::Impl::add_lanes(const RankProgram& program) {
   l.meet.assign(n, -1);
   l.next.assign(n, -1);
   l.first_dependent.assign(n + 1, 0);
+  l.kind.assign(n, 0);
   int32_t last[kNumStreams] = {-1, -1, -1, -1};
   for (size_t i = 0; i < n; ++i) {
     const Op& op = program.ops[i];
+    l.kind[i] = uint8_t((op.stream == Stream::Compute ? kCompute : 0) | (op.phase == Phase::Forward ? kForward : 0));
     int32_t& previous = last[int(op.stream)];
     if (previous >= 0) {
       l.next[size_t(previous)] = int32_t(i);
@@ -98,20 +103,46 @@ void TimelineShape::Impl::add_lanes(const RankProgram& program) {
       l.dependents[fill[size_t(*d)]++] = int32_t(i);
 }
 
-// Pairs the k-th send of each key with its k-th receive.
-void TimelineShape::Impl::pair_messages(std::vector<Keyed>& ends) {
-  std::sort(ends.begin(), ends.end(), by_key_then_program_order);
-  for (size_t first = 0; first < ends.size();) {
-    size_t last = first, sends = 0;
-    while (last < ends.size() && ends[last].same_key(ends[first])) {
-      sends += ends[last].is_send() ? 1 : 0;
-      ++last;
+// Dense ids of the ends' keys (sides apart), numbered in order of first appearance.
+std::vector<uint32_t> key_ids(const std::vector<Keyed>& ends, uint32_t& count) {
+  struct KeyHash {
+    size_t operator()(const std::pair<uint64_t, uint64_t>& k) const {
+      return size_t((k.first * 0x9E3779B97F4A7C15ull) ^ (k.second + 0x632BE59BD9B4E019ull + (k.first << 6)));
     }
-    for (size_t k = 0; k < sends && first + sends + k < last; ++k) {
-      const OpRef pair[2] = {ends[first + k].ref, ends[first + sends + k].ref};
+  };
+  std::unordered_map<std::pair<uint64_t, uint64_t>, uint32_t, KeyHash> ids;
+  std::vector<uint32_t> id(ends.size());
+  for (size_t e = 0; e < ends.size(); ++e)
+    id[e] = ids.try_emplace({ends[e].high, ends[e].low >> 1}, uint32_t(ids.size())).first->second;
+  count = uint32_t(ids.size());
+  return id;
+}
+
+// Pairs the k-th send of each key with its k-th receive, in the order the ends are listed
+// (collected program by program, op by op: each program's order).
+void TimelineShape::Impl::pair_messages(std::vector<Keyed>& ends) {
+  uint32_t keys = 0;
+  const std::vector<uint32_t> id = key_ids(ends, keys);
+  // Counting sort by key, sends then receives, stable.
+  std::vector<uint32_t> sends(keys + 1, 0), recvs(keys + 1, 0);
+  for (size_t e = 0; e < ends.size(); ++e)
+    ++(ends[e].is_send() ? sends : recvs)[id[e] + 1];
+  for (uint32_t k = 0; k < keys; ++k)
+    sends[k + 1] += sends[k], recvs[k + 1] += recvs[k];
+  std::vector<OpRef> send_refs(sends[keys]), recv_refs(recvs[keys]);
+  std::vector<uint32_t> send_fill(sends.begin(), sends.end() - 1), recv_fill(recvs.begin(), recvs.end() - 1);
+  for (size_t e = 0; e < ends.size(); ++e) {
+    if (ends[e].is_send())
+      send_refs[send_fill[id[e]]++] = ends[e].ref;
+    else
+      recv_refs[recv_fill[id[e]]++] = ends[e].ref;
+  }
+  for (uint32_t k = 0; k < keys; ++k) {
+    const uint32_t pairs = std::min(sends[k + 1] - sends[k], recvs[k + 1] - recvs[k]);
+    for (uint32_t j = 0; j < pairs; ++j) {
+      const OpRef pair[2] = {send_refs[sends[k] + j], recv_refs[recvs[k] + j]};
       add_meet(pair, pair + 2);
     }
-    first = last;
   }
 }
 
@@ -120,6 +151,7 @@ void TimelineShape::Impl::pair_messages(std::vector<Keyed>& ends) {
 // columns), whatever the mode for the strategy's messages.
 void TimelineShape::Impl::pair_matched(bool stage_only) {
   std::vector<Keyed> ends;
+  ends.reserve(message_ends());
   for (size_t p = 0; p < programs.size(); ++p)
     for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
       const Op& op = programs[p]->ops[i];
@@ -136,6 +168,7 @@ void TimelineShape::Impl::pair_matched(bool stage_only) {
 // Both ends on the timed rank: its send and its receive of the same tag.
 void TimelineShape::Impl::pair_symmetric() {
   std::vector<Keyed> ends;
+  ends.reserve(message_ends());
   for (size_t p = 0; p < programs.size(); ++p)
     for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
       const Op& op = programs[p]->ops[i];
@@ -149,8 +182,9 @@ void TimelineShape::Impl::pair_symmetric() {
 // every member is timed).
 void TimelineShape::Impl::meet_collectives() {
   std::vector<Keyed> ops;
+  std::unordered_map<int32_t, int32_t> seen;  // group -> collectives of it so far, per program
   for (size_t p = 0; p < programs.size(); ++p) {
-    std::map<int32_t, int32_t> seen;  // group -> collectives of it so far
+    seen.clear();
     for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
       const Op& op = programs[p]->ops[i];
       if (op.stream != Stream::Collective || op.coll < 0) continue;
@@ -158,16 +192,19 @@ void TimelineShape::Impl::meet_collectives() {
       ops.emplace_back(group, seen[group]++, 0, 0, OpRef{int32_t(p), int32_t(i)});
     }
   }
-  std::sort(ops.begin(), ops.end(), by_key_then_program_order);
-  std::vector<OpRef> members;
-  for (size_t first = 0; first < ops.size();) {
-    members.clear();
-    size_t last = first;
-    for (; last < ops.size() && ops[last].same_key(ops[first]); ++last)
-      members.push_back(ops[last].ref);
-    if (members.size() > 1) add_meet(members.data(), members.data() + members.size());
-    first = last;
-  }
+  uint32_t keys = 0;
+  const std::vector<uint32_t> id = key_ids(ops, keys);
+  std::vector<uint32_t> begin(keys + 1, 0);
+  for (uint32_t k : id)
+    ++begin[k + 1];
+  for (uint32_t k = 0; k < keys; ++k)
+    begin[k + 1] += begin[k];
+  std::vector<OpRef> members(ops.size());
+  std::vector<uint32_t> fill(begin.begin(), begin.end() - 1);
+  for (size_t e = 0; e < ops.size(); ++e)
+    members[fill[id[e]]++] = ops[e].ref;
+  for (uint32_t k = 0; k < keys; ++k)
+    if (begin[k + 1] - begin[k] > 1) add_meet(members.data() + begin[k], members.data() + begin[k + 1]);
 }
 
 TimelineShape::TimelineShape(std::vector<const RankProgram*> programs, PairMode mode) : impl_(new Impl) {
@@ -307,9 +344,9 @@ std::vector<RankTiming> TimelineRun::run() {
   std::vector<RankTiming> times(state_.size());
   for (size_t p = 0; p < state_.size(); ++p)
     for (size_t i = 0; i < shape_.programs[p]->ops.size(); ++i) {
-      const Op& op = shape_.programs[p]->ops[i];
-      const bool forward = op.phase == Phase::Forward;
-      if (op.stream == Stream::Compute)
+      const uint8_t kind = shape_.lanes[p].kind[i];
+      const bool forward = (kind & TimelineShape::Impl::kForward) != 0;
+      if (kind & TimelineShape::Impl::kCompute)
         (forward ? times[p].compute_forward_s : times[p].compute_backward_s) += duration_[p][i];
       if (forward) times[p].forward_end_s = std::max(times[p].forward_end_s, state_[p].end[i]);
       times[p].end_s = std::max(times[p].end_s, state_[p].end[i]);

@@ -32,7 +32,8 @@ bool is_layer(Section s) {
 // dependency to the instance it means (step.hpp).
 class Unroller {
  public:
-  Unroller(const StepTemplate& step, int layers) : t_(step), s_(step.sections), n_(layers), m_(step.microbatches) {
+  Unroller(const StepTemplate& step, int layers, std::vector<uint32_t>* origin)
+      : t_(step), s_(step.sections), n_(layers), m_(step.microbatches), origin_(origin) {
     const uint32_t bounds[kSections + 1] = {0,
                                             s_.prologue_end,
                                             s_.forward_end,
@@ -181,12 +182,14 @@ class Unroller {
       for (int32_t& b : op.buf)
         b = buffer(b, micro, layer);
       flat[i - begin] = out.add(op, deps);
+      if (origin_) origin_->push_back(i);
     }
   }
 
   const StepTemplate& t_;
   const StepSections s_;
   const int n_, m_;
+  std::vector<uint32_t>* origin_;  // may be null
   uint32_t bound_[kSections + 1] = {};
   int32_t first_id_[kSections] = {};
   std::vector<uint32_t> instance_base_;  // by instance id: its slice of flat_
@@ -196,11 +199,12 @@ class Unroller {
 
 }  // namespace
 
-RankProgram unroll(const StepTemplate& step, int layers) {
+RankProgram unroll(const StepTemplate& step, int layers, std::vector<uint32_t>* origin) {
   const int n = layers == 0 ? step.layers : layers;
   if (n < 1 || n > step.layers)
     throw InputError(fmt::format("cannot unroll {} layers of a {}-layer step", n, step.layers));
-  return Unroller(step, n).run();
+  if (origin) origin->clear();
+  return Unroller(step, n, origin).run();
 }
 
 double layer_attention_flops(const Workload& w) {

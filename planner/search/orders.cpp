@@ -5,12 +5,24 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 
 #include <wallfacer/cost/network.hpp>
 
 namespace wallfacer::detail {
+
+// Resource correspondence built while comparing routes under a GPU permutation.
+struct ResourceMap {
+  std::unordered_map<ResourceId, ResourceId> forward, backward;
+  bool bind(ResourceId a, ResourceId b) {
+    auto [fi, fnew] = forward.emplace(a, b);
+    auto [bi, bnew] = backward.emplace(b, a);
+    return fi->second == b && bi->second == a;
+  }
+};
+
 namespace {
 
 struct UnionFind {
@@ -23,16 +35,6 @@ struct UnionFind {
   }
 };
 
-// Resource correspondence built while comparing routes under a GPU swap.
-struct ResourceMap {
-  std::unordered_map<ResourceId, ResourceId> forward, backward;
-  bool bind(ResourceId a, ResourceId b) {
-    auto [fi, fnew] = forward.emplace(a, b);
-    auto [bi, bnew] = backward.emplace(b, a);
-    return fi->second == b && bi->second == a;
-  }
-};
-
 bool link_inside_a_node(const Topology& topology, const Link& link) {
   const auto& devices = topology.devices();
   return devices[size_t(link.a)].node >= 0 || devices[size_t(link.b)].node >= 0;
@@ -40,7 +42,8 @@ bool link_inside_a_node(const Topology& topology, const Link& link) {
 
 // Same hop count, equal links hop by hop, and node-internal resources mapped one-to-one (fabric
 // links beyond the nodes only need equal bandwidth and latency: the fabric is taken as symmetric).
-bool routes_match(const Topology& topology, const Route& a, const Route& b, ResourceMap& map) {
+// With `every_link`, fabric links are mapped one-to-one too (nothing about the fabric is assumed).
+bool routes_match(const Topology& topology, const Route& a, const Route& b, ResourceMap& map, bool every_link = false) {
   if (a.hops.size() != b.hops.size()) return false;
   const auto& links = topology.links();
   for (size_t i = 0; i < a.hops.size(); ++i) {
@@ -51,7 +54,8 @@ bool routes_match(const Topology& topology, const Route& a, const Route& b, Reso
       return false;
     const bool local_a = link_inside_a_node(topology, la), local_b = link_inside_a_node(topology, lb);
     if (local_a != local_b) return false;
-    if (local_a && !map.bind(topology.resource_of(a.hops[i]), topology.resource_of(b.hops[i]))) return false;
+    if ((local_a || every_link) && !map.bind(topology.resource_of(a.hops[i]), topology.resource_of(b.hops[i])))
+      return false;
   }
   return true;
 }
@@ -65,6 +69,7 @@ NodeOrders::NodeOrders(const Topology& topology, int ranks) : topology_(topology
   const int g = gpus_per_node_;
   class_.assign(size_t(std::max(g, 0)), 0);
   std::iota(class_.begin(), class_.end(), 0);
+  symmetries_ = {identity()};
   if (!applicable_) return;
   UnionFind twins(g);
   for (int a = 0; a < g; ++a)
@@ -75,6 +80,7 @@ NodeOrders::NodeOrders(const Topology& topology, int ranks) : topology_(topology
   class_size_.assign(size_t(g), 0);
   for (int c : class_)
     ++class_size_[size_t(c)];
+  find_symmetries();
 }
 
 bool NodeOrders::swap_is_symmetry(int a, int b) const {
@@ -94,6 +100,92 @@ bool NodeOrders::swap_is_symmetry(int a, int b) const {
         return false;
     }
   return true;
+}
+
+// Routes between the GPUs `sigma` has placed so far and the latest one, inside the first node and
+// between the first two, map onto their images: what a symmetry must satisfy on its first k + 1.
+bool NodeOrders::extends_to_symmetry(const std::vector<int>& sigma, int k, ResourceMap& map) const {
+  const int g = gpus_per_node_;
+  auto same = [&](int a, int b, int image_a, int image_b) {
+    return routes_match(topology_, topology_.route(a, b), topology_.route(image_a, image_b), map, true);
+  };
+  for (int j = 0; j <= k; ++j) {
+    const int x = sigma[size_t(k)], y = sigma[size_t(j)];
+    if (j != k && (!same(k, j, x, y) || !same(j, k, y, x))) return false;
+    if (topology_.num_nodes() < 2) continue;
+    if (!same(k, g + j, x, g + y) || !same(j, g + k, y, g + x) || !same(g + j, k, g + y, x) ||
+        !same(g + k, j, g + x, y))
+      return false;
+  }
+  return true;
+}
+
+// Every route between any two GPUs of the cluster maps onto its image under `sigma` (applied to
+// every node), every resource on the way one-to-one, fabric links included.
+bool NodeOrders::is_symmetry(const std::vector<int>& sigma) const {
+  const int g = gpus_per_node_, nodes = topology_.num_nodes();
+  ResourceMap map;
+  for (int m = 0; m < nodes; ++m)
+    for (int n = 0; n < nodes; ++n)
+      for (int x = 0; x < g; ++x)
+        for (int y = 0; y < g; ++y) {
+          if (m == n && x == y) continue;
+          const Route& route = topology_.route(m * g + x, n * g + y);
+          const Route& image = topology_.route(m * g + sigma[size_t(x)], n * g + sigma[size_t(y)]);
+          if (!routes_match(topology_, route, image, map, true)) return false;
+        }
+  return true;
+}
+
+void NodeOrders::find_symmetries() {
+  symmetries_ = {identity()};
+  // One twin class: every order is already one. Large clusters: the check is quadratic in GPUs.
+  if (!applicable_ || topology_.num_nodes() > kMaxSymmetryNodes) return;
+  if (std::count(class_size_.begin(), class_size_.end(), 0) == gpus_per_node_ - 1) return;
+  // Full and partial checks are bounded (nodes of many GPUs): a subset of the symmetries is still
+  // exact, it only merges fewer orders.
+  size_t checks = 0, steps = 0;
+  const int g = gpus_per_node_;
+  std::vector<int> sigma(size_t(g), -1);
+  std::vector<bool> taken(size_t(g), false);
+  std::function<void(int, const ResourceMap&)> extend = [&](int k, const ResourceMap& map) {
+    if (checks > kMaxSymmetryChecks || steps > kMaxSymmetrySteps) return;
+    if (k == g) {
+      ++checks;
+      if (sigma != symmetries_.front() && is_symmetry(sigma)) symmetries_.push_back(sigma);
+      return;
+    }
+    for (int image = 0; image < g; ++image) {
+      if (taken[size_t(image)]) continue;
+      sigma[size_t(k)] = image;
+      ResourceMap next = map;
+      ++steps;
+      if (!extends_to_symmetry(sigma, k, next)) continue;
+      taken[size_t(image)] = true;
+      extend(k + 1, next);
+      taken[size_t(image)] = false;
+    }
+    sigma[size_t(k)] = -1;
+  };
+  extend(0, ResourceMap{});
+}
+
+std::vector<int> NodeOrders::class_sequence(const std::vector<int>& order) const {
+  std::vector<int> sequence;
+  for (int pos = 0; pos < used_per_node_; ++pos)
+    sequence.push_back(class_[size_t(order[size_t(pos)])]);
+  return sequence;
+}
+
+std::vector<int> NodeOrders::canonical(const std::vector<int>& order) const {
+  std::vector<int> best, image(order.size());
+  for (const std::vector<int>& sigma : symmetries_) {
+    for (size_t pos = 0; pos < order.size(); ++pos)
+      image[pos] = sigma[size_t(order[pos])];
+    std::vector<int> key = class_sequence(image);
+    if (best.empty() || key < best) best = std::move(key);
+  }
+  return best;
 }
 
 std::vector<int> NodeOrders::identity() const {
@@ -143,13 +235,21 @@ size_t NodeOrders::count_distinct(size_t limit) const {
 std::vector<std::vector<int>> NodeOrders::all_distinct(size_t limit) const {
   std::vector<std::vector<int>> orders{identity()};
   if (!applicable_) return orders;
-  if (count_distinct(limit) > limit) return {};
-  // The identity's class sequence is one of the enumerated ones; skip it to keep it first.
+  // Orders of one class of twin orders, walked as before; of those a symmetry maps onto each
+  // other, the first walked stands for them all (so ties still go to the first in this order).
+  if (count_distinct(limit * symmetries_.size()) > limit * symmetries_.size()) return {};
   std::vector<int> identity_classes(class_.begin(), class_.begin() + used_per_node_);
+  std::set<std::vector<int>> seen{canonical(identity())};
   std::vector<int> left = class_size_, sequence;
+  bool too_many = false;
   std::function<void()> walk = [&]() {
+    if (too_many) return;
     if (int(sequence.size()) == used_per_node_) {
-      if (sequence != identity_classes) orders.push_back(materialize(sequence));
+      if (sequence == identity_classes) return;
+      std::vector<int> order = materialize(sequence);
+      if (symmetries_.size() > 1 && !seen.insert(canonical(order)).second) return;
+      orders.push_back(std::move(order));
+      too_many = orders.size() > limit;
       return;
     }
     for (int c = 0; c < gpus_per_node_; ++c)
@@ -162,6 +262,7 @@ std::vector<std::vector<int>> NodeOrders::all_distinct(size_t limit) const {
       }
   };
   walk();
+  if (too_many) return {};
   return orders;
 }
 

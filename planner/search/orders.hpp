@@ -1,7 +1,10 @@
 // Internal to the topology scheduler: node-local GPU orders. An order lists a node's local GPUs
 // in the sequence consecutive ranks use them; the same order applies to every node. Orders that
 // differ by swapping interchangeable GPUs ("twins": a swap that maps every route onto an equal
-// route, with the same link sharing) price the same, so only one per class is enumerated.
+// route, with the same link sharing) price the same, so only one per class is enumerated; so do
+// orders that a symmetry of the whole cluster (a permutation of every node's GPUs that maps every
+// route onto an equal one, each resource on the way one-to-one: exchanging two PCIe switches with
+// their GPUs and NICs, or two sockets) maps onto each other.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +13,8 @@
 #include <wallfacer/topology/topology.hpp>
 
 namespace wallfacer::detail {
+
+struct ResourceMap;
 
 class NodeOrders {
  public:
@@ -22,9 +27,9 @@ class NodeOrders {
   // Twin class of each local GPU (GPUs of one class are interchangeable).
   const std::vector<int>& twin_class() const { return class_; }
   // Distinct orders (one per class of equivalent orders), identity first; empty when more than
-  // `limit` exist.
+  // `limit` exist. Of equivalent orders, the first in the walk over twin classes stands for them.
   std::vector<std::vector<int>> all_distinct(size_t limit) const;
-  // Number of distinct orders, saturating at `limit`.
+  // Number of orders that differ by more than twin swaps, saturating at `limit`.
   size_t count_distinct(size_t limit) const;
   // The order whose ring over the used GPUs has the best contended bottleneck bandwidth (then the
   // fastest pairwise all-to-all over those GPUs, then the best ring sum), among the distinct
@@ -33,9 +38,22 @@ class NodeOrders {
   // The global GPU of each rank under a node-local order.
   std::vector<int> gpu_order(const std::vector<int>& local_order) const;
   std::vector<int> identity() const;
+  // The permutations of a node's local GPUs that are symmetries of the cluster, identity first
+  // (identity only on clusters of more than kMaxSymmetryNodes nodes).
+  const std::vector<std::vector<int>>& symmetries() const { return symmetries_; }
+  // What equivalent orders have in common: the smallest twin-class sequence of the used
+  // positions over every symmetry's image of `order`.
+  std::vector<int> canonical(const std::vector<int>& order) const;
+  static constexpr int kMaxSymmetryNodes = 8;
+  static constexpr size_t kMaxSymmetryChecks = 2048;   // complete permutations checked
+  static constexpr size_t kMaxSymmetrySteps = 100000;  // partial ones
 
  private:
   bool swap_is_symmetry(int a, int b) const;
+  bool extends_to_symmetry(const std::vector<int>& sigma, int k, ResourceMap& map) const;
+  bool is_symmetry(const std::vector<int>& sigma) const;
+  void find_symmetries();
+  std::vector<int> class_sequence(const std::vector<int>& order) const;
   std::vector<int> materialize(const std::vector<int>& class_sequence) const;
   // (min, sum) of contended ring bandwidth over the first one or two nodes.
   std::pair<double, double> ring_score(const std::vector<int>& local_order) const;
@@ -51,6 +69,7 @@ class NodeOrders {
   int used_per_node_ = 0;  // positions of a node that ranks use: min(ranks, gpus per node)
   std::vector<int> class_;
   std::vector<int> class_size_;
+  std::vector<std::vector<int>> symmetries_;
 };
 
 }  // namespace wallfacer::detail

@@ -4,6 +4,7 @@
 wallfacer_add_test(NAME test_search
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/search_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/orders_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/symmetry_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/screen_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/explain_test.cpp
   LIBS wallfacer::search_internal wallfacer::planner)

@@ -39,6 +39,10 @@ struct CostOptions {
   // Upper bound on the ops of all timed ranks together (0 = none): very long programs (a 16K-rank
   // ring) time fewer ranks, never fewer than the first two of the sample (rank 0 and the last).
   int64_t max_timed_ops = 250'000;
+  // Whole step: price each op of a rank's step template once and give every unrolled copy its
+  // duration (a copy differs only in its buffers and dependencies). False prices every unrolled
+  // op on its own: the reference the tests compare the shortcut with.
+  bool step_shortcuts = true;
 };
 
 // Where a transfer runs, by the slowest kind of link on its way: NVLink or NVSwitch inside a node,
@@ -105,7 +109,9 @@ class TreePriceCache;
 
 // How the ops of a schedule wait for each other (which message ends and collectives start
 // together), prepared once to price the schedule many times: the search prices one schedule under
-// every GPU order. Refers to `schedule`, which must outlive it and keep its ranks.
+// every GPU order. Refers to `schedule`, which must outlive it and keep its ranks. It also keeps
+// the times of the op durations it was run with (without parts): GPU orders that give every op
+// the same duration (flows whose routes price the same) are timed once.
 class PreparedTiming {
  public:
   PreparedTiming(const Plan& plan, const Schedule& schedule, Timing timing = Timing::Estimate);
@@ -117,6 +123,13 @@ class PreparedTiming {
   friend class CostModel;
   const Schedule& schedule_;
   std::unique_ptr<detail::TimelineShape> shape_;
+  struct Timed {
+    std::vector<std::vector<double>> duration;
+    CostBreakdown cost;
+  };
+  mutable std::vector<Timed> timed_;  // a few distinct duration sets, within kMaxTimedDoubles
+  mutable size_t timed_doubles_ = 0;
+  static constexpr size_t kMaxTimedDoubles = size_t(1) << 23;  // 64 MiB
 };
 
 class CostModel {
@@ -153,6 +166,15 @@ class CostModel {
   std::vector<int> timed_ranks(const Plan& plan) const;
 
  private:
+  // Times a prepared schedule with its ops' durations (by program, then op).
+  CostBreakdown time_schedule(const Plan& plan, const PreparedTiming& prepared,
+                              const std::vector<std::vector<double>>& duration, bool with_parts) const;
+  // Durations of unrolled programs priced on their templates: op i of program p lasts as long as
+  // template op origins[p][i] of templates[p], priced within `step`'s flow sets and tokens.
+  std::vector<std::vector<double>> template_durations(const Plan& plan, const Schedule& step,
+                                                      const std::vector<const RankProgram*>& templates,
+                                                      const std::vector<std::vector<uint32_t>>& origins) const;
+
   const Topology& topology_;
   Calibration calibration_;
   CostOptions options_;

@@ -53,8 +53,10 @@ struct StepTemplate {
 bool in_layer_section(const StepSections& sections, uint32_t op);
 bool in_epilogue(const StepSections& sections, uint32_t op);
 
-// The flat program of `layers` layers (1..template.layers; 0 = all of them).
-RankProgram unroll(const StepTemplate& step, int layers = 0);
+// The flat program of `layers` layers (1..template.layers; 0 = all of them). `origin`, when
+// given, receives the template op each flat op copies (by flat op): the copies differ from it
+// only in their buffers and dependencies.
+RankProgram unroll(const StepTemplate& step, int layers = 0, std::vector<uint32_t>* origin = nullptr);
 
 // Builds the step templates of a plan (validates it like ScheduleBuilder).
 class StepBuilder {

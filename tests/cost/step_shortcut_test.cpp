@@ -1,0 +1,85 @@
+// The whole step's shortcuts against the full computation: pricing each step-template op once for
+// all its unrolled copies gives every plan (each strategy, tensor and pipeline parallel ones,
+// several micro-batches, ZeRO 3 with full recomputation) the same times, parts and volumes as
+// pricing every unrolled op on its own.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include "cost_test_util.hpp"
+
+namespace wallfacer {
+namespace {
+
+void expect_same(double shortcut, double full, const char* what) {
+  EXPECT_NEAR(shortcut, full, 1e-9 * std::max(1e-12, std::abs(full))) << what;
+}
+
+void expect_same_cost(const CostBreakdown& a, const CostBreakdown& b) {
+  expect_same(a.step_ms, b.step_ms, "step_ms");
+  expect_same(a.forward_ms, b.forward_ms, "forward_ms");
+  expect_same(a.attention_ms, b.attention_ms, "attention_ms");
+  expect_same(a.compute_ms, b.compute_ms, "compute_ms");
+  expect_same(a.exposed_comm_ms, b.exposed_comm_ms, "exposed_comm_ms");
+  expect_same(a.mfu, b.mfu, "mfu");
+  expect_same(a.parts.compute_ms, b.parts.compute_ms, "parts.compute_ms");
+  expect_same(a.parts.imbalance_ms, b.parts.imbalance_ms, "parts.imbalance_ms");
+  expect_same(a.parts.idle_ms, b.parts.idle_ms, "parts.idle_ms");
+  expect_same(a.parts.hidden_ms, b.parts.hidden_ms, "parts.hidden_ms");
+  for (int t = 0; t < kNumCommTiers; ++t) {
+    expect_same(a.parts.exposed_ms[t], b.parts.exposed_ms[t], "parts.exposed_ms");
+    expect_same(a.parts.transfers_per_layer[t], b.parts.transfers_per_layer[t], "parts.transfers_per_layer");
+  }
+  EXPECT_EQ(a.volume.p2p_backward, b.volume.p2p_backward);
+  EXPECT_EQ(a.volume.collective_forward, b.volume.collective_forward);
+  expect_same(a.memory.total_GiB, b.memory.total_GiB, "memory");
+}
+
+struct Setting {
+  int tensor, pipeline, microbatches, zero;
+  Checkpointing checkpointing;
+};
+
+TEST(StepShortcuts, TemplateDurationsEqualPricingEveryUnrolledOp) {
+  const Topology topology = testing::switch_nodes(2, 4, 450);
+  const CostModel fast(topology, Calibration::defaults());
+  CostOptions reference_options;
+  reference_options.step_shortcuts = false;
+  const CostModel reference(topology, Calibration::defaults(), reference_options);
+  int checked = 0, tensor = 0, pipelined = 0;
+  for (const Setting& s : {Setting{1, 1, 1, 1, Checkpointing::Selective}, Setting{2, 1, 2, 3, Checkpointing::Full},
+                           Setting{1, 2, 4, 1, Checkpointing::None}, Setting{2, 2, 2, 0, Checkpointing::Selective}}) {
+    Workload w = testing::mha_workload(4096, 8, 64, /*causal=*/true, /*batch=*/s.microbatches);
+    w.layers = 6;
+    w.kv_heads = 4;
+    w.ffn = 1536;
+    w.vocab = 4096;
+    w.microbatches = s.microbatches;
+    w.zero_stage = s.zero;
+    w.checkpointing = s.checkpointing;
+    Workload slice = w;
+    slice.heads /= s.tensor;
+    slice.kv_heads /= s.tensor;
+    slice.hidden = int64_t(slice.heads) * slice.head_dim;
+    for (StrategyKind kind : all_strategies())
+      for (StrategyParams params : enumerate_params(kind, slice, 8 / (s.tensor * s.pipeline))) {
+        params.tensor_parallel = s.tensor;
+        params.pipeline_parallel = s.pipeline;
+        if (!check_feasible(kind, params, w, 8).ok) continue;
+        Plan plan = make_plan(kind, params, w, topology, 8);
+        plan.scope = Scope::Step;
+        SCOPED_TRACE(fmt::format("{} T={} P={} M={}", to_string(kind), s.tensor, s.pipeline, s.microbatches));
+        expect_same_cost(fast.evaluate_step(plan), reference.evaluate_step(plan));
+        ++checked;
+        tensor += s.tensor > 1 ? 1 : 0;
+        pipelined += s.pipeline > 1 ? 1 : 0;
+      }
+  }
+  EXPECT_GT(checked, 20);
+  EXPECT_GT(tensor, 4);
+  EXPECT_GT(pipelined, 4);
+}
+
+}  // namespace
+}  // namespace wallfacer
