@@ -9,6 +9,11 @@ wallfacer_add_test(NAME test_robustness_cli
   LIBS wallfacer::runtime wallfacer::planner fmt::fmt)
 # cli_faults_test.cpp runs build/bin/wallfacer.
 add_dependencies(test_robustness_cli wallfacer)
+# interrupt_test.cpp runs build/bin/wallfacer and interrupts it with SIGINT.
+wallfacer_add_test(NAME test_robustness_interrupt
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/interrupt_test.cpp
+  LIBS wallfacer::core)
+add_dependencies(test_robustness_interrupt wallfacer)
 wallfacer_add_test(NAME test_robustness_memory
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/memory_estimate_test.cpp
   LIBS wallfacer::runtime wallfacer::planner)
