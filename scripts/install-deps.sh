@@ -10,6 +10,7 @@ packages=(
   libopenblas-dev libmimalloc-dev libgtest-dev libgmock-dev libbenchmark-dev
   openmpi-bin libopenmpi-dev
   qt6-base-dev qt6-charts-dev fonts-dejavu-core
+  clang libclang-rt-14-dev
 )
 
 missing=()
