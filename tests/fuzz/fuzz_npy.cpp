@@ -1,5 +1,5 @@
-// libFuzzer target: the .npy reader of `run --load` (runtime/npy.hpp), through a file as `run`
-// reads it, so the size checks against the file are exercised too.
+// libFuzzer target: the .npy reader of `run --load` (wallfacer/runtime/npy.hpp), through a file as
+// `run` reads it, so the size checks against the file are exercised too.
 #include <unistd.h>
 
 #include <cstdio>
