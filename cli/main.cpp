@@ -10,6 +10,7 @@
 #include <wallfacer/core/log.hpp>
 #include "arg_errors.hpp"
 #include "commands.hpp"
+#include "interrupt.hpp"
 
 #ifndef WALLFACER_VERSION
 #define WALLFACER_VERSION "0.1.0"
@@ -43,6 +44,21 @@ void add_global_options(CLI::App& app) {
   app.fallthrough();
 }
 
+// Ctrl-C names the command from the first argument that is one (interrupt.hpp); the commands
+// that write their outputs only at the end say that nothing was written.
+void name_the_command_for_interrupts(CLI::App& app, int argc, char** argv) {
+  static std::string command = "wallfacer";
+  const char* outcome = "";
+  for (int i = 1; i < argc && command == "wallfacer"; ++i)
+    for (const CLI::App* sub : app.get_subcommands({}))
+      if (sub->get_name() == argv[i]) {
+        command = "wallfacer " + sub->get_name();
+        if (sub->get_name() != "run" && sub->get_name() != "train") outcome = "nothing written";
+      }
+  wallfacer::cli::set_interrupt_context(command.c_str(), outcome);
+  wallfacer::cli::stop_cleanly_on_interrupt();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,6 +71,7 @@ int main(int argc, char** argv) {
   wallfacer::cli::register_run_command(app);
   wallfacer::cli::register_train_command(app);
   wallfacer::cli::register_export_command(app);
+  name_the_command_for_interrupts(app, argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -25,6 +25,7 @@
 #include <wallfacer/simulator/simulator.hpp>
 #include "commands.hpp"
 #include "common.hpp"
+#include "interrupt.hpp"
 
 namespace wallfacer::cli {
 namespace {
@@ -376,16 +377,19 @@ bool check_plan(const Plan& plan, bool quiet) {
   return true;
 }
 
-// Prints "\rsearch: orders 12/84 candidates" to stderr at most twice a second, from one second on;
-// clears the line when the search is done.
-std::function<void(const char*, size_t, size_t)> search_progress() {
+// Keeps where the search is for the Ctrl-C message and, on a terminal (`show`), prints
+// "\rsearch: orders 12/84 candidates" to stderr at most twice a second, from one second on; the
+// caller clears the line when the search is done.
+std::function<void(const char*, size_t, size_t)> search_progress(bool show) {
   using Clock = std::chrono::steady_clock;
   struct State {
     Clock::time_point start = Clock::now(), last;
     bool shown = false;
   };
   auto state = std::make_shared<State>();
-  return [state](const char* stage, size_t done, size_t total) {
+  return [state, show](const char* stage, size_t done, size_t total) {
+    set_interrupt_progress(stage, done, total);
+    if (!show) return;
     const auto now = Clock::now();
     if (now - state->start < std::chrono::seconds(1) || now - state->last < std::chrono::milliseconds(500)) return;
     state->last = now;
@@ -425,10 +429,12 @@ int run_plan(const PlanFlags& flags) {
   const CostModel model(topology, calibration);
   SearchOptions options = search_options(flags, topology);
   // On a terminal, a search that takes more than a second says how far it got.
-  if (::isatty(STDERR_FILENO)) options.progress = search_progress();
+  const bool show_progress = ::isatty(STDERR_FILENO);
+  options.progress = search_progress(show_progress);
   warn_about_assumptions(topology, calibration, workload, options.scope == Scope::Step);
   Ranked ranked{search_plans(topology, workload, model, options), {}};
-  if (options.progress) fmt::print(stderr, "\r\x1b[K");
+  if (show_progress) fmt::print(stderr, "\r\x1b[K");
+  set_interrupt_progress(nullptr, 0, 0);
   const int gpus = options.ranks > 0 ? options.ranks : topology.num_gpus();
   const double budget_GiB = options.memory_budget_fraction * topology.gpu().memory_GiB;
   if (flags.simulate_top > 0)

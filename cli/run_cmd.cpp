@@ -43,6 +43,7 @@ struct RunFlags {
   int64_t progress_rows = -1;  // -1: 0 for the local and CUDA backends, 256 for MPI
   double stall_seconds = 300;
   double peer_check_seconds = 2;
+  double heartbeat_seconds = 15;
   std::string memory_check = "on";
 };
 
@@ -241,19 +242,19 @@ bool use_mpi(const RunFlags& flags) {
 }
 
 #ifdef WALLFACER_WITH_MPI
-// WALLFACER_TEST_FAULT=stop|kill|sleep:RANK:WAITS: the tests' way to freeze, kill or slow down
+// WALLFACER_TEST_FAULT=stop|kill|sleep:RANK:POSTS: the tests' way to freeze, kill or slow down
 // one rank mid-run (docs/reliability.md); not a user setting, so not a flag.
 void read_fault_injection(runtime::MpiBackendOptions& options) {
   const char* spec = std::getenv("WALLFACER_TEST_FAULT");
   if (spec == nullptr || *spec == '\0') return;
   char kind[8] = {0};
-  int rank = -1, waits = 1;
-  if (std::sscanf(spec, "%7[a-z]:%d:%d", kind, &rank, &waits) < 2 ||
+  int rank = -1, posts = 1;
+  if (std::sscanf(spec, "%7[a-z]:%d:%d", kind, &rank, &posts) < 2 ||
       (std::string(kind) != "stop" && std::string(kind) != "kill" && std::string(kind) != "sleep"))
-    throw InputError(fmt::format("WALLFACER_TEST_FAULT must be stop, kill or sleep:RANK[:WAITS], got '{}'", spec));
+    throw InputError(fmt::format("WALLFACER_TEST_FAULT must be stop, kill or sleep:RANK[:POSTS], got '{}'", spec));
   options.fault = kind;
   options.fault_rank = rank;
-  options.fault_after_waits = std::max(1, waits);
+  options.fault_after_posts = std::max(1, posts);
 }
 #endif
 
@@ -311,6 +312,7 @@ int run_command(const RunFlags& flags) {
   runtime::MpiJob job;
   job.backend.stall_seconds = flags.stall_seconds;
   job.backend.peer_check_seconds = flags.peer_check_seconds;
+  job.backend.heartbeat_seconds = flags.heartbeat_seconds;
   read_fault_injection(job.backend);
   job.prepare = [&](int rank, int size) { prepared = prepare(flags, size, rank); };
   job.run = [&](runtime::Backend& backend) {
@@ -367,6 +369,12 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--peer-check", flags->peer_check_seconds,
                   "MPI: seconds between a waiting rank's checks that the ranks it waits on (on its host) are alive "
                   "and not stopped; a lost one ends the run naming it (0: never)")
+      ->capture_default_str()
+      ->check(finite_at_least(0, true));
+  cmd->add_option("--heartbeat-timeout", flags->heartbeat_seconds,
+                  "MPI: seconds without a heartbeat from a rank (on any host) that a waiting rank waits on before "
+                  "it ends the run naming it; ranks beat while they wait and between compute slices "
+                  "(--progress-rows), so raise it with --progress-rows 0 (0: no heartbeat)")
       ->capture_default_str()
       ->check(finite_at_least(0, true));
   cmd->add_option("--memory-check", flags->memory_check,

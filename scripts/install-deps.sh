@@ -10,6 +10,7 @@ packages=(
   libopenblas-dev libmimalloc-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
   openmpi-bin libopenmpi-dev
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev qt6-svg-dev fonts-dejavu-core xvfb xauth
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -28,6 +28,9 @@ std::string write_deepspeed(const Plan& plan);
 std::string write_usp(const Plan& plan);
 std::string write_ring_flash_attn(const Plan& plan);
 std::string write_mpirun(const Plan& plan);
+// The plan's one ring as an NCCL_GRAPH_FILE per node, in "#NCCL_GRAPH node<N> " comment lines
+// (nccl_graph.cpp); a comment with the reason when NCCL cannot follow it; "" without one ring.
+std::string nccl_ring_graphs(const Plan& plan);
 std::string write_slurm(const Plan& plan);
 
 }  // namespace wallfacer::detail

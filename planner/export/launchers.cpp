@@ -1,7 +1,8 @@
 // The launcher targets: an Open MPI rank file with a wrapper that sets each rank's GPU, and
 // Slurm's arbitrary distribution (a host file in rank order) with --gpu-bind=map_gpu, so that
 // rank r runs on the node and GPU the plan chose. Host names are placeholders node0, node1, ...
-// for the plan's topology nodes. Where the plan has one ring, its order is printed for NCCL.
+// for the plan's topology nodes. Where the plan has one ring, its order is printed for NCCL, with
+// an NCCL_GRAPH_FILE per node that sets it (nccl_graph.cpp).
 #include <fmt/format.h>
 
 #include <map>
@@ -18,14 +19,16 @@ std::string local_gpus_in_rank_order(const Plan& plan) {
   return fmt::format("{}", fmt::join(gpus, " "));
 }
 
-// NCCL chooses its own ring order; a plan whose attention is one ring states it for checking.
+// NCCL chooses its own ring order; a plan whose attention is one ring states it, and the graph
+// files that make NCCL follow it.
 std::string ring_order_note(const Plan& plan) {
   const std::vector<std::vector<int>> rings = groups_of(plan, GroupKind::Ring);
   if (rings.size() != 1) return "";
   std::vector<std::string> hops;
   for (int r : rings.front())
     hops.push_back(fmt::format("{} (node{} GPU {})", r, plan.ranks[r].node, plan.ranks[r].local_gpu));
-  return fmt::format("# NCCL ring order of the plan's one ring: {}\n", fmt::join(hops, " -> "));
+  return fmt::format("# NCCL ring order of the plan's one ring: {}\n", fmt::join(hops, " -> ")) +
+         nccl_ring_graphs(plan);
 }
 
 }  // namespace

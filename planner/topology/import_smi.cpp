@@ -14,6 +14,7 @@
 
 #include <wallfacer/core/errors.hpp>
 #include "import_model.hpp"
+#include "topology_impl.hpp"
 
 namespace wallfacer::detail {
 namespace {
@@ -59,7 +60,14 @@ Relation parse_relation(const std::string& source, int line, const std::string& 
   if (cell == "SYS" || cell == "SOC") return Relation::Sys;
   if (cell.size() > 2 && cell.rfind("NV", 0) == 0 &&
       std::all_of(cell.begin() + 2, cell.end(), [](unsigned char c) { return std::isdigit(c); })) {
-    links = std::stoi(cell.substr(2));
+    // Read digit by digit up to the limit, so that a long run of digits is a clear error, never an
+    // out-of-range exception.
+    for (auto c = cell.begin() + 2; c != cell.end() && links <= kMaxParallelLinks; ++c)
+      links = links * 10 + (*c - '0');
+    if (links > kMaxParallelLinks)
+      throw InputError(source, line,
+                       fmt::format("row {}, column {}: '{}' claims more than {} NVLinks between two GPUs", row, column,
+                                   cell, kMaxParallelLinks));
     if (links > 0) return Relation::NvLink;
   }
   throw InputError(source, line,

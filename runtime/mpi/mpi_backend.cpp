@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <climits>
+#include <cstdio>
+#include <exception>
 #include <functional>
 #include <string>
 #include <thread>
@@ -15,6 +17,7 @@
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/runtime/cpu_backend.hpp>
+#include "heartbeat.hpp"
 #include "mpi_check.hpp"
 #include "peer_watch.hpp"
 
@@ -82,8 +85,18 @@ class MpiBackend final : public CpuBackend {
     WF_MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
     tag_limit_ = found && tag_ub ? *tag_ub : 32767;
     exchange_processes();
+    heartbeat_ = std::make_unique<detail::Heartbeat>(MPI_COMM_WORLD, options_.heartbeat_seconds);
   }
   ~MpiBackend() override {
+    // The normal end waits for every rank and leaves no beat in flight. While an exception
+    // unwinds, the runner is about to abort the job: no collective may start here.
+    if (std::uncaught_exceptions() == 0) {
+      try {
+        heartbeat_->finish();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", rank_, e.what());
+      }
+    }
     for (MPI_Comm& comm : comms_)
       if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);  // no throwing from a destructor
   }
@@ -167,6 +180,7 @@ class MpiBackend final : public CpuBackend {
   }
 
   bool test(RequestId id) override {
+    heartbeat_->beat();
     Pending& p = find(id);
     if (!p.done) poll(p);
     if (!p.done) return false;
@@ -175,7 +189,6 @@ class MpiBackend final : public CpuBackend {
   }
 
   void wait_any(const std::vector<RequestId>& ids) override {
-    inject_fault();
     auto done = [&] {
       for (RequestId id : ids) {
         Pending& p = find(id);
@@ -201,6 +214,7 @@ class MpiBackend final : public CpuBackend {
   }
 
   void progress() override {
+    heartbeat_->beat();
     for (auto& [id, p] : pending_)
       if (!p.done) poll(p);
   }
@@ -243,6 +257,7 @@ class MpiBackend final : public CpuBackend {
 
  private:
   Pending& add(std::string what) {
+    inject_fault();  // before the new operation is in pending_, which a slow rank's progress polls
     Pending& p = pending_[++last_id_];
     p.what = std::move(what);
     return p;
@@ -271,8 +286,12 @@ class MpiBackend final : public CpuBackend {
                   const std::function<std::string()>& describe) {
     const auto start = std::chrono::steady_clock::now();
     double next_peer_check = options_.peer_check_seconds;
+    // Silence is judged a few times per timeout; each check takes in the beats that arrived.
+    const double heartbeat_check = heartbeat_->timeout_seconds() / 20;
+    double next_heartbeat_check = heartbeat_check;
     auto pause = std::chrono::microseconds(10);
     while (!done()) {
+      heartbeat_->beat();
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (options_.stall_seconds > 0 && waited > options_.stall_seconds)
         throw MpiError(
@@ -281,6 +300,12 @@ class MpiBackend final : public CpuBackend {
         next_peer_check = waited + options_.peer_check_seconds;
         if (const std::string lost = watch_.lost(peers()); !lost.empty())
           throw MpiError(fmt::format("lost {} after waiting {:.0f} s on{}", lost, waited, describe()));
+      }
+      if (heartbeat_->enabled() && waited > next_heartbeat_check) {
+        next_heartbeat_check = waited + heartbeat_check;
+        if (const std::string lost = heartbeat_->silent(peers()); !lost.empty())
+          throw MpiError(fmt::format("lost {} (stopped, hung, or its host unreachable) after waiting {:.1f} s on{}",
+                                     lost, waited, describe()));
       }
       // Back off, so that ranks sharing a core (oversubscribed runs) leave it to the busy ones.
       std::this_thread::sleep_for(pause);
@@ -320,11 +345,16 @@ class MpiBackend final : public CpuBackend {
     watch_ = detail::PeerWatch(rank_, std::move(peers));
   }
   void inject_fault() {
-    if (options_.fault.empty() || rank_ != options_.fault_rank || ++waits_ != options_.fault_after_waits) return;
+    // Counted in posted operations, which the schedule fixes, not in waits, which depend on timing.
+    if (options_.fault.empty() || rank_ != options_.fault_rank || ++posted_ != options_.fault_after_posts) return;
     // A slow rank, for the tests that no false alarm is raised: sleeping, but neither stopped
     // nor gone, for longer than several peer checks.
+    // It sleeps in slices with a progress call between them, as a long compute op does.
     if (options_.fault == "sleep") {
-      std::this_thread::sleep_for(std::chrono::seconds(8));
+      for (int slice = 0; slice < 80; ++slice) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        progress();
+      }
       return;
     }
     ::raise(options_.fault == "kill" ? SIGKILL : SIGSTOP);
@@ -355,7 +385,8 @@ class MpiBackend final : public CpuBackend {
   std::vector<std::string> group_names_;
   std::vector<std::vector<int>> group_ranks_;
   detail::PeerWatch watch_;
-  int waits_ = 0;
+  std::unique_ptr<detail::Heartbeat> heartbeat_;
+  int posted_ = 0;
   std::unordered_map<RequestId, Pending> pending_;
   RequestId last_id_ = 0;
 };

@@ -300,5 +300,67 @@ TEST(Export, CommandRefusesWithTheReasonAndTheNearestPlan) {
       << bad.output;
 }
 
+// The ring NCCL runs from the exported NCCL_GRAPH_FILEs: the nodes in the order their graphs
+// appear, each node's GPUs in its channel's order, as (node, local GPU) pairs.
+std::vector<std::pair<int, int>> ring_from_nccl_graphs(const std::string& text) {
+  std::vector<std::pair<int, int>> ring;
+  const std::regex gpu("#NCCL_GRAPH node(\\d+) +<gpu dev=\"(0x[0-9a-f]+|\\d+)\"/>");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), gpu); it != std::sregex_iterator(); ++it)
+    ring.emplace_back(std::stoi((*it)[1]), std::stoi((*it)[2], nullptr, 0));
+  return ring;
+}
+
+// The plan's one ring as (node, local GPU) pairs, rotated to start where `start` is.
+std::vector<std::pair<int, int>> plan_ring_from(const Plan& plan, std::pair<int, int> start) {
+  std::vector<int> ring;
+  for (const CommGroup& g : plan.groups)
+    if (g.kind == GroupKind::Ring && g.name.find(".rev") == std::string::npos) ring = g.ranks;
+  std::vector<std::pair<int, int>> slots;
+  for (int r : ring)
+    slots.emplace_back(plan.ranks[r].node, plan.ranks[r].local_gpu);
+  const auto at = std::find(slots.begin(), slots.end(), start);
+  if (at != slots.end()) std::rotate(slots.begin(), at, slots.end());
+  return slots;
+}
+
+TEST(Export, NcclGraphFilesMakeNcclRunThePlansRing) {
+  // Two nodes with their GPUs in different scrambled orders; the ring is the rank order.
+  const Plan plan =
+      plan_of(StrategyKind::Ring, 16, 1, 1, NoKnobs{}, false, {3, 1, 0, 2, 7, 5, 4, 6, 8, 10, 9, 11, 15, 12, 13, 14});
+  for (ExportTarget target : {ExportTarget::Mpirun, ExportTarget::Slurm}) {
+    const std::string text = export_plan(plan, target);
+    const auto nccl = ring_from_nccl_graphs(text);
+    ASSERT_EQ(nccl.size(), 16u) << text;
+    EXPECT_EQ(nccl, plan_ring_from(plan, nccl.front())) << text;
+    // Each node's lines form one well-formed document: a ring graph, one channel, NICs at both ends.
+    for (int node : {0, 1}) {
+      const std::string prefix = "#NCCL_GRAPH node" + std::to_string(node) + " ";
+      std::string xml;
+      std::stringstream lines(text);
+      for (std::string line; std::getline(lines, line);)
+        if (line.rfind(prefix, 0) == 0) xml += line.substr(prefix.size()) + "\n";
+      EXPECT_EQ(xml.rfind("<graphs version=\"1\">\n  <graph id=\"0\" pattern=\"4\"", 0), 0u) << xml;
+      EXPECT_NE(xml.find("<channel>\n      <net dev=\"0\"/>\n      <gpu"), std::string::npos) << xml;
+      EXPECT_NE(xml.find("/>\n      <net dev=\"0\"/>\n    </channel>\n  </graph>\n</graphs>\n"), std::string::npos)
+          << xml;
+    }
+  }
+  // One node: no NICs in the channel.
+  const Plan one = plan_of(StrategyKind::Ring, 4, 1, 1, NoKnobs{}, false, {2, 0, 3, 1});
+  const std::string single = export_plan(one, ExportTarget::Mpirun);
+  const auto nccl = ring_from_nccl_graphs(single);
+  ASSERT_EQ(nccl.size(), 4u) << single;
+  EXPECT_EQ(nccl, plan_ring_from(one, nccl.front()));
+  EXPECT_EQ(single.find("<net"), std::string::npos) << single;
+
+  // A ring that goes back and forth between the nodes cannot be one NCCL ring: refused, named.
+  const Plan zigzag_nodes =
+      plan_of(StrategyKind::Ring, 16, 1, 1, NoKnobs{}, false, {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15});
+  const std::string refused = export_plan(zigzag_nodes, ExportTarget::Mpirun);
+  EXPECT_TRUE(ring_from_nccl_graphs(refused).empty()) << refused;
+  EXPECT_NE(refused.find("no NCCL_GRAPH_FILE for this ring: the ring enters a node more than once"), std::string::npos)
+      << refused;
+}
+
 }  // namespace
 }  // namespace wallfacer

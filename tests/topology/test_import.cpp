@@ -293,6 +293,13 @@ TEST(TopologyImport, NvidiaSmiMeshPxbAndErrors) {
             "m.txt:5: error: expected 5 rows, one per column of the header at line 1, found 4");
   EXPECT_EQ(smi_error("no matrix here\n"),
             "m.txt: error: expected the header row of `nvidia-smi topo -m` (GPU0 GPU1 ... NIC0 ...), found none");
+  // Found by fuzzing (tests/fuzz/corpus/fuzz_nvidia_smi/nv-count-overflow.txt): a link count
+  // past what an int holds ended in an uncaught std::out_of_range from std::stoi.
+  EXPECT_EQ(smi_error(edit(mesh, "GPU0\t X \tNV4\t", "GPU0\t X \tNV88888888888888888888888818\t")),
+            "m.txt:2: error: row GPU0, column GPU1: 'NV88888888888888888888888818' claims more than 1024 NVLinks "
+            "between two GPUs");
+  EXPECT_EQ(smi_error(edit(mesh, "GPU0\t X \tNV4\t", "GPU0\t X \tNV1025\t")),
+            "m.txt:2: error: row GPU0, column GPU1: 'NV1025' claims more than 1024 NVLinks between two GPUs");
 }
 
 // ---- the minimal form and the command line --------------------------------------------------------

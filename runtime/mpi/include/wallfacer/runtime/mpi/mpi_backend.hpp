@@ -27,12 +27,17 @@ struct MpiBackendOptions {
   // How often a waiting rank checks that the ranks it waits on are alive and not stopped (on
   // its own host; peer_watch.hpp). 0: never.
   double peer_check_seconds = 2;
+  // A waiting rank declares an awaited rank on any host lost after this long without a
+  // heartbeat from it (heartbeat.hpp): ranks beat whenever they wait, test or progress between
+  // compute slices. 0: no heartbeat.
+  double heartbeat_seconds = 15;
   // Fault injection for the tests: rank `fault_rank` stops itself (SIGSTOP, "stop"), dies
-  // (SIGKILL, "kill") or sleeps 8 s ("sleep", a slow rank) at its `fault_after_waits`-th wait.
+  // (SIGKILL, "kill") or sleeps 8 s in slices with progress calls between them ("sleep", a slow
+  // rank) as it posts its `fault_after_posts`-th transfer or collective.
   // Empty `fault`: none.
   std::string fault;
   int fault_rank = -1;
-  int fault_after_waits = 1;
+  int fault_after_posts = 1;
 };
 
 // Needs MPI to be initialised (run_mpi_job in mpi_runner.hpp does it). Uses MPI_COMM_WORLD.

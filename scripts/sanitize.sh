@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds wallfacer with AddressSanitizer and UndefinedBehaviorSanitizer into build-sanitize/
+# and runs the test suite there: any memory error, leak or undefined behaviour fails the test
+# that caused it (docs/reliability.md, "Sanitizers"). Extra arguments go to ctest, e.g.
+#   bash scripts/sanitize.sh -R robustness
+# WALLFACER_SANITIZE_LABELS_EXCLUDE (default: sanitize-slow) names ctest labels left out; tests
+# so labelled run in the normal build only, and their list is in tests/sanitize/README.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S . -B build-sanitize -G Ninja "${launcher[@]}" -DWALLFACER_SANITIZE=ON -DWALLFACER_BENCH=OFF
+cmake --build build-sanitize -j "$(nproc)"
+
+# halt_on_error: the first report ends the process, so no test passes past one. Leaks are
+# checked at exit. What Open MPI's libraries keep until exit is suppressed by library name, with
+# the reason, in tests/sanitize/lsan.supp.
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export LSAN_OPTIONS="suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+# MPI ranks (started by mpirun) record full allocation stacks: Open MPI's libraries have no
+# frame pointers, so the fast unwinder stops at their first frame and lsan.supp could not name
+# them. Only the ranks pay for it (mpirun sets their environment from this list): the slow
+# unwinder makes every allocation several times dearer.
+export OMPI_MCA_mca_base_env_list="ASAN_OPTIONS=$ASAN_OPTIONS:fast_unwind_on_malloc=0"
+exclude="${WALLFACER_SANITIZE_LABELS_EXCLUDE-sanitize-slow}"
+label_args=()
+[ -n "$exclude" ] && label_args=(-LE "$exclude")
+ctest --test-dir build-sanitize --output-on-failure -j "$(nproc)" "${label_args[@]}" "$@"
