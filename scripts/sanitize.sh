@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-cmake -S . -B build-sanitize -G Ninja "${launcher[@]}" -DWALLFACER_SANITIZE=ON -DWALLFACER_BENCH=OFF
+cmake -S . -B build-sanitize -G Ninja "${launcher[@]}" -DWALLFACER_SANITIZE=ON -DWALLFACER_BENCH=OFF \
+  -DWALLFACER_CUDA=OFF
 cmake --build build-sanitize -j "$(nproc)"
 
 # halt_on_error: the first report ends the process, so no test passes past one. Leaks are
