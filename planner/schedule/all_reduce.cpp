@@ -168,8 +168,8 @@ TreeLayout single_channel_layout(std::vector<int> members) {
   return layout;
 }
 
-double tree_transfer_bytes(int64_t elements, int channels) {
-  return double(elements) * 4 / (2.0 * std::max(channels, 1));
+double tree_transfer_bytes(int64_t buffer_bytes, int channels) {
+  return double(buffer_bytes) / (2.0 * std::max(channels, 1));
 }
 
 namespace {
