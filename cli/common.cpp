@@ -63,6 +63,11 @@ void add_workload_flags(CLI::App* app, WorkloadFlags& flags) {
                   "(gradient accumulation; the 1F1B pipeline schedule with --pp) (default: 1)")
       ->check(CLI::PositiveNumber)
       ->group(group);
+  app->add_option("--grad-comm-dtype", o.grad_comm_dtype,
+                  "The dtype gradients are reduced in: fp32 (Megatron-LM and NeMo under bf16, torchtitan's FSDP), "
+                  "or bf16/fp16 (DeepSpeed's ZeRO reduces in the gradients' dtype) (default: fp32)")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
+      ->group(group);
   app->add_option("--grad-bucket-MiB", o.grad_bucket_MiB, "Gradient synchronisation bucket in MiB (default: 25)")
       ->check(CLI::Range(1, 1 << 20))
       ->group(group);
@@ -174,6 +179,7 @@ nlohmann::json to_json(const Workload& w) {
                         {"zero_stage", w.zero_stage},
                         {"checkpointing", to_string(w.checkpointing)},
                         {"grad_bucket_MiB", w.grad_bucket_MiB},
+                        {"grad_comm_dtype", to_string(w.grad_comm_dtype)},
                         {"parameters", w.parameter_count()}};
 }
 

@@ -82,8 +82,8 @@ CollectiveSteps ring_steps(OpKind kind, const CollectiveSpec& spec, double membe
 // completion re-solve SimGrid's whole max-min system.) The pipeline's fill, the latency of the
 // tree's longest path, is the delay the replay puts before the first send.
 CollectiveSteps tree_steps(const CollectiveSpec& spec, const std::vector<int>& group, size_t pos,
-                           const TreeRounds& tree) {
-  const double bytes = tree_transfer_bytes(spec.elements, tree.channels);
+                           const TreeRounds& tree, int grad_elem_bytes) {
+  const double bytes = tree_transfer_bytes(spec.elements * grad_elem_bytes, tree.channels);
   CollectiveSteps steps;
   steps.order = StepOrder::Pairwise;
   for (int32_t index : tree.sends[pos])
@@ -162,8 +162,8 @@ CollectiveSteps expand_collective(const CollectiveSpec& spec, double member_byte
     case OpKind::ReduceScatter:
     case OpKind::AllReduce:
       if (spec.kind == OpKind::AllReduce && spec.algorithm == AllReduceAlgorithm::Tree) {
-        if (tree) return tree_steps(spec, group, pos, *tree);
-        return tree_steps(spec, group, pos, index_tree_rounds(single_channel_layout(group)));
+        if (tree) return tree_steps(spec, group, pos, *tree, options.grad_elem_bytes);
+        return tree_steps(spec, group, pos, index_tree_rounds(single_channel_layout(group)), options.grad_elem_bytes);
       }
       return ring_steps(spec.kind, spec, member_bytes, group, pos, pool, size_t(options.max_ring_steps));
     case OpKind::AllToAll:

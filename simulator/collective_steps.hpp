@@ -50,6 +50,7 @@ struct ExpandOptions {
   // before it is sent, waits the latency of all but one of them, so an uncontended ring takes
   // exactly as long as step by step. 0 keeps every step.
   int max_ring_steps = 0;
+  int grad_elem_bytes = 4;  // the schedule's gradient element size (ScheduleDims), for tree all-reduces
 };
 
 // A group's tree all-reduce transfers (all_reduce.hpp), with each member's sends and receives in

@@ -40,6 +40,7 @@ Replay::Replay(const Plan& plan, const Topology& topology, const Schedule& sched
   slowdown_ = options.comm_slowdown && options.calibration.compute_slowdown_under_comm() < 1.0;
   expand_options_.all_to_all = options.all_to_all == "direct" ? AllToAllAlgorithm::Direct : AllToAllAlgorithm::Pairwise;
   expand_options_.max_ring_steps = options.max_ring_steps;
+  expand_options_.grad_elem_bytes = schedule_.dims.grad_elem_bytes;
   validate_schedule();
   if (!options.trace_ranks.empty()) {
     traced_.assign(size_t(plan.num_ranks()), false);

@@ -116,7 +116,11 @@ std::string Checker::step_compute_problem(const Op& op) const {
   for (int32_t t : op.tok)
     if (t != -1) return fmt::format("names token set {}, but whole-step compute has no token axis", t);
   if (!(op.flops >= 0) || op.bytes < 0) return fmt::format("negative size: flops {}, bytes {}", op.flops, op.bytes);
-  if (op.kind == OpKind::Pointwise) return "";
+  if (op.kind == OpKind::Pointwise) {
+    const bool fp8 = op.label == StepOp::Fp8Cast || op.label == StepOp::Fp8Scale;
+    if (fp8 && !plan_.workload.fp8_linear) return "an fp8 cast or scale update in a workload without fp8_linear";
+    return "";
+  }
   const int32_t m = op.gemm[0], n = op.gemm[1], k = op.gemm[2];
   if (m <= 0 || n <= 0 || k <= 0) return fmt::format("GEMM dimensions {} x {} x {} are not positive", m, n, k);
   const double expect = 2.0 * double(m) * double(n) * double(k);
@@ -153,9 +157,10 @@ void Checker::check_flat_bytes(const RankProgram& prog, int32_t i) {
   const int64_t p = int64_t(plan_.groups[size_t(spec.group)].ranks.size());
   int64_t expect = 0;
   if (p > 1 && spec.kind == OpKind::AllReduce) {
-    expect = 2 * (p - 1) * spec.elements * 4 / p;
+    expect = 2 * (p - 1) * spec.elements * dims_.grad_elem_bytes / p;
   } else if (p > 1) {
-    expect = (p - 1) * spec.elements * (has(spec.fields, Field::WeightGrad) ? 4 : dims_.elem_bytes) / p;
+    expect =
+        (p - 1) * spec.elements * (has(spec.fields, Field::WeightGrad) ? dims_.grad_elem_bytes : dims_.elem_bytes) / p;
   }
   if (op.bytes != expect)
     error("{}: sends {} bytes, but {} elements of {} over {} members are {} bytes", where(prog.rank, i), op.bytes,

@@ -43,7 +43,7 @@ struct OpPricer {
         if (op.kind == OpKind::AllToAll) return network.all_to_all_seconds(program, op, schedule.tokens, schedule.dims);
         const CollectiveSpec& spec = program.collectives[size_t(op.coll)];
         if (op.kind == OpKind::AllReduce && spec.algorithm == AllReduceAlgorithm::Tree)
-          return network.tree_all_reduce_seconds(spec.group, spec.elements);
+          return network.tree_all_reduce_seconds(spec.group, spec.elements * schedule.dims.grad_elem_bytes);
         return network.collective_seconds(op.kind, spec.group, op.bytes);
       }
       default:

@@ -51,17 +51,17 @@ void ContentionCounter::clear() {
   touched_.clear();
 }
 
-std::optional<double> TreePriceCache::find(const std::vector<int>& gpus, int64_t elements) const {
+std::optional<double> TreePriceCache::find(const std::vector<int>& gpus, int64_t buffer_bytes) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = seconds_.find({elements, gpus});
+  auto it = seconds_.find({buffer_bytes, gpus});
   if (it == seconds_.end()) return std::nullopt;
   return it->second;
 }
 
-void TreePriceCache::store(const std::vector<int>& gpus, int64_t elements, double seconds) {
+void TreePriceCache::store(const std::vector<int>& gpus, int64_t buffer_bytes, double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (seconds_.size() >= kMaxEntries) seconds_.clear();
-  seconds_.emplace(std::make_pair(elements, gpus), seconds);
+  seconds_.emplace(std::make_pair(buffer_bytes, gpus), seconds);
 }
 
 NetworkPricer::NetworkPricer(const Topology& topology, const Plan& plan, const std::vector<FlowSet>& flow_sets,
@@ -281,11 +281,11 @@ void NetworkPricer::add_load(std::vector<ResourceLoad>& loads, int src_gpu, int 
   }
 }
 
-double NetworkPricer::tree_all_reduce_seconds(int group, int64_t elements) {
+double NetworkPricer::tree_all_reduce_seconds(int group, int64_t buffer_bytes) {
   if (group < 0 || group >= int(plan_.groups.size())) return 0;
   const int n = int(plan_.groups[size_t(group)].ranks.size());
   if (n < 2) return 0;
-  auto [it, fresh] = tree_seconds_.try_emplace({group, elements}, 0.0);
+  auto [it, fresh] = tree_seconds_.try_emplace({group, buffer_bytes}, 0.0);
   if (!fresh) return it->second;
   // The layout follows from the GPUs alone (TreeLayout::members are by GPU).
   std::vector<int> gpus;
@@ -293,7 +293,7 @@ double NetworkPricer::tree_all_reduce_seconds(int group, int64_t elements) {
     gpus.push_back(gpu_of(rank));
   std::sort(gpus.begin(), gpus.end());
   if (tree_prices_) {
-    if (std::optional<double> known = tree_prices_->find(gpus, elements)) return it->second = *known;
+    if (std::optional<double> known = tree_prices_->find(gpus, buffer_bytes)) return it->second = *known;
   }
   const TreeLayout layout = tree_layout(plan_, group, topology_);
   auto gpu = [&](int member) { return gpus[size_t(member)]; };
@@ -304,7 +304,7 @@ double NetworkPricer::tree_all_reduce_seconds(int group, int64_t elements) {
   // after the pipeline's fill (the critical latency, less that transfer's own latency); each
   // takes its latency and its bytes at its share of the links it crosses with the other
   // transfers of its round.
-  const double bytes = tree_transfer_bytes(elements, int(layout.parents.size()));
+  const double bytes = tree_transfer_bytes(buffer_bytes, int(layout.parents.size()));
   const std::vector<TreeTransfer> transfers = tree_transfers(layout);
   std::vector<double> send_free(size_t(n), -1.0), recv_free(size_t(n), 0.0);
   double end_s = 0;
@@ -340,7 +340,7 @@ double NetworkPricer::tree_all_reduce_seconds(int group, int64_t elements) {
       end_s = std::max(end_s,
                        loads[id].first_s + loads[id].bytes / (topology_.resource_bandwidth_GBps(ResourceId(id)) * 1e9));
   it->second = end_s;
-  if (tree_prices_) tree_prices_->store(gpus, elements, it->second);
+  if (tree_prices_) tree_prices_->store(gpus, buffer_bytes, it->second);
   return it->second;
 }
 

@@ -173,7 +173,8 @@ bool operator==(const Workload& a, const Workload& b) {
          a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.ffn == b.ffn && a.vocab == b.vocab &&
          a.gated_ffn == b.gated_ffn && a.seq == b.seq && a.batch == b.batch && a.dtype == b.dtype &&
          a.causal == b.causal && a.zero_stage == b.zero_stage && a.checkpointing == b.checkpointing &&
-         a.grad_bucket_MiB == b.grad_bucket_MiB && a.fp8_linear == b.fp8_linear && a.microbatches == b.microbatches;
+         a.grad_bucket_MiB == b.grad_bucket_MiB && a.fp8_linear == b.fp8_linear && a.microbatches == b.microbatches &&
+         a.grad_comm_dtype == b.grad_comm_dtype;
 }
 
 bool operator==(const Plan& a, const Plan& b) {

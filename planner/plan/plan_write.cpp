@@ -64,6 +64,7 @@ void write_workload(const Workload& w, std::ostream& out) {
                      to_string(w.dtype), boolean(w.causal), w.zero_stage);
   out << fmt::format("  checkpointing: {}\n  grad_bucket_MiB: {}\n", to_string(w.checkpointing), w.grad_bucket_MiB);
   if (w.fp8_linear) out << "  fp8_linear: true\n";
+  if (w.grad_comm_dtype != DType::FP32) out << fmt::format("  grad_comm_dtype: {}\n", to_string(w.grad_comm_dtype));
   if (w.microbatches > 1) out << fmt::format("  microbatches: {}\n", w.microbatches);
 }
 

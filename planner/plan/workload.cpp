@@ -148,13 +148,13 @@ std::optional<Problem> find_problem(const Workload& w) {
 }
 
 const std::initializer_list<std::string_view> kPlanKeys = {
-    "model",         "layers",          "hidden",     "heads",       "kv_heads", "head_dim", "ffn",
-    "vocab",         "gated_ffn",       "seq",        "batch",       "dtype",    "causal",   "zero_stage",
-    "checkpointing", "grad_bucket_MiB", "fp8_linear", "microbatches"};
+    "model",         "layers",          "hidden",     "heads",        "kv_heads",       "head_dim", "ffn",
+    "vocab",         "gated_ffn",       "seq",        "batch",        "dtype",          "causal",   "zero_stage",
+    "checkpointing", "grad_bucket_MiB", "fp8_linear", "microbatches", "grad_comm_dtype"};
 const std::initializer_list<std::string_view> kModelFileKeys = {
-    "model",    "description", "source",        "layers",          "hidden",     "heads",       "kv_heads",
-    "head_dim", "ffn",         "vocab",         "gated_ffn",       "seq",        "batch",       "dtype",
-    "causal",   "zero_stage",  "checkpointing", "grad_bucket_MiB", "fp8_linear", "microbatches"};
+    "model",    "description", "source",        "layers",          "hidden",     "heads",        "kv_heads",
+    "head_dim", "ffn",         "vocab",         "gated_ffn",       "seq",        "batch",        "dtype",
+    "causal",   "zero_stage",  "checkpointing", "grad_bucket_MiB", "fp8_linear", "microbatches", "grad_comm_dtype"};
 
 // Reads the fields present in `node`; absent ones keep Workload's defaults for now.
 Workload read_fields(const YAML::Node& node, WorkloadSource& from, bool all_fields) {
@@ -210,6 +210,14 @@ Workload read_fields(const YAML::Node& node, WorkloadSource& from, bool all_fiel
       yaml::fail(src, node["dtype"], e.message());
     }
   }
+  if (has("grad_comm_dtype")) {
+    try {
+      w.grad_comm_dtype = parse_dtype(yaml::as_string(src, node["grad_comm_dtype"], "grad_comm_dtype"));
+    } catch (const InputError& e) {
+      if (!e.file().empty()) throw;
+      yaml::fail(src, node["grad_comm_dtype"], e.message());
+    }
+  }
   return w;
 }
 
@@ -252,6 +260,14 @@ void apply_overrides(Workload& w, WorkloadSource& from, const WorkloadOverrides&
       throw InputError("--dtype", 0, e.message());
     }
     from.overridden.insert("dtype");
+  }
+  if (o.grad_comm_dtype) {
+    try {
+      w.grad_comm_dtype = parse_dtype(*o.grad_comm_dtype);
+    } catch (const InputError& e) {
+      throw InputError("--grad-comm-dtype", 0, e.message());
+    }
+    from.overridden.insert("grad_comm_dtype");
   }
   auto given = [&](const char* f) { return from.overridden.count(f) > 0; };
   if (given("heads") && !given("kv_heads") && before.kv_heads == before.heads) w.kv_heads = w.heads;

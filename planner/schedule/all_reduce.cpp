@@ -168,8 +168,8 @@ TreeLayout single_channel_layout(std::vector<int> members) {
   return layout;
 }
 
-double tree_transfer_bytes(int64_t elements, int channels) {
-  return double(elements) * 4 / (2.0 * std::max(channels, 1));
+double tree_transfer_bytes(int64_t buffer_bytes, int channels) {
+  return double(buffer_bytes) / (2.0 * std::max(channels, 1));
 }
 
 namespace {
@@ -282,7 +282,7 @@ void choose_all_reduce_algorithms(Plan& plan, const Topology& topology, std::opt
   const int per_node = topology.gpus_per_node();
   const AlphaBeta intra = per_node > 1 ? link_class(topology, 0, 1) : AlphaBeta{};
   const AlphaBeta inter = topology.num_nodes() > 1 ? link_class(topology, 0, per_node) : intra;
-  const double bytes = double(plan.workload.attention_parameters_per_layer()) * 4;
+  const double bytes = double(plan.workload.attention_parameters_per_layer()) * bytes_of(plan.workload.grad_comm_dtype);
   const int channels = tree_channels(topology);
   for (CommGroup& group : plan.groups) {
     group.all_reduce = AllReduceAlgorithm::Ring;

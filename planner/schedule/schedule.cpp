@@ -164,9 +164,10 @@ const char* to_string(Phase p) {
 
 const char* to_string(StepOp op) {
   static constexpr const char* kNames[] = {
-      "attention", "embedding", "norm",      "q_proj",       "k_proj",        "v_proj",         "rope",
-      "out_proj",  "residual",  "mlp_gate",  "mlp_up",       "activation",    "mlp_down",       "lm_head",
-      "loss",      "optimizer", "grad_sync", "param_gather", "tensor_gather", "tensor_scatter", "stage_transfer"};
+      "attention",     "embedding",      "norm",           "q_proj",    "k_proj",    "v_proj",
+      "rope",          "out_proj",       "residual",       "mlp_gate",  "mlp_up",    "activation",
+      "mlp_down",      "lm_head",        "loss",           "optimizer", "grad_sync", "param_gather",
+      "tensor_gather", "tensor_scatter", "stage_transfer", "fp8_cast",  "fp8_scale"};
   const auto i = size_t(op);
   return i < std::size(kNames) ? kNames[i] : "?";
 }

@@ -96,6 +96,7 @@ uint64_t schedule_hash(const Plan& plan, const Schedule& schedule) {
   h.add(schedule.dims.kv_heads);
   h.add(schedule.dims.head_dim);
   h.add(schedule.dims.elem_bytes);
+  h.add(schedule.dims.grad_elem_bytes);
   h.add(schedule.dims.causal);
   for (const RankProgram& program : schedule.ranks) {
     h.add(gpu_of(plan, program.rank));

@@ -275,6 +275,8 @@ class StepTemplateBuilder {
     if (flags && gradient_input_ >= 0) start.push_back(gradient_input_);
     writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e, start);
     std::vector<int32_t> input = tensor_gather(after(writer_.last_compute()));
+    fp8_cast(s.m * s.H, input);
+    fp8_cast((s.h() + 2 * s.hkv()) * s.H);
     Producers p;
     writer_.gemm(StepOp::QProj, GemmPart::Forward, s.m, s.h(), s.H, input);
     p.q = writer_.pointwise(StepOp::Rope, 2 * s.m * s.h() * s.e);
@@ -288,17 +290,24 @@ class StepTemplateBuilder {
         splice(0, a_.split, nullptr, p, flags, phase, flags ? forward_attention_last_ : std::vector<int32_t>{});
     const std::vector<int32_t> last = writer_.last_per_stream(begin, writer_.size());
     if (!flags) forward_attention_last_ = last;
+    fp8_cast(s.m * s.h(), last);
+    fp8_cast(s.H * s.h());
     writer_.gemm(StepOp::OutProj, GemmPart::Forward, s.m, s.H, s.h(), last);
     writer_.pointwise(StepOp::Residual, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
     writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e);
     input = tensor_gather(after(writer_.last_compute()));
+    fp8_cast(s.m * s.H, input);
+    fp8_cast((s.mlp_matrices() - 1) * s.f() * s.H);
     if (s.gated) writer_.gemm(StepOp::MlpGate, GemmPart::Forward, s.m, s.f(), s.H, input);
     writer_.gemm(StepOp::MlpUp, GemmPart::Forward, s.m, s.f(), s.H, input);
     writer_.pointwise(StepOp::Activation, (s.gated ? 3 : 2) * s.m * s.f() * s.e);
     if (whole) {
+      fp8_cast(s.m * s.f());
+      fp8_cast(s.H * s.f());
       writer_.gemm(StepOp::MlpDown, GemmPart::Forward, s.m, s.H, s.f());
       writer_.pointwise(StepOp::Residual, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
     }
+    fp8_scale(whole ? 8 : 6);  // the inputs and weights of the layer's 4 (3) linear layers
     writer_.set_flags(0);
     return map;
   }
@@ -350,9 +359,11 @@ class StepTemplateBuilder {
     std::vector<int32_t> start = after(writer_.last_compute());
     if (gradient_input_ >= 0) start.push_back(gradient_input_);
     std::vector<int32_t> grad = tensor_gather(start);
+    fp8_cast(s.m * s.H, grad);
     writer_.gemm(StepOp::MlpDown, GemmPart::DataGrad, s.m, s.f(), s.H, grad);
     writer_.gemm(StepOp::MlpDown, GemmPart::WeightGrad, s.f(), s.H, s.m, grad);
     writer_.pointwise(StepOp::Activation, (s.gated ? 5 : 3) * s.m * s.f() * s.e);
+    fp8_cast((s.mlp_matrices() - 1) * s.m * s.f());
     if (s.gated) {
       writer_.gemm(StepOp::MlpGate, GemmPart::DataGrad, s.m, s.H, s.f());
       writer_.gemm(StepOp::MlpGate, GemmPart::WeightGrad, s.H, s.f(), s.m);
@@ -362,6 +373,7 @@ class StepTemplateBuilder {
     writer_.pointwise(StepOp::Norm, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
     writer_.pointwise(StepOp::Residual, 3 * s.rows() * s.H * s.e);
     grad = tensor_gather(after(writer_.last_compute()));
+    fp8_cast(s.m * s.H, grad);
     Producers p;
     p.dO = writer_.gemm(StepOp::OutProj, GemmPart::DataGrad, s.m, s.h(), s.H, grad);
     writer_.gemm(StepOp::OutProj, GemmPart::WeightGrad, s.h(), s.H, s.m, grad);
@@ -369,6 +381,7 @@ class StepTemplateBuilder {
     const std::vector<int32_t>& forward = recompute_map_.empty() ? forward_map_ : recompute_map_;
     splice(a_.split, uint32_t(a_.program.ops.size()), &forward, p, 0, std::nullopt);
     writer_.pointwise(StepOp::Rope, 2 * s.m * (s.h() + s.hkv()) * s.e, writer_.last_per_stream(begin, writer_.size()));
+    fp8_cast(s.m * (s.h() + 2 * s.hkv()));
     writer_.gemm(StepOp::QProj, GemmPart::WeightGrad, s.H, s.h(), s.m);
     writer_.gemm(StepOp::KProj, GemmPart::WeightGrad, s.H, s.hkv(), s.m);
     const int32_t attn_wgrad = writer_.gemm(StepOp::VProj, GemmPart::WeightGrad, s.H, s.hkv(), s.m);
@@ -377,6 +390,7 @@ class StepTemplateBuilder {
     writer_.gemm(StepOp::VProj, GemmPart::DataGrad, s.m, s.H, s.hkv());
     writer_.pointwise(StepOp::Norm, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
     writer_.pointwise(StepOp::Residual, 3 * s.rows() * s.H * s.e);
+    fp8_scale(4);  // the output gradients of the layer's 4 linear layers
     // Gradient buckets share the collective stream with the strategy's collectives, so they are
     // queued behind the layer's attention backward, not ahead of it (docs/step.md).
     sync_gradients(s.mlp_matrices() * s.H * s.f() + s.H, {mlp_wgrad});
@@ -408,6 +422,21 @@ class StepTemplateBuilder {
     if (w_.zero_stage == 1 || w_.zero_stage == 2) gather_parameters(params, {step});
   }
 
+  // fp8 GEMMs (docs/step.md "fp8 GEMMs"): Transformer Engine casts each GEMM operand of the
+  // dtype to fp8 once per use, writing the fp8 tensor and its fp8 transpose (Hopper's fp8 GEMMs
+  // take only the TN layout, so the other product of the backward reads the transpose): e bytes
+  // read and 2 written per element.
+  void fp8_cast(int64_t elements, const std::vector<int32_t>& deps = {}) {
+    if (w_.fp8_linear) writer_.pointwise(StepOp::Fp8Cast, elements * (shape_.e + 2), deps);
+  }
+  // Delayed scaling's bookkeeping of `tensors` fp8 tensors: each one's amax history (kAmaxHistory
+  // fp32 values) read and written rolled, and its scale and inverse scale read and written.
+  void fp8_scale(int64_t tensors) {
+    if (w_.fp8_linear) writer_.pointwise(StepOp::Fp8Scale, tensors * (2 * 4 * kAmaxHistory + 4 * 4));
+  }
+  // Transformer Engine's DelayedScaling amax_history_len default (NeMo's fp8_amax_history_len too).
+  static constexpr int64_t kAmaxHistory = 1024;
+
   // Reads fp32 master weights, gradients and both moments, writes them back and the dtype copy.
   static constexpr int64_t kAdamBytesPerParameter = 4 * 4 + 3 * 4 + 2;
 
@@ -435,7 +464,7 @@ class StepTemplateBuilder {
   void sync_gradients(int64_t elements, const std::vector<int32_t>& after) {
     if (a_.grad_groups.empty()) return;
     const bool scatter = w_.zero_stage >= 1;  // ZeRO 1 keeps only its shard of the reduced gradients
-    for (int64_t bucket : buckets(elements, 4)) {
+    for (int64_t bucket : buckets(elements, bytes_of(w_.grad_comm_dtype))) {
       int64_t e = bucket;
       for (int32_t group : a_.grad_groups) {
         writer_.flat(scatter ? OpKind::ReduceScatter : OpKind::AllReduce, group, Field::WeightGrad, e, StepOp::GradSync,

@@ -104,7 +104,8 @@ class TemplateWriter {
     int32_t& b = flat_buffers_[slot];
     if (b < 0) {
       b = int32_t(program_.buffers.size());
-      program_.buffers.push_back({kNames[slot], field_bit(field), {}, 0, field == Field::WeightGrad});
+      program_.buffers.push_back(
+          {kNames[slot], field_bit(field), {}, 0, field == Field::WeightGrad && dims_.grad_elem_bytes == 4});
     }
     return b;
   }

@@ -254,6 +254,37 @@ TEST(CheckerStep, FlatCollectiveBytes) {
                             "over 8 members are"});
 }
 
+// With bf16 gradient communication the checker expects the gradients' bytes in bf16: the step
+// passes, and a synchronisation priced in fp32 is caught.
+TEST(CheckerStep, GradientBytesInTheGradCommDtype) {
+  Workload w = step_workload(Checkpointing::Selective, 2);
+  w.grad_comm_dtype = DType::BF16;
+  const Plan plan = testing::hand_plan(StrategyKind::Zigzag, testing::seq_params(4, 2), w);
+  Schedule sched = StepBuilder(plan).build({}, 2);
+  const CheckReport report = check_schedule(plan, sched);
+  ASSERT_TRUE(report.ok) << joined(report);
+  RankProgram& p = sched.ranks[2];
+  const int32_t i = find_op(p, [&](const Op& op) { return op.label == StepOp::GradSync; });
+  const CollectiveSpec& spec = p.collectives[size_t(p.ops[size_t(i)].coll)];
+  EXPECT_EQ(p.ops[size_t(i)].bytes, 7 * spec.elements * 2 / 8);
+  p.ops[size_t(i)].bytes = 7 * spec.elements * 4 / 8;
+  expect_caught(check_schedule(plan, sched), {fmt::format("rank 2 op {}", i), "elements of WeightGrad"});
+}
+
+// fp8 casts prove like any step; one in a workload without fp8 GEMMs is caught.
+TEST(CheckerStep, Fp8CastsOnlyWithFp8Gemms) {
+  Workload w = step_workload(Checkpointing::Full, 1);
+  w.fp8_linear = true;
+  Plan plan = testing::hand_plan(StrategyKind::Zigzag, testing::seq_params(4, 2), w);
+  const Schedule sched = StepBuilder(plan).build({}, 2);
+  const CheckReport report = check_schedule(plan, sched);
+  ASSERT_TRUE(report.ok) << joined(report);
+  plan.workload.fp8_linear = false;
+  const int32_t i = find_op(sched.ranks[0], [](const Op& op) { return op.label == StepOp::Fp8Cast; });
+  expect_caught(check_schedule(plan, sched),
+                {fmt::format("rank 0 op {} (Pointwise fp8_cast)", i), "without fp8_linear"});
+}
+
 TEST(CheckerStep, FlatReduceScatterListingTokens) {
   StepCase c(Checkpointing::Selective, 2);
   for (RankProgram& p : c.sched.ranks) {

@@ -133,7 +133,7 @@ TEST(DoubleBinaryTree, ChannelsSpreadTheTreesOverEveryRail) {
     rails.insert(from.local_gpu);
   }
   EXPECT_EQ(rails.size(), 8u);
-  EXPECT_DOUBLE_EQ(tree_transfer_bytes(1000, 4), 500.0);  // 4000 bytes over 4 channels x 2 trees
+  EXPECT_DOUBLE_EQ(tree_transfer_bytes(4000, 4), 500.0);  // 4000 bytes over 4 channels x 2 trees
 }
 
 std::vector<int> first_members(int n) {

@@ -76,6 +76,41 @@ TEST(SimulatorStep, EveryStrategysStepFinishesAgreesAndComputesWhatTheTimerSays)
   }
 }
 
+// Gradients in bf16: the replay and the cost model still agree on the step (where the
+// fp32 agreement test holds, one node), and neither makes it slower than with fp32 gradients.
+TEST(SimulatorStep, Bf16GradientsAgreeWithTheCostModelAndHalveTheSyncBytes) {
+  const Topology topology = Topology::load("dgx-h100", 1);
+  for (StrategyKind kind : {StrategyKind::Ulysses, StrategyKind::Zigzag}) {
+    SCOPED_TRACE(to_string(kind));
+    Workload w = step_workload(2);
+    w.zero_stage = 0;
+    Plan plan = test::plan_for(kind, w, topology, 8);
+    plan.scope = Scope::Step;
+    const CostModel model(topology, Calibration::defaults());
+    const SimResult fp32 = simulate(plan, topology);
+    const double fp32_ms = model.evaluate_step(plan).step_ms;
+    plan.workload.grad_comm_dtype = DType::BF16;
+    const SimResult bf16 = simulate(plan, topology);
+    const double bf16_ms = model.evaluate_step(plan).step_ms;
+    EXPECT_NEAR(bf16_ms, bf16.step_ms, kStepTolerance * bf16.step_ms);
+    EXPECT_LE(bf16.step_ms, fp32.step_ms);
+    EXPECT_LE(bf16_ms, fp32_ms);
+  }
+  // A tree all-reduce's transfers carry half the bytes with 2-byte gradients.
+  CollectiveSpec spec;
+  spec.kind = OpKind::AllReduce;
+  spec.group = 0;
+  spec.fields = field_bit(Field::WeightGrad);
+  spec.elements = 1 << 20;
+  spec.algorithm = AllReduceAlgorithm::Tree;
+  TokenSetPool pool;
+  sim::ExpandOptions options;
+  const std::vector<int> group = {0, 1, 2, 3};
+  const double four = sim::expand_collective(spec, 0, group, 1, pool, options).sends.at(0).bytes;
+  options.grad_elem_bytes = 2;
+  EXPECT_DOUBLE_EQ(sim::expand_collective(spec, 0, group, 1, pool, options).sends.at(0).bytes, four / 2);
+}
+
 TEST(SimulatorStep, FewerLayersReplayOnRequestAndAttentionScopeReportsNone) {
   const Topology topology = Topology::load("dgx-h100", 1);
   const Plan plan = step_plan(StrategyKind::Ulysses, topology, 3);

@@ -4,8 +4,11 @@
 // unrolled layer's backward waits for its own forward.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <tuple>
+
+#include <fmt/format.h>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/schedule/step.hpp>
@@ -110,6 +113,93 @@ INSTANTIATE_TEST_SUITE_P(Step, StepClosedForms,
                                                               Checkpointing::Full),
                                             ::testing::Values(0, 2, 3)),
                          name_of);
+
+// Bytes a rank sends in its gradient synchronisation and its parameter gathers.
+std::pair<int64_t, int64_t> sync_and_gather_bytes(const Plan& plan, int rank, int& sync_ops) {
+  TokenSetPool pool;
+  const RankProgram p = unroll(StepBuilder(plan).build_template(rank, pool), plan.workload.layers);
+  int64_t sync = 0, gather = 0;
+  sync_ops = 0;
+  for (const Op& op : p.ops) {
+    if (op.label != StepOp::GradSync) continue;
+    sync += op.bytes, ++sync_ops;
+    EXPECT_EQ(plan.groups[size_t(p.collectives[size_t(op.coll)].group)].name, "world");
+  }
+  for (const Op& op : p.ops)
+    if (op.label == StepOp::ParamGather) gather += op.bytes;
+  return {sync, gather};
+}
+
+// The gradient synchronisation carries every parameter once in grad_comm_dtype: a ring
+// all-reduce sends 2 (P-1)/P of the buffer, a reduce-scatter (P-1)/P, each bucket rounded down to
+// whole bytes. Parameter gathers stay in the dtype whatever the gradients travel in.
+TEST(StepGradCommDtype, GradientBytesFollowTheDtypeAndGathersTheParameters) {
+  for (int zero : {0, 1, 3}) {
+    int64_t gather_bytes = -1;
+    for (DType grad : {DType::FP32, DType::BF16, DType::FP16}) {
+      SCOPED_TRACE(fmt::format("zero {} grads {}", zero, to_string(grad)));
+      Workload w = step_workload(Checkpointing::Selective, zero);
+      w.grad_comm_dtype = grad;
+      const Plan plan = testing::hand_plan(StrategyKind::Ulysses, testing::seq_params(8), w);
+      const double P = 8;  // every rank: the world group
+      int ops = 0;
+      const auto [sync, gather] = sync_and_gather_bytes(plan, 3, ops);
+      const double share = (zero == 0 ? 2.0 : 1.0) * (P - 1) / P;
+      const double expected = share * double(w.parameter_count()) * bytes_of(grad);
+      EXPECT_LE(double(sync), expected);
+      EXPECT_GT(double(sync), expected - ops);
+      if (gather_bytes < 0) gather_bytes = gather;
+      EXPECT_EQ(gather, gather_bytes);
+      EXPECT_EQ(gather > 0, zero >= 1);
+    }
+  }
+}
+
+// Transformer Engine's fp8 casts against their closed form: per layer, every token's GEMM inputs
+// (attention input, attention output, MLP input, activation) in the forward and its output
+// gradients (down, gate and up, output projection, Q/K/V) in the backward, and every rank's
+// weights in each forward, each element read in the dtype and written twice in fp8. The
+// recomputed forward (full checkpointing) casts its inputs and weights again, the down projection
+// aside. Delayed scaling updates 12 tensors' amax histories per layer (6 more when recomputing).
+TEST(StepFp8Casts, BytesMatchTheRecipe) {
+  for (Checkpointing mode : {Checkpointing::Selective, Checkpointing::Full}) {
+    SCOPED_TRACE(to_string(mode));
+    Workload w = step_workload(mode, 1);
+    w.fp8_linear = true;
+    const Plan plan = testing::hand_plan(StrategyKind::Ring, testing::seq_params(4, 2), w);
+    const double e = bytes_of(w.dtype), tokens = double(w.seq) * w.batch, H = double(w.hidden);
+    const double Hkv = double(w.kv_width()), F = double(w.ffn), L = w.layers, ranks = plan.num_ranks();
+    const double gated = w.gated_ffn ? 2 : 1;
+    const double forward_rows = H + H + H + F, backward_rows = H + gated * F + H + (H + 2 * Hkv);
+    const double weights = (H + 2 * Hkv) * H + H * H + gated * F * H + H * F;
+    double casts = 0, recast = 0, scales = 0, rescales = 0;
+    TokenSetPool pool;
+    for (int r = 0; r < plan.num_ranks(); ++r) {
+      const RankProgram p = unroll(StepBuilder(plan).build_template(r, pool), w.layers);
+      for (const Op& op : p.ops) {
+        const bool again = op.flags & kOpRecompute;
+        if (op.label == StepOp::Fp8Cast) (again ? recast : casts) += double(op.bytes);
+        if (op.label == StepOp::Fp8Scale) (again ? rescales : scales) += double(op.bytes);
+      }
+    }
+    const double per_tensor = 2 * 4 * 1024 + 4 * 4;
+    EXPECT_DOUBLE_EQ(casts, (e + 2) * L * (tokens * (forward_rows + backward_rows) + ranks * weights));
+    EXPECT_DOUBLE_EQ(scales, L * ranks * 12 * per_tensor);
+    if (mode == Checkpointing::Full) {
+      EXPECT_DOUBLE_EQ(recast, (e + 2) * L * (tokens * 3 * H + ranks * (weights - H * F)));
+      EXPECT_DOUBLE_EQ(rescales, L * ranks * 6 * per_tensor);
+    } else {
+      EXPECT_EQ(recast + rescales, 0);
+    }
+    // Without fp8 GEMMs nothing is cast.
+    w.fp8_linear = false;
+    const Plan plain = testing::hand_plan(StrategyKind::Ring, testing::seq_params(4, 2), w);
+    const RankProgram p = unroll(StepBuilder(plain).build_template(0, pool), w.layers);
+    EXPECT_EQ(std::count_if(p.ops.begin(), p.ops.end(),
+                            [](const Op& op) { return op.label == StepOp::Fp8Cast || op.label == StepOp::Fp8Scale; }),
+              0);
+  }
+}
 
 // Unrolled layers: op counts add up, and the backward of layer l waits only for layer l's forward.
 TEST(StepUnroll, LayerBackwardWaitsForItsOwnForward) {

@@ -162,7 +162,7 @@ std::vector<Entry> load_entries() {
   return entries;
 }
 
-// "S=2 D=16, ZeRO 3, full ckpt, fp16, batch 16" plus the strategy's knobs.
+// "S=2 D=16, ZeRO 3, full ckpt, fp16, fp32 grads, batch 16" plus the strategy's knobs.
 std::string layout_of(const StrategyParams& p, const Workload& w) {
   std::string s = fmt::format("S={} D={}", p.sequence_parallel, p.data_parallel);
   if (p.tensor_parallel > 1) s += fmt::format(" T={}", p.tensor_parallel);
@@ -171,8 +171,8 @@ std::string layout_of(const StrategyParams& p, const Workload& w) {
   if (const auto* k = std::get_if<UspKnobs>(&p.knobs)) s += fmt::format(" u={} r={}", k->ulysses, k->ring);
   if (const auto* k = std::get_if<DoubleRingKnobs>(&p.knobs)) s += fmt::format(" u={} w={}", k->ulysses, k->window);
   if (const auto* k = std::get_if<WallFacerKnobs>(&p.knobs)) s += fmt::format(" C={}", k->team);
-  return s + fmt::format(", ZeRO {}, {} ckpt, {}{}, batch {}", w.zero_stage, to_string(w.checkpointing),
-                         to_string(w.dtype), w.fp8_linear ? " + fp8 GEMMs" : "", w.batch);
+  return s + fmt::format(", ZeRO {}, {} ckpt, {}{}, {} grads, batch {}", w.zero_stage, to_string(w.checkpointing),
+                         to_string(w.dtype), w.fp8_linear ? " + fp8 GEMMs" : "", to_string(w.grad_comm_dtype), w.batch);
 }
 
 // The workload as published: the preset with the entry's training keys and model overrides
@@ -187,6 +187,7 @@ Workload published_workload(const Entry& e) {
   const std::string checkpointing = e.key("checkpointing").as<std::string>();
   o.checkpointing = checkpointing == "lightest-that-fits" ? "none" : checkpointing;
   if (t["linear_dtype"] && t["linear_dtype"].as<std::string>() == "fp8") o.fp8_linear = true;
+  if (!is_null(e.key("grad_comm_dtype"))) o.grad_comm_dtype = e.key("grad_comm_dtype").as<std::string>();
   if (const YAML::Node& ov = e.model_node["overrides"]) {
     if (ov["layers"]) o.layers = ov["layers"].as<int>();
     if (ov["hidden"]) o.hidden = ov["hidden"].as<int64_t>();
@@ -264,7 +265,7 @@ Result predict(const Entry& e) {
   r.layout =
       (strategy == "none" ? std::string("no SP") : std::string(to_string(kind))) + " " + layout_of(params, r.workload);
   std::vector<std::string> assumed;
-  for (const char* key : {"batch", "zero", "checkpointing", "microbatches"})
+  for (const char* key : {"batch", "zero", "checkpointing", "microbatches", "grad_comm_dtype"})
     if (is_null(t[key]) && e.assumed && !is_null(e.assumed[key])) assumed.push_back(key);
   if (!assumed.empty()) r.layout += fmt::format(" (assumed: {})", fmt::join(assumed, ", "));
   if (!e.calibration.empty())

@@ -95,7 +95,7 @@ TEST(PlanErrors, UnknownKeys) {
   expect_rejected({"  seq: 131072\n", "  seq: 131072\n  source: paper\n",
                    "unknown key 'source' in workload (allowed: model, layers, hidden, heads, kv_heads, head_dim, ffn, "
                    "vocab, gated_ffn, seq, batch, dtype, causal, zero_stage, checkpointing, grad_bucket_MiB, "
-                   "fp8_linear, microbatches)",
+                   "fp8_linear, microbatches, grad_comm_dtype)",
                    "source: paper"});
   expect_rejected({"  mfu:", "  mfu_percent: 1\n  mfu:",
                    "unknown key 'mfu_percent' in prediction (allowed: forward_ms, backward_ms, step_ms, "

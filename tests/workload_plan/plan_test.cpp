@@ -80,6 +80,18 @@ TEST(PlanRoundTrip, LosslessAndByteStable) {
   EXPECT_EQ(plan_to_yaml(back), text);
 }
 
+// grad_comm_dtype is written only when it is not the default, and reads back.
+TEST(PlanRoundTrip, GradCommDtype) {
+  Plan plan = sample_plan();
+  EXPECT_EQ(plan_to_yaml(plan).find("grad_comm_dtype"), std::string::npos);
+  plan.workload.grad_comm_dtype = DType::FP16;
+  const std::string text = plan_to_yaml(plan);
+  EXPECT_NE(text.find("  grad_comm_dtype: fp16\n"), std::string::npos) << text;
+  const Plan back = parse_plan(text, "p.yaml");
+  EXPECT_EQ(back.workload.grad_comm_dtype, DType::FP16);
+  EXPECT_TRUE(back == plan);
+}
+
 TEST(PlanRoundTrip, WithoutPredictionAndWithOddNames) {
   Plan plan = sample_plan();
   plan.prediction.reset();

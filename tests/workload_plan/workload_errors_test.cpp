@@ -19,7 +19,7 @@ const BadModel kBadModels[] = {
     {"unknown key", "layers: 2\nhiden: 64\n",
      "m.yaml:2: error: unknown key 'hiden' in model file (allowed: model, description, source, layers, hidden, "
      "heads, kv_heads, head_dim, ffn, vocab, gated_ffn, seq, batch, dtype, causal, zero_stage, checkpointing, "
-     "grad_bucket_MiB, fp8_linear, microbatches)"},
+     "grad_bucket_MiB, fp8_linear, microbatches, grad_comm_dtype)"},
     {"zero heads", "layers: 2\nhidden: 64\nheads: 0\nkv_heads: 1\nhead_dim: 16\nffn: 128\nvocab: 100\nseq: 256\n",
      "m.yaml:3: error: 'heads' must be at least 1, got 0"},
     {"heads not a multiple of kv_heads",
@@ -29,6 +29,9 @@ const BadModel kBadModels[] = {
      "layers: 2\nhidden: 64\nheads: 4\nkv_heads: 2\nhead_dim: 32\nffn: 128\nvocab: 100\nseq: 256\n",
      "m.yaml:2: error: 'hidden' (64) must equal heads * head_dim (4 * 32 = 128)"},
     {"unknown dtype", "layers: 2\nhidden: 64\nheads: 4\nffn: 128\nvocab: 100\nseq: 256\ndtype: fp8\n",
+     "m.yaml:7: error: unknown dtype 'fp8' (bf16, fp16, fp32)"},
+    {"unknown grad_comm_dtype",
+     "layers: 2\nhidden: 64\nheads: 4\nffn: 128\nvocab: 100\nseq: 256\ngrad_comm_dtype: fp8\n",
      "m.yaml:7: error: unknown dtype 'fp8' (bf16, fp16, fp32)"},
     {"zero stage out of range", "layers: 2\nhidden: 64\nheads: 4\nffn: 128\nvocab: 100\nseq: 256\nzero_stage: 4\n",
      "m.yaml:7: error: 'zero_stage' must be 0, 1, 2 or 3, got 4"},

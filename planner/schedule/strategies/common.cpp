@@ -263,11 +263,11 @@ int64_t collective_send_bytes(const ScheduleDims& dims, const CollectiveSpec& sp
   if (p <= 1) return 0;
   // A tree sends as much as a ring on average over the members (half the buffer each way on each
   // of the 2(p-1) tree edges); who sends more depends on the GPUs, which the schedule does not.
-  if (spec.kind == OpKind::AllReduce) return 2 * int64_t(p - 1) * spec.elements * 4 / p;
+  if (spec.kind == OpKind::AllReduce) return 2 * int64_t(p - 1) * spec.elements * dims.grad_elem_bytes / p;
   if (is_flat_collective(spec)) {
-    // Gradients travel in fp32, parameters and activations in the dtype; each member sends (p-1)/p
-    // of the vector.
-    const int64_t elem = (spec.fields & field_bit(Field::WeightGrad)) ? 4 : dims.elem_bytes;
+    // Gradients travel in grad_comm_dtype, parameters and activations in the dtype; each member
+    // sends (p-1)/p of the vector.
+    const int64_t elem = (spec.fields & field_bit(Field::WeightGrad)) ? dims.grad_elem_bytes : dims.elem_bytes;
     return int64_t(p - 1) * spec.elements * elem / p;
   }
   const auto i = size_t(member);
@@ -293,6 +293,7 @@ ScheduleDims dims_of(const Workload& w) {
   d.kv_heads = w.kv_heads;
   d.head_dim = w.head_dim;
   d.elem_bytes = bytes_of(w.dtype);
+  d.grad_elem_bytes = bytes_of(w.grad_comm_dtype);
   d.causal = w.causal;
   return d;
 }

@@ -56,8 +56,8 @@ class ContentionCounter {
 // prices each once. Thread-safe.
 class TreePriceCache {
  public:
-  std::optional<double> find(const std::vector<int>& gpus, int64_t elements) const;
-  void store(const std::vector<int>& gpus, int64_t elements, double seconds);
+  std::optional<double> find(const std::vector<int>& gpus, int64_t buffer_bytes) const;
+  void store(const std::vector<int>& gpus, int64_t buffer_bytes, double seconds);
 
  private:
   static constexpr size_t kMaxEntries = 4096;  // data groups differ between plans; keep it bounded
@@ -76,12 +76,12 @@ class NetworkPricer {
   // Seconds a ring collective (all-gather, reduce-scatter, all-reduce) takes when this member sends
   // `bytes`, with every group of the same kind running it at once.
   double collective_seconds(OpKind kind, int group, int64_t bytes);
-  // Seconds a tree all-reduce of `elements` fp32 values over `group` takes (all_reduce.hpp): the
+  // Seconds a tree all-reduce of a `buffer_bytes` gradient buffer over `group` takes (all_reduce.hpp): the
   // tree's transfers timed as the simulator runs them: pairwise in their rounds after the
   // pipeline's fill (the longest path's latency up and down), each sharing its links with the
   // others of its round. Flows of other groups are not counted: the weight-gradient all-reduce
   // runs after the attention traffic.
-  double tree_all_reduce_seconds(int group, int64_t elements);
+  double tree_all_reduce_seconds(int group, int64_t buffer_bytes);
   // Seconds an all-to-all op of `program` takes. Only member pairs whose slices intersect exchange
   // data (a shift is an all-to-all with one peer); every member is assumed to use the same peer
   // offsets in group order (true of shifts and full exchanges), and so is every group of the kind.
@@ -135,7 +135,7 @@ class NetworkPricer {
   std::vector<bool> group_indexed_;
   // Per group kind: node -> (group, member position) of the members placed on it.
   std::map<int, std::unordered_map<int, std::vector<std::pair<int, int>>>> members_by_node_;
-  std::map<std::pair<int, int64_t>, double> tree_seconds_;  // by (group, elements)
+  std::map<std::pair<int, int64_t>, double> tree_seconds_;  // by (group, buffer bytes)
   TreePriceCache* tree_prices_;                             // across pricers; may be null
 };
 

@@ -45,6 +45,11 @@ struct Workload {
   // The layers' GEMMs in fp8 (Transformer Engine's recipe); attention, the LM head and activations
   // stay in `dtype`.
   bool fp8_linear = false;
+  // The dtype gradients travel in (reduce-scatters and all-reduces), which frameworks set apart
+  // from `dtype`: fp32 by default, as Megatron-LM forces under bf16, NeMo's bf16 recipe and
+  // torchtitan's FSDP reduce; DeepSpeed's fp16/bf16 ZeRO reduces in the gradients' dtype
+  // (docs/step.md "Gradients and ZeRO").
+  DType grad_comm_dtype = DType::FP32;
   // M, micro-batches per step: each data-parallel replica's batch / D sequences run as M
   // micro-batches of batch / (D * M) (docs/step.md "Pipeline parallelism"); M divides batch / D.
   int microbatches = 1;
@@ -64,7 +69,7 @@ struct Workload {
 struct WorkloadOverrides {
   std::optional<int> layers, heads, kv_heads, head_dim, batch, zero_stage, grad_bucket_MiB, microbatches;
   std::optional<int64_t> hidden, ffn, vocab, seq;
-  std::optional<std::string> dtype, checkpointing;
+  std::optional<std::string> dtype, checkpointing, grad_comm_dtype;
   std::optional<bool> causal, fp8_linear;
 };
 

@@ -61,8 +61,9 @@ struct TreeTransfer {
 // a member whose link carries its transfers one round after the other needs no more time than
 // sharing that link among all of them at once. Deterministic; sorted by round.
 std::vector<TreeTransfer> tree_transfers(const TreeLayout& layout);
-// Bytes of one transfer: the buffer over two trees per channel.
-double tree_transfer_bytes(int64_t elements, int channels);
+// Bytes of one transfer: the buffer (elements x the gradient's element size) over two trees per
+// channel.
+double tree_transfer_bytes(int64_t buffer_bytes, int channels);
 
 // Hops of the longest root-to-leaf path of a double binary tree over n positions.
 int tree_depth(int n);

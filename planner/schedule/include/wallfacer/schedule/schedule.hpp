@@ -30,7 +30,7 @@
 
 namespace wallfacer {
 
-// WeightGrad, Weight and Activation have no token axis: flat gradient (fp32), parameter (dtype)
+// WeightGrad, Weight and Activation have no token axis: flat gradient (grad_comm_dtype), parameter (dtype)
 // and activation (dtype) vectors of the whole-step schedule's gradient synchronisation, ZeRO
 // parameter gathers and tensor-parallel gathers and reduce-scatters.
 enum class Field : uint8_t { Q, K, V, O, Lse, dO, D, dQ, dK, dV, WeightGrad, Weight, Activation };
@@ -135,6 +135,8 @@ enum class StepOp : uint8_t {
   TensorGather,   // tensor parallel: all-gather of the sequence-parallel activations
   TensorScatter,  // tensor parallel: reduce-scatter of a row-parallel product
   StageTransfer,  // pipeline parallel: activations to the next stage, their gradient to the previous
+  Fp8Cast,        // fp8 GEMMs: a GEMM operand cast to fp8 with its transpose (Transformer Engine)
+  Fp8Scale,       // fp8 GEMMs: the delayed-scaling amax history and scale update of a layer's tensors
 };
 const char* to_string(StepOp op);
 // Which product of a linear layer a Gemm is.
@@ -261,6 +263,7 @@ struct ScheduleDims {
   int heads = 0, kv_heads = 0, head_dim = 0;
   int elem_bytes = 2;  // dtype of Q, K, V, O, dO; accumulators and Lse/D are fp32
   bool causal = true;
+  int grad_elem_bytes = 4;  // the workload's grad_comm_dtype: gradient reduce-scatters and all-reduces
 };
 
 struct Schedule {
