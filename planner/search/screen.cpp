@@ -127,13 +127,13 @@ std::pair<double, double> wallfacer(const Screen& c) {
   return {fwd, bwd};
 }
 
-// The weight-gradient all-reduce of the attention projections (fp32) over `members` ranks, as a
-// ring or a tree, whichever the plan will choose (all_reduce.hpp). Every strategy but LSS runs it
-// over all ranks after the backward pass.
+// The weight-gradient all-reduce of the attention projections, in the workload's grad_comm_dtype
+// as all_reduce.cpp prices it, over `members` ranks, as a ring or a tree, whichever the plan will
+// choose (all_reduce.hpp). Every strategy but LSS runs it over all ranks after the backward pass.
 double grad_allreduce(const Screen& c, int members) {
   if (members < 2) return 0;
   const LinkClass& l = c.link(members, 1);
-  const double bytes = double(c.w.attention_parameters_per_layer()) * 4;
+  const double bytes = double(c.w.attention_parameters_per_layer()) * bytes_of(c.w.grad_comm_dtype);
   const double ring = ring_all_reduce_estimate_s(members, bytes, l.alpha_s, l.bytes_per_s);
   const int per_node = std::min(members, c.gpus_per_node);
   const double tree =
