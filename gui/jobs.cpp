@@ -86,7 +86,8 @@ PlanOutcome run_planning(const PlanSettings& settings, const Topology& topology,
   std::vector<size_t> chosen;
   for (size_t i = 0; i < candidates.size() && int(chosen.size()) < settings.simulate_top && candidates[i].feasible; ++i)
     if (!candidates[i].plan.ranks.empty()) chosen.push_back(i);
-  const SimOptions sim;
+  SimOptions sim;
+  sim.cancel = progress.cancel;
   for (size_t k = 0; k < chosen.size(); ++k) {
     progress(fmt::format("simulating candidate {} of {}", k + 1, chosen.size()), double(k) / double(chosen.size()));
     Candidate& c = candidates[chosen[k]];
@@ -105,8 +106,10 @@ PlanOutcome run_planning(const PlanSettings& settings, const Topology& topology,
   return outcome;
 }
 
-SimOutcome run_simulation(const Plan& plan, const Topology& topology, const std::string& trace_path, int step_layers) {
+SimOutcome run_simulation(const Plan& plan, const Topology& topology, const std::string& trace_path, int step_layers,
+                          const std::atomic<bool>* cancel) {
   SimOptions options;
+  options.cancel = cancel;
   options.trace_path = trace_path;
   options.busiest_links = 0;
   if (plan.scope == Scope::Step && step_layers > 0) options.step_layers = std::min(step_layers, plan.workload.layers);

@@ -54,9 +54,12 @@ std::shared_ptr<JobResult> run_job(const PlanSettings& settings, const JobProgre
     const SearchResult& result = r->planning->result;
     if (result.best >= 0) {
       progress("simulating the chosen plan", 0);
-      r->sim = run_simulation(result.candidates[size_t(result.best)].plan, *r->topology, trace, settings.step_layers);
+      r->sim = run_simulation(result.candidates[size_t(result.best)].plan, *r->topology, trace, settings.step_layers,
+                              progress.cancel);
     }
   } catch (const Cancelled&) {
+    r->cancelled = true;
+  } catch (const SimulationCancelled&) {
     r->cancelled = true;
   } catch (const std::exception& e) {
     r->error = e.what();
@@ -124,7 +127,7 @@ void MainWindow::ask_plan() {
 
 void MainWindow::cancel() {
   cancel_flag_ = true;
-  status_->setText("cancelling (a simulation under way finishes first)...");
+  status_->setText("cancelling...");
 }
 
 void MainWindow::start_planning(const PlanSettings& settings) {

@@ -1,6 +1,7 @@
 #include "isolated_run.hpp"
 
 #include <fmt/format.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #ifdef __linux__
@@ -15,6 +16,7 @@
 #include <stdexcept>
 
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/simulator/simulator.hpp>
 
 namespace wallfacer::sim {
 namespace {
@@ -112,8 +114,34 @@ ChildProcess start_child_process(const std::function<std::string()>& work) {
   return {int(child), fds[0]};
 }
 
-std::string finish_child_process(ChildProcess& child) {
-  // A child blocked on a full pipe waits until its turn comes here; it cannot deadlock.
+namespace {
+
+// Waits until the child's pipe has data or is closed, or until `cancel` turns true (then false).
+bool wait_readable(int fd, const std::atomic<bool>* cancel) {
+  if (!cancel) return true;
+  pollfd entry{fd, POLLIN, 0};
+  for (;;) {
+    if (cancel->load()) return false;
+    const int n = ::poll(&entry, 1, 50);
+    if (n > 0) return true;
+    if (n < 0 && errno != EINTR) return true;  // let the blocking read report what is wrong
+  }
+}
+
+}  // namespace
+
+std::string finish_child_process(ChildProcess& child, const std::atomic<bool>* cancel) {
+  if (!wait_readable(child.result_fd, cancel)) {
+    ::kill(pid_t(child.pid), SIGKILL);
+    ::close(child.result_fd);
+    child.result_fd = -1;
+    while (::waitpid(pid_t(child.pid), nullptr, 0) < 0 && errno == EINTR) {
+    }
+    child.pid = -1;
+    throw SimulationCancelled();
+  }
+  // A child blocked on a full pipe waits until its turn comes here; it cannot deadlock. Once the
+  // first bytes are there, the child has finished its work and only writes the rest.
   std::string message = read_all(child.result_fd);
   ::close(child.result_fd);
   child.result_fd = -1;

@@ -4,7 +4,9 @@
 // simulation makes every call independent and deterministic.
 #pragma once
 
+#include <atomic>
 #include <functional>
+#include <stdexcept>
 #include <string>
 
 namespace wallfacer::sim {
@@ -23,6 +25,8 @@ struct ChildProcess {
   int result_fd = -1;
 };
 ChildProcess start_child_process(const std::function<std::string()>& work);
-std::string finish_child_process(ChildProcess& child);
+// With `cancel`, the wait checks the flag every 50 ms; once it is set the child is killed and
+// reaped and SimulationCancelled is thrown.
+std::string finish_child_process(ChildProcess& child, const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace wallfacer::sim

@@ -244,18 +244,19 @@ Running start_simulation(size_t index, const Plan& plan, const Topology& topolog
 }
 
 // Waits for the simulation's result; wall_seconds runs from its start.
-SimResult finish(Running& run) {
-  SimResult result = sim::result_from_json(sim::finish_child_process(run.child));
+SimResult finish(Running& run, const std::atomic<bool>* cancel) {
+  SimResult result = sim::result_from_json(sim::finish_child_process(run.child, cancel));
   result.wall_seconds = seconds_since(run.started);
   return result;
 }
 
 // Waits for the children still running when another one failed; their results do not matter.
-void reap(std::deque<Running>& running) noexcept {
+// After a cancel they are killed instead of waited for.
+void reap(std::deque<Running>& running, const std::atomic<bool>* cancel) noexcept {
   for (Running& run : running) {
     if (run.child.pid < 0) continue;
     try {
-      sim::finish_child_process(run.child);
+      sim::finish_child_process(run.child, cancel);
     } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one reported
     }
   }
@@ -266,7 +267,7 @@ SimResult simulate_isolated(const Plan& plan, const Topology& topology, const Si
                             ScheduleOf schedule_of) {
   check_options(options);
   Running run = start_simulation(0, plan, topology, options, schedule_of);
-  return finish(run);
+  return finish(run, options.cancel);
 }
 
 }  // namespace
@@ -305,7 +306,7 @@ std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topol
   try {
     for (size_t i = 0; i < plans.size(); ++i) {
       if (int(running.size()) >= std::max(jobs, 1)) {
-        results[running.front().index] = finish(running.front());
+        results[running.front().index] = finish(running.front(), options.cancel);
         running.pop_front();
       }
       const Plan& plan = plans[i];
@@ -318,11 +319,11 @@ std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topol
       running.push_back(start_simulation(i, plan, topology, own, [&] { return build_in_child(plan, own); }));
     }
     while (!running.empty()) {
-      results[running.front().index] = finish(running.front());
+      results[running.front().index] = finish(running.front(), options.cancel);
       running.pop_front();
     }
   } catch (...) {
-    reap(running);
+    reap(running, options.cancel);
     throw;
   }
   for (size_t i = 0; i < plans.size(); ++i)

@@ -1,7 +1,7 @@
 // What the GUI's "Plan and simulate" runs, with the CLI's settings: the planner's search, the
 // simulation of its best few candidates, and a simulation of the chosen plan that keeps every
 // link's load and writes a trace. Runs on a worker thread; reports progress and stops at the
-// next candidate when cancelled (a simulation under way finishes first). Widget-free.
+// next candidate when cancelled; a simulation under way is killed at once. Widget-free.
 #pragma once
 
 #include <atomic>
@@ -56,6 +56,8 @@ struct SimOutcome {
   std::string trace_path;
 };
 // Simulates the plan with every link's load kept and a trace written to trace_path.
-SimOutcome run_simulation(const Plan& plan, const Topology& topology, const std::string& trace_path, int step_layers);
+// `cancel`, when given, abandons the simulation as soon as it turns true (SimulationCancelled).
+SimOutcome run_simulation(const Plan& plan, const Topology& topology, const std::string& trace_path, int step_layers,
+                          const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace wallfacer::gui

@@ -6,7 +6,9 @@
 // utilisation, and optionally a Chrome trace (Perfetto).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -64,6 +66,15 @@ struct SimOptions {
   // Resources SimResult::busiest_links keeps, by utilisation (0: every resource that carried
   // bytes, as the GUI's link-load view wants).
   int busiest_links = 10;
+  // When set, the simulation is abandoned as soon as the flag turns true (checked every 50 ms
+  // while the replay runs): its process is killed and simulate() throws SimulationCancelled.
+  // The GUI's Cancel button sets it.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+// Thrown by simulate() and simulate_many() when SimOptions::cancel was set during the replay.
+struct SimulationCancelled : std::runtime_error {
+  SimulationCancelled() : std::runtime_error("simulation cancelled") {}
 };
 
 struct RankStats {
