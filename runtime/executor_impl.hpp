@@ -4,6 +4,8 @@
 // depend on it.
 #pragma once
 
+#include <exception>
+
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -72,6 +74,13 @@ class Executor {
  public:
   Executor(const Schedule& schedule, const RankProgram& program, const Plan& plan, Backend& backend,
            const ExecutorOptions& options, ElemType type);
+  // Unwinding from an error: the transfers this rank posted must stop touching its buffers
+  // before they are freed (Backend::abandon).
+  ~Executor() {
+    if (std::uncaught_exceptions() > uncaught_at_start_) backend.abandon();
+  }
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
   void bind_inputs(const GlobalInputs& inputs);
   // One input binding, element (batch, token, head, d) from `value`. in_place: the buffer must
   // already hold the binding's tokens (a binding made after the forward ran).
@@ -152,6 +161,7 @@ class Executor {
   const RankProgram& program;
   const Plan& plan;
   Backend& backend;
+  const int uncaught_at_start_ = std::uncaught_exceptions();
   const ExecutorOptions options;
   const ElemType type;
   const int batches;

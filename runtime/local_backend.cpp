@@ -77,6 +77,13 @@ class LocalWorld {
   std::vector<std::string> exchange(int rank, const std::string& bytes, bool to_root);
   void finish(int rank);
   void fail(int rank, std::exception_ptr error);
+  // A rank unwinding from an error: no transfer may touch its buffers any more, so the world
+  // stops matching (every rank's next call throws LocalAborted); fail() then records the error.
+  void abandon() noexcept {
+    std::lock_guard lock(mutex_);
+    aborted_ = true;
+    wake_all_locked();
+  }
   std::exception_ptr primary_error() const { return primary_error_; }
 
  private:
@@ -489,6 +496,7 @@ class LocalBackend final : public CpuBackend {
     return world_.post_collective(rank_, group, CollKind::AllReduce, type, {false, data, data, {}, {count}, -1});
   }
   bool test(RequestId request) override { return world_.test(request); }
+  void abandon() noexcept override { world_.abandon(); }
   void wait_any(const std::vector<RequestId>& pending) override { world_.wait_any(rank_, pending); }
 
   bool all_ok(bool ok) override {

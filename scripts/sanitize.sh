@@ -16,7 +16,10 @@ cmake --build build-sanitize -j "$(nproc)"
 # halt_on_error: the first report ends the process, so no test passes past one. Leaks are
 # checked at exit. What Open MPI's libraries keep until exit is suppressed by library name, with
 # the reason, in tests/sanitize/lsan.supp.
-export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+# Stack-use-after-return detection stays off: SimGrid switches its actors' stacks with ucontext
+# without telling ASan (Debian's libsimgrid has no fiber annotations), so every actor's return
+# would be reported.
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 # MPI ranks (started by mpirun) record full allocation stacks: Open MPI's libraries have no

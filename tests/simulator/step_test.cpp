@@ -48,7 +48,8 @@ bool is_compute_op(OpKind kind) {
 
 // Seconds of a rank's compute ops by ComputeTimer, as the cost model prices them.
 double compute_seconds(const Plan& plan, const Topology& topology, const Schedule& schedule, int rank) {
-  ComputeTimer timer(topology.gpu(), Calibration::defaults(), plan.workload);
+  const Calibration calibration = Calibration::defaults();
+  ComputeTimer timer(topology.gpu(), calibration, plan.workload);
   double total = 0;
   for (const Op& op : schedule.ranks[size_t(rank)].ops)
     if (is_compute_op(op.kind)) total += timer.seconds(op, schedule.tokens);

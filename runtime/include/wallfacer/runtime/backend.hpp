@@ -107,6 +107,10 @@ class Backend {
   // (optional) Lets posted operations advance while the caller computes; the executor calls it
   // between slices of long compute ops. Backends that progress on their own ignore it.
   virtual void progress() {}
+  // (optional) Called when a rank's executor unwinds from an error, before its buffers are
+  // freed: posted transfers must no longer read or write them. Backends whose transfers copy
+  // through their own memory ignore it.
+  virtual void abandon() noexcept {}
   // (optional) Returns once everything the backend has enqueued is complete. Backends that run
   // ops asynchronously (the CUDA backend enqueues kernels and copies on device streams and
   // returns at once) finish here; the executor calls it at the end of a program, before it stops

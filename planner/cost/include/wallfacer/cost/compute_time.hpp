@@ -17,6 +17,8 @@ namespace wallfacer {
 class ComputeTimer {
  public:
   ComputeTimer(const GpuModel& gpu, const Calibration& calibration, const Workload& workload);
+  // The timer keeps a reference to the calibration: a temporary would dangle.
+  ComputeTimer(const GpuModel& gpu, Calibration&& calibration, const Workload& workload) = delete;
   // Seconds of a compute-stream op (AttnFwd, AttnBwd, BwdPrep, Copy, Gemm, Pointwise); 0 for
   // the other kinds. Throws InputError when the calibration gives no positive throughput.
   double seconds(const Op& op, const TokenSetPool& tokens);
