@@ -47,7 +47,12 @@ void configure(const EngineConfig& config) {
     sg4::Engine::set_config("network/crosstraffic:0");
     sg4::Engine::set_config("network/TCP-gamma:0");
   }
+#if defined(__SANITIZE_ADDRESS__)
+  // Instrumented frames are several times larger: the small stacks of plain builds overflow.
+  sg4::Engine::set_config("contexts/stack-size:" + std::to_string(std::max(config.actor_stack_KiB, 1024)));
+#else
   sg4::Engine::set_config("contexts/stack-size:" + std::to_string(config.actor_stack_KiB));
+#endif
   sg4::Engine::set_config(config.stack_guard ? "contexts/guard-size:1" : "contexts/guard-size:0");
   // SimGrid answers the actors' calls in a fixed order whatever thread ran them, so a parallel
   // run gives the same simulation as a sequential one.
@@ -303,9 +308,18 @@ SimEngine::SimEngine(const EngineConfig& config) : impl_(std::make_unique<Impl>(
     throw InputError("unknown network model '" + config.network_model + "'");
   g_state = &impl_->state;
   silence_simgrid_logs(config.verbose);
-  int argc = 1;
   char program[] = "wallfacer-simulate";
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer cannot follow ucontext stack switches (Debian's SimGrid has no fiber
+  // annotations) and reports them as errors: sanitized builds run every actor on a thread. The
+  // factory is chosen when the engine starts, so it goes on the command line.
+  char factory[] = "--cfg=contexts/factory:thread";
+  char* argv[] = {program, factory, nullptr};
+  int argc = 2;
+#else
   char* argv[] = {program, nullptr};
+  int argc = 1;
+#endif
   impl_->state.engine = std::make_unique<sg4::Engine>(&argc, argv);
   configure(config);
   sg4::Engine::on_deadlock_cb([] {
