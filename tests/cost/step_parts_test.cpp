@@ -94,7 +94,9 @@ TEST(StepParts, SumToTheStepForEveryStrategyAndScope) {
       const CostBreakdown step = model.evaluate(plan);
       expect_sums_to_step(step);
       // Two nodes: something crosses the network in every layout that splits the sequence.
-      if (plan.params.sequence_parallel > 1) EXPECT_GT(attention.parts.transfers_per_layer[int(CommTier::Network)], 0);
+      if (plan.params.sequence_parallel > 1) {
+        EXPECT_GT(attention.parts.transfers_per_layer[int(CommTier::Network)], 0);
+      }
       ++checked;
     }
   EXPECT_GT(checked, 10);

@@ -154,10 +154,15 @@ void expect_megatron_matches(const Plan& plan, const char* comm_type) {
   const auto& rings = plan.strategy == StrategyKind::Usp ? m.p2p : m.context;
   for (const auto& ring : plan_groups(plan, GroupKind::Ring))
     EXPECT_NE(std::find(rings.begin(), rings.end(), ring), rings.end()) << "ring " << ::testing::PrintToString(ring);
-  if (plan.strategy == StrategyKind::Usp) EXPECT_EQ(sets(plan_groups(plan, GroupKind::AllToAll)), sets(m.a2a));
-  if (plan.strategy == StrategyKind::Ulysses) EXPECT_EQ(sets(plan_groups(plan, GroupKind::AllToAll)), sets(m.context));
-  if (plan.strategy == StrategyKind::AllGather)
+  if (plan.strategy == StrategyKind::Usp) {
+    EXPECT_EQ(sets(plan_groups(plan, GroupKind::AllToAll)), sets(m.a2a));
+  }
+  if (plan.strategy == StrategyKind::Ulysses) {
+    EXPECT_EQ(sets(plan_groups(plan, GroupKind::AllToAll)), sets(m.context));
+  }
+  if (plan.strategy == StrategyKind::AllGather) {
     EXPECT_EQ(sets(plan_groups(plan, GroupKind::Sequence)), sets(m.context));
+  }
 }
 
 TEST(Export, MegatronFlagsRebuildThePlansGroups) {

@@ -96,8 +96,9 @@ TEST_F(GuiScene, EveryLinkIsAnEdgeBetweenItsDevicesWithItsKindAndWidthByBandwidt
     EXPECT_EQ(path.pointAtPercent(1), scene.device_center(links[i].b)) << i;
     EXPECT_EQ(scene.link_item(int(i))->data(kIndexKey).toInt(), int(i));
     for (size_t j = 0; j < links.size(); ++j)
-      if (links[j].bandwidth_GBps > links[i].bandwidth_GBps)
+      if (links[j].bandwidth_GBps > links[i].bandwidth_GBps) {
         ASSERT_GT(scene.link_item(int(j))->pen().widthF(), scene.link_item(int(i))->pen().widthF());
+      }
   }
   EXPECT_EQ(scene.link_item(0)->pen().color(), gui::link_color(links[0].kind));
   EXPECT_FALSE(scene.link_item(0)->toolTip().isEmpty());
@@ -256,7 +257,9 @@ TEST_F(GuiScene, LinkLoadFromASimulationColoursEveryUsedLink) {
   EXPECT_EQ(scene.link_item(hottest)->pen().color(), gui::heat_color(1.0));
   EXPECT_TRUE(scene.link_item(hottest)->toolTip().contains("utilised"));
   for (size_t i = 0; i < load.bytes.size(); ++i)
-    if (load.bytes[i] == 0) EXPECT_EQ(scene.link_item(int(i))->pen().color(), QColor(200, 200, 205));
+    if (load.bytes[i] == 0) {
+      EXPECT_EQ(scene.link_item(int(i))->pen().color(), QColor(200, 200, 205));
+    }
 }
 
 TEST_F(GuiScene, TheTimelineHoldsEveryOpOfTheTraceAndItsCriticalPath) {

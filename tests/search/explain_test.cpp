@@ -289,7 +289,9 @@ TEST_F(Suggestions, NearestSequenceLengthsFewerGpusAndAnyStrategy) {
               find(list, "--strategy auto"));
   // Zigzag on 16 GPUs needs a multiple of 32 tokens: 1024 and 1056 are the nearest.
   for (int64_t seq = 1025; seq < 1056; ++seq)
-    if (seq != 1032 && seq % 32 != 0) EXPECT_FALSE(feasible(llama(seq), o)) << seq;
+    if (seq != 1032 && seq % 32 != 0) {
+      EXPECT_FALSE(feasible(llama(seq), o)) << seq;
+    }
   EXPECT_TRUE(feasible(llama(1024), o));
   SearchOptions eight = o, four = o, any = o;
   eight.ranks = 8;
