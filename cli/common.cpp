@@ -12,6 +12,9 @@
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/simulator/simulator.hpp>
 #include "commands.hpp"
+#ifdef WALLFACER_WITH_MPI
+#include <wallfacer/runtime/mpi/mpi_runner.hpp>
+#endif
 
 namespace wallfacer::cli {
 
@@ -256,6 +259,17 @@ CLI::Option* add_progress_flag(CLI::App* app, double& seconds) {
             return {};
           },
           "SECONDS"));
+}
+
+bool use_mpi_backend(const std::string& backend) {
+#ifdef WALLFACER_WITH_MPI
+  if (backend == "mpi") return true;
+  return backend == "auto" && runtime::launched_by_mpirun();
+#else
+  if (backend == "mpi")
+    throw InputError("--backend mpi: this build has no MPI support (configure with -DWALLFACER_MPI=ON)");
+  return false;
+#endif
 }
 
 }  // namespace wallfacer::cli

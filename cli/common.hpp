@@ -67,4 +67,8 @@ nlohmann::json to_json(const Workload& workload);
 // Writes indented JSON and a newline; stdout carries nothing else when --json is given.
 void print_json(const nlohmann::json& value, std::ostream& out = std::cout);
 
+// Whether `--backend` (auto, mpi or another) makes this process one rank of the MPI backend:
+// mpi, or auto under mpirun. InputError for mpi in a build without MPI.
+bool use_mpi_backend(const std::string& backend);
+
 }  // namespace wallfacer::cli

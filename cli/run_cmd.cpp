@@ -230,17 +230,6 @@ int run_local(const RunFlags& flags) {
   return conclude(flags, p->plan, result);
 }
 
-bool use_mpi(const RunFlags& flags) {
-#ifdef WALLFACER_WITH_MPI
-  if (flags.backend == "mpi") return true;
-  return flags.backend == "auto" && runtime::launched_by_mpirun();
-#else
-  if (flags.backend == "mpi")
-    throw InputError("--backend mpi: this build has no MPI support (configure with -DWALLFACER_MPI=ON)");
-  return false;
-#endif
-}
-
 #ifdef WALLFACER_WITH_MPI
 // WALLFACER_TEST_FAULT=stop|kill|sleep:RANK:POSTS: the tests' way to freeze, kill or slow down
 // one rank mid-run (docs/reliability.md); not a user setting, so not a flag.
@@ -306,7 +295,7 @@ int run_command(const RunFlags& flags) {
         "installed)");
 #endif
   }
-  if (!use_mpi(flags)) return run_local(flags);
+  if (!use_mpi_backend(flags.backend)) return run_local(flags);
 #ifdef WALLFACER_WITH_MPI
   std::unique_ptr<Prepared> prepared;
   runtime::MpiJob job;

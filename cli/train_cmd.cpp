@@ -171,19 +171,8 @@ int run_local(const TrainFlags& flags) {
   return status;
 }
 
-bool use_mpi(const TrainFlags& flags) {
-#ifdef WALLFACER_WITH_MPI
-  if (flags.backend == "mpi") return true;
-  return flags.backend == "auto" && runtime::launched_by_mpirun();
-#else
-  if (flags.backend == "mpi")
-    throw InputError("--backend mpi: this build has no MPI support (configure with -DWALLFACER_MPI=ON)");
-  return false;
-#endif
-}
-
 int train_command(const TrainFlags& flags) {
-  if (!use_mpi(flags)) return run_local(flags);
+  if (!use_mpi_backend(flags.backend)) return run_local(flags);
 #ifdef WALLFACER_WITH_MPI
   std::unique_ptr<Prepared> prepared;
   runtime::MpiJob job;

@@ -193,7 +193,8 @@ TEST(Overrides, ErrorsNameTheFlag) {
 
 TEST(LoadWorkload, UnknownModel) {
   EXPECT_EQ(input_error_of([] { load_workload("llama-9-1t"); }),
-            "error: unknown model 'llama-9-1t': neither a preset (gpt-30b, gpt-3b, gpt-7b, gpt-tiny, llama-2-7b, llama-3-405b, "
+            "error: unknown model 'llama-9-1t': neither a preset (gpt-30b, gpt-3b, gpt-7b, gpt-tiny, llama-2-7b, "
+            "llama-3-405b, "
             "llama-3-70b, llama-3-8b) nor a file");
 }
 
