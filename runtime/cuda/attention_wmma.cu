@@ -4,7 +4,8 @@
 // CUDA cores over S in shared memory, P is rounded to the input type before P V (its row sums are
 // taken over the rounded values, so O / l stays consistent). O is kept in shared memory in fp32,
 // because WMMA does not say which accumulator element holds which row, and the softmax rescales
-// rows. head_dim 64 or 128; other sizes use the CUDA-core kernel of attention.cu.
+// rows. head_dim 64 or 128; other sizes use the CUDA-core kernel of attention.cu. Superseded by
+// the mma.sync forward of flash_forward.cu and kept for comparison (wallfacer_gpu_kernels --forward wmma).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -198,9 +199,9 @@ void launch(const WmmaGeometry& g, const void* q, const void* k, const void* v, 
 
 }  // namespace
 
-bool launch_forward_half_tensor_cores(HalfType type, const uint16_t* q, const uint16_t* k, const uint16_t* v,
-                                      const int64_t* q_pos, const int64_t* k_pos, int64_t q_rows, int64_t k_rows,
-                                      const kernels::AttnShape& shape, float* o, float* lse, cudaStream_t stream) {
+bool launch_forward_half_wmma(HalfType type, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                              const int64_t* q_pos, const int64_t* k_pos, int64_t q_rows, int64_t k_rows,
+                              const kernels::AttnShape& shape, float* o, float* lse, cudaStream_t stream) {
   if (shape.head_dim != 64 && shape.head_dim != 128) return false;
   if (q_rows == 0 || shape.heads == 0) return true;
   WmmaGeometry g;

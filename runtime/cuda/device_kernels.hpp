@@ -44,11 +44,24 @@ void launch_backward_half(HalfType type, const uint16_t* q, const uint16_t* k, c
                           const float* lse, const float* D, const int64_t* q_pos, const int64_t* k_pos, int64_t q_rows,
                           int64_t k_rows, const kernels::AttnShape& shape, float* dq, float* dk, float* dv,
                           cudaStream_t stream);
-// The same forward on tensor cores (attention_wmma.cu), for head_dim 64 and 128; returns false
-// (and does nothing) for other head dims.
+// The same forward on tensor cores through mma.sync (flash_forward.cu), for head_dim 64 and 128
+// with rows and heads on 16-byte boundaries; returns false (and does nothing) otherwise.
 bool launch_forward_half_tensor_cores(HalfType type, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                                       const int64_t* q_pos, const int64_t* k_pos, int64_t q_rows, int64_t k_rows,
                                       const kernels::AttnShape& shape, float* o, float* lse, cudaStream_t stream);
+// The earlier tensor-core forward through WMMA (attention_wmma.cu), head_dim 64 and 128, kept for
+// comparison; returns false for other head dims.
+bool launch_forward_half_wmma(HalfType type, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                              const int64_t* q_pos, const int64_t* k_pos, int64_t q_rows, int64_t k_rows,
+                              const kernels::AttnShape& shape, float* o, float* lse, cudaStream_t stream);
+// The backward on tensor cores (flash_backward.cu), same conditions as the forward: adds into dQ
+// (atomics), dK and dV (each key block and kv head owned by one thread block); returns false
+// (and does nothing) where the conditions do not hold.
+bool launch_backward_half_tensor_cores(HalfType type, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                       const uint16_t* dO, const float* lse, const float* D, const int64_t* q_pos,
+                                       const int64_t* k_pos, int64_t q_rows, int64_t k_rows,
+                                       const kernels::AttnShape& shape, float* dq, float* dk, float* dv,
+                                       cudaStream_t stream);
 // D = rowsum(dO * O) with dO in 16 bits and O in fp32.
 void launch_backward_prep_half(HalfType type, const float* o, const uint16_t* dO, int64_t rows, int heads, int head_dim,
                                float* D, cudaStream_t stream);

@@ -25,9 +25,13 @@ int main(int argc, char** argv) {
   app.add_option("--reps", c.reps, "Timed repetitions after one warm-up")->capture_default_str();
   app.add_option("--seed", c.seed, "Seed of the inputs")->capture_default_str();
   app.add_option("--tolerance", tolerance, "Largest relative error that passes (default 1e-2 bf16, 2e-3 fp16)");
-  std::string forward = "tensor-cores";
-  app.add_option("--forward", forward,
-                 "Forward kernel: tensor-cores (WMMA, head_dim 64 or 128, else cuda-cores) or cuda-cores")
+  app.add_option("--forward", c.forward,
+                 "Forward kernel: tensor-cores (mma.sync, head_dim 64 or 128, else cuda-cores), wmma (the earlier "
+                 "WMMA forward, same head dims) or cuda-cores")
+      ->check(CLI::IsMember({"tensor-cores", "wmma", "cuda-cores"}))
+      ->capture_default_str();
+  app.add_option("--backward", c.backward,
+                 "Backward kernel: tensor-cores (mma.sync, head_dim 64 or 128, else cuda-cores) or cuda-cores")
       ->check(CLI::IsMember({"tensor-cores", "cuda-cores"}))
       ->capture_default_str();
   bool no_reference = false;
@@ -36,7 +40,6 @@ int main(int argc, char** argv) {
   c.bf16 = dtype == "bf16";
   c.causal = mask == "causal";
   c.reference = !no_reference;
-  c.tensor_cores = forward == "tensor-cores";
   if (c.heads % c.kv_heads != 0) {
     std::fprintf(stderr, "error: --heads %d is not a multiple of --kv-heads %d\n", c.heads, c.kv_heads);
     return 2;
@@ -57,6 +60,7 @@ int main(int argc, char** argv) {
                      {"dtype", dtype},
                      {"mask", mask},
                      {"forward_kernel", r.forward_kernel},
+                     {"backward_kernel", r.backward_kernel},
                      {"forward_ms", r.forward_ms},
                      {"backward_ms", r.backward_ms},
                      {"forward_tflops", r.forward_tflops},
