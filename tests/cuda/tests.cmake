@@ -1,7 +1,8 @@
 # The CUDA backend where a GPU is not needed: `wallfacer run --backend cuda` fails cleanly (exit 2)
 # in builds without CUDA and on machines without a GPU, and, in CUDA builds, the gpu-check bundle
 # builds and every library its binaries need resolves inside it (apart from glibc, CUDA and the
-# driver); a bundle missing a library is refused. The GPU checks themselves are scripts/gpu-check.
+# driver); a bundle missing a library is refused; its gpu-check stops with status 2 where there is no
+# GPU. The GPU checks themselves are scripts/gpu-check.
 if(TARGET wallfacer AND TARGET runtime_test_plan)
   set(_cuda_dir ${CMAKE_CURRENT_BINARY_DIR}/cuda_cli)
   add_test(NAME cuda_plan_ring4
@@ -26,6 +27,12 @@ if(TARGET wallfacer AND TARGET runtime_test_plan)
 \"$2\" --verify \"$1.broken\"; echo \"exit status $?\"" sh ${_bundle} ${PROJECT_SOURCE_DIR}/scripts/gpu-check)
     set_tests_properties(cuda_gpu_check_bundle_incomplete PROPERTIES FIXTURES_REQUIRED cuda_bundle
                          PASS_REGULAR_EXPRESSION "needs libfmt.*bundle NOT ok.*exit status 1")
+    # The run mode from the bundle: with a GPU every check must pass; without one it must stop at
+    # once, saying so, with status 2.
+    add_test(NAME cuda_gpu_check_run
+             COMMAND sh -c "\"$1\"/gpu-check --quick --out \"$1\"/results.json 2>&1; echo \"exit status $?\"" sh ${_bundle})
+    set_tests_properties(cuda_gpu_check_run PROPERTIES FIXTURES_REQUIRED cuda_bundle PASS_REGULAR_EXPRESSION
+                         "(no usable CUDA device here; nothing was checked.*exit status 2|figures written to.*exit status 0)")
   else()
     add_test(NAME cuda_run_without_cuda
              COMMAND sh -c "\"$@\" 2>&1; echo \"exit status $?\"" sh $<TARGET_FILE:wallfacer> run
@@ -34,3 +41,8 @@ if(TARGET wallfacer AND TARGET runtime_test_plan)
                          "this build has no CUDA support.*exit status 2")
   endif()
 endif()
+
+# The tensor-core kernels' index arithmetic and their tile algorithm, emulated on the CPU against
+# the fp64 reference: every build, CUDA or not (no GPU runs here).
+wallfacer_add_test(NAME flash_layout_test SOURCES cuda/flash_layout_test.cpp cuda/flash_emulation_test.cpp
+                   LIBS wallfacer::cuda_flash_layout wallfacer::runtime TEST_PREFIX cuda.)
