@@ -1,7 +1,8 @@
 // Device primitives of the tensor-core attention kernels, as inline PTX: mma.sync.m16n8k16 with
 // bf16 or fp16 inputs and fp32 accumulators, ldmatrix.x4 (plain and .trans), cp.async with
 // zero fill, and the tile loads into swizzled shared memory (flash_layout.hpp says which element
-// lives where). Valid on sm_80 and later.
+// lives where). Valid on sm_80 and later. The cp.async statements clobber "memory" so that the
+// compiler keeps ordinary shared-memory accesses on their side of them.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -61,18 +62,18 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
 
 // 16 bytes global -> shared; with valid false the destination is zero-filled and nothing is read.
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
 }
 // 4 bytes, same zero fill.
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // Issues the copies of rows [row0, row0 + ROWS) of a [rows][row_stride] matrix (columns
