@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ostream>
+#include <string>
 #include <vector>
 
 #include <wallfacer/runtime/reference_attention.hpp>
@@ -436,10 +438,22 @@ TEST_P(FlashEmulation, MatchesTheFp64Reference) {
 // Uneven lengths (partial tiles of queries and keys), causal and full, MHA and GQA, both head
 // dims, without rounding and with bf16 or fp16 rounding.
 constexpr Rounding kNone = Rounding::None, kBf16 = Rounding::Bf16, kFp16 = Rounding::Fp16;
+std::string case_label(const Case& c) {
+  const char* rounding = c.rounding == kBf16 ? "bf16" : (c.rounding == kFp16 ? "fp16" : "exact");
+  return "rows" + std::to_string(c.rows) + "_heads" + std::to_string(c.heads) + "_kv" + std::to_string(c.kv_heads) +
+         "_d" + std::to_string(c.d) + (c.causal ? "_causal_" : "_full_") + rounding;
+}
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return case_label(info.param);
+}
+void PrintTo(const Case& c, std::ostream* os) {  // for gtest: the label, not the struct's bytes
+  *os << case_label(c);
+}
 INSTANTIATE_TEST_SUITE_P(Cases, FlashEmulation,
                          ::testing::Values(Case{100, 4, 2, 64, true, kNone}, Case{100, 4, 2, 64, true, kBf16},
                                            Case{77, 2, 1, 128, false, kNone}, Case{77, 2, 1, 128, false, kBf16},
                                            Case{150, 2, 2, 128, true, kNone}, Case{150, 2, 2, 128, true, kBf16},
-                                           Case{150, 2, 2, 128, true, kFp16}, Case{64, 3, 3, 64, false, kFp16}));
+                                           Case{150, 2, 2, 128, true, kFp16}, Case{64, 3, 3, 64, false, kFp16}),
+                         case_name);
 
 }  // namespace
