@@ -5,7 +5,8 @@
 // taken over the rounded values, so O / l stays consistent). O is kept in shared memory in fp32,
 // because WMMA does not say which accumulator element holds which row, and the softmax rescales
 // rows. head_dim 64 or 128; other sizes use the CUDA-core kernel of attention.cu. Superseded by
-// the mma.sync forward of flash_forward.cu and kept for comparison (wallfacer_gpu_kernels --forward wmma).
+// the mma.sync forward of flash_forward.cu, kept for comparison (wallfacer_gpu_kernels
+// --forward wmma).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -44,6 +44,10 @@ struct Problem {
   bool causal = false;
   Rounding rounding = Rounding::None;
   std::vector<float> q, k, v, dO;  // already rounded
+  // Token positions of the rows (queries and keys alike), empty for 0 .. rows-1: with positions
+  // the kernels test every element and skip no tile.
+  std::vector<int64_t> pos;
+  int64_t position(int64_t row) const { return pos.empty() ? row : pos[row]; }
   float round(float x) const {
     if (rounding == Rounding::Bf16) return round_bf16(x);
     if (rounding == Rounding::Fp16) return float(_Float16(x));  // IEEE binary16, round to nearest even
@@ -197,14 +201,15 @@ void emulate_forward_tile(const Problem& p, const std::vector<Regs>& qf, const T
       mma(s[2 * np], qf[kk], b, 0);
       mma(s[2 * np + 1], qf[kk], b, 2);
     }
-  const bool masked = block_needs_mask(p.causal, m0, n0, BN, p.rows, 0, 0);
+  const bool masked = !p.pos.empty() || block_needs_mask(p.causal, m0, n0, BN, p.rows, 0, 0);
   for (int lane = 0; lane < 32; ++lane)
     for (int j = 0; j < BN / 8; ++j)
       for (int e = 0; e < 4; ++e) {
         const Coord c = mma_c_coord(lane, e);
         const int64_t key = n0 + j * 8 + c.col, row = m0 + warp * 16 + c.row;
+        const int64_t row_pos = row < p.rows ? p.position(row) : 0;
         s[j].v[lane][e] *= scale_log2;
-        if (masked && !(key < p.rows && (!p.causal || key <= row))) s[j].v[lane][e] = -INFINITY;
+        if (masked && !(key < p.rows && (!p.causal || p.position(key) <= row_pos))) s[j].v[lane][e] = -INFINITY;
       }
   emulate_online_softmax(s, acc, rows);
   acc_times_kn(p, acc, s, sV);
@@ -221,7 +226,7 @@ void emulate_forward(const Problem& p, std::vector<float>& o, std::vector<float>
       const int kvh = kv_head_of(h, 0, 0, p.heads / p.kv_heads);
       Tile sQ(BM, d);
       load_tile(sQ, p.q, m0, p.rows, int64_t(p.heads) * d, int64_t(h) * d);
-      const int64_t n_end = p.causal ? causal_key_end(m0, BM, p.rows, p.rows, 0, 0) : p.rows;
+      const int64_t n_end = p.causal && p.pos.empty() ? causal_key_end(m0, BM, p.rows, p.rows, 0, 0) : p.rows;
       for (int warp = 0; warp < ForwardTiles::kWarps; ++warp) {
         std::vector<Regs> qf;
         for (int kk = 0; kk < d / 16; ++kk)
@@ -279,7 +284,7 @@ void emulate_backward_warp(const Problem& p, const Tile& sK, const Tile& sV, int
         float prob = std::exp2(st[j].v[lane][e] * scale_log2 - l2);
         const int64_t key = n0 + warp * 16 + c.row, query = step.m0 + j * 8 + c.col;
         bool live = key < p.rows;
-        if (live && p.causal && query < p.rows) live = key <= query;
+        if (live && p.causal && query < p.rows) live = p.position(key) <= p.position(query);
         if (step.masked && !live) prob = 0.0f;
         st[j].v[lane][e] = prob;
       }
@@ -337,7 +342,7 @@ void emulate_backward(const Problem& p, const std::vector<float>& lse, const std
       Tile sK(BN, d), sV(BN, d);
       load_tile(sK, p.k, n0, p.rows, kv_stride, int64_t(kvh) * d);
       load_tile(sV, p.v, n0, p.rows, kv_stride, int64_t(kvh) * d);
-      const int t_begin = p.causal ? int(causal_query_begin(n0, p.rows, 0, 0) / BQ) : 0;
+      const int t_begin = p.causal && p.pos.empty() ? int(causal_query_begin(n0, p.rows, 0, 0) / BQ) : 0;
       const int tiles_per_head = int(ceil_div(p.rows, BQ)) - t_begin;
       std::vector<std::vector<Acc>> dk_acc(kWarps, std::vector<Acc>(d / 8)), dv_acc = dk_acc;
       for (int it = 0; it < (h_last - h_first) * tiles_per_head; ++it) {
@@ -351,7 +356,7 @@ void emulate_backward(const Problem& p, const std::vector<float>& lse, const std
           step.lse.push_back(in ? lse[step.head * p.rows + step.m0 + col] : 0.0f);
           step.D.push_back(in ? D[step.head * p.rows + step.m0 + col] : 0.0f);
         }
-        step.masked = block_needs_mask(p.causal, step.m0, n0, BN, p.rows, 0, 0);
+        step.masked = !p.pos.empty() || block_needs_mask(p.causal, step.m0, n0, BN, p.rows, 0, 0);
         for (int warp = 0; warp < kWarps; ++warp)
           emulate_backward_warp(p, sK, sV, n0, warp, step, dk_acc[warp], dv_acc[warp]);
         emulate_add_dq(p, sK, step, dq);
@@ -383,7 +388,25 @@ struct Case {
   int heads, kv_heads, d;
   bool causal;
   Rounding rounding;
+  bool shuffled = false;  // rows hold the tokens in a shuffled order, with their positions
 };
+
+// Row r of a [rows][width] tensor in token order, taken to row r of the shuffled order.
+std::vector<double> shuffle_rows(const std::vector<double>& x, const std::vector<int64_t>& pos, size_t width) {
+  std::vector<double> out(x.size());
+  for (size_t r = 0; r < pos.size(); ++r)
+    std::copy_n(x.begin() + pos[r] * width, width, out.begin() + r * width);
+  return out;
+}
+// The same for [heads][rows] (lse).
+std::vector<double> shuffle_columns(const std::vector<double>& x, const std::vector<int64_t>& pos) {
+  std::vector<double> out(x.size());
+  const size_t rows = pos.size();
+  for (size_t h = 0; h < x.size() / rows; ++h)
+    for (size_t r = 0; r < rows; ++r)
+      out[h * rows + r] = x[h * rows + pos[r]];
+  return out;
+}
 
 void check_case(const Case& c) {
   Problem p;
@@ -404,7 +427,22 @@ void check_case(const Case& c) {
   draw(size_t(c.rows) * c.heads * c.d, 3, p.dO);
   auto widen = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
   const wallfacer::reference::Shape shape{1, c.rows, c.heads, c.kv_heads, c.d, c.causal, 0};
-  const auto ref = wallfacer::reference::attention(shape, widen(p.q), widen(p.k), widen(p.v), widen(p.dO));
+  auto ref = wallfacer::reference::attention(shape, widen(p.q), widen(p.k), widen(p.v), widen(p.dO));
+  if (c.shuffled) {  // a fixed permutation (stride 37, coprime with the case's rows)
+    for (int64_t r = 0; r < c.rows; ++r)
+      p.pos.push_back((r * 37 + 5) % c.rows);
+    const size_t wq = size_t(c.heads) * c.d, wk = size_t(c.kv_heads) * c.d;
+    auto narrow = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
+    p.q = narrow(shuffle_rows(widen(p.q), p.pos, wq));
+    p.k = narrow(shuffle_rows(widen(p.k), p.pos, wk));
+    p.v = narrow(shuffle_rows(widen(p.v), p.pos, wk));
+    p.dO = narrow(shuffle_rows(widen(p.dO), p.pos, wq));
+    ref.o = shuffle_rows(ref.o, p.pos, wq);
+    ref.dq = shuffle_rows(ref.dq, p.pos, wq);
+    ref.dk = shuffle_rows(ref.dk, p.pos, wk);
+    ref.dv = shuffle_rows(ref.dv, p.pos, wk);
+    ref.lse = shuffle_columns(ref.lse, p.pos);
+  }
 
   std::vector<float> o, lse, dq, dk, dv;
   emulate_forward(p, o, lse);
@@ -436,12 +474,13 @@ TEST_P(FlashEmulation, MatchesTheFp64Reference) {
 }
 
 // Uneven lengths (partial tiles of queries and keys), causal and full, MHA and GQA, both head
-// dims, without rounding and with bf16 or fp16 rounding.
+// dims, without rounding and with bf16 or fp16 rounding; and rows in a shuffled token order with
+// their positions (the kernels' path for position arrays, as zigzag and striped layouts give).
 constexpr Rounding kNone = Rounding::None, kBf16 = Rounding::Bf16, kFp16 = Rounding::Fp16;
 std::string case_label(const Case& c) {
   const char* rounding = c.rounding == kBf16 ? "bf16" : (c.rounding == kFp16 ? "fp16" : "exact");
   return "rows" + std::to_string(c.rows) + "_heads" + std::to_string(c.heads) + "_kv" + std::to_string(c.kv_heads) +
-         "_d" + std::to_string(c.d) + (c.causal ? "_causal_" : "_full_") + rounding;
+         "_d" + std::to_string(c.d) + (c.causal ? "_causal_" : "_full_") + rounding + (c.shuffled ? "_shuffled" : "");
 }
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return case_label(info.param);
@@ -453,7 +492,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, FlashEmulation,
                          ::testing::Values(Case{100, 4, 2, 64, true, kNone}, Case{100, 4, 2, 64, true, kBf16},
                                            Case{77, 2, 1, 128, false, kNone}, Case{77, 2, 1, 128, false, kBf16},
                                            Case{150, 2, 2, 128, true, kNone}, Case{150, 2, 2, 128, true, kBf16},
-                                           Case{150, 2, 2, 128, true, kFp16}, Case{64, 3, 3, 64, false, kFp16}),
+                                           Case{150, 2, 2, 128, true, kFp16}, Case{64, 3, 3, 64, false, kFp16},
+                                           Case{150, 2, 1, 128, true, kNone, true},
+                                           Case{100, 2, 2, 64, true, kBf16, true}),
                          case_name);
 
 }  // namespace
