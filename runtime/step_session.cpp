@@ -23,8 +23,8 @@ void Executor::flat_post(InFlight& flight) {
   const auto& ranks = plan.groups.at(size_t(spec.group)).ranks;
   const int me = int(std::find(ranks.begin(), ranks.end(), program.rank) - ranks.begin());
   if (me == int(ranks.size()))
-    throw ScheduleError(fmt::format("{}: rank is not a member of group '{}'", where(flight.op),
-                                    plan.groups[size_t(spec.group)].name));
+    throw ScheduleError(
+        fmt::format("{}: rank is not a member of group '{}'", where(flight.op), plan.groups[size_t(spec.group)].name));
   flight.flat = hooks->flat(flight.op);
   FlatCall& call = flight.flat;
   const size_t es = elem_size(type);

@@ -56,8 +56,9 @@ class Classifier {
     for (const GradBucket& b : out_.buckets)
       covered += b.count;
     if (!groups_.empty() && covered != layout_.size())
-      throw ScheduleError(fmt::format("rank {}: the step program's gradient buckets carry {} elements, the model has {}",
-                                      program_.rank, covered, layout_.size()));
+      throw ScheduleError(
+          fmt::format("rank {}: the step program's gradient buckets carry {} elements, the model has {}", program_.rank,
+                      covered, layout_.size()));
     return std::move(out_);
   }
 
@@ -87,9 +88,10 @@ class Classifier {
 
   void finish_ranges() {
     if (!groups_.empty() && range_ < ranges_.size())
-      throw ScheduleError(fmt::format("rank {}: a gradient synchronisation of the step program leaves {} of the "
-                                      "model's parameters unsynchronised",
-                                      program_.rank, ranges_[range_].end - ranges_[range_].begin));
+      throw ScheduleError(
+          fmt::format("rank {}: a gradient synchronisation of the step program leaves {} of the "
+                      "model's parameters unsynchronised",
+                      program_.rank, ranges_[range_].end - ranges_[range_].begin));
     ranges_.clear();
     range_ = 0;
   }
@@ -98,8 +100,9 @@ class Classifier {
     const int group = program_.collectives.at(size_t(op.coll)).group;
     auto it = std::find(groups_.begin(), groups_.end(), group);
     if (it == groups_.end())
-      throw ScheduleError(fmt::format("rank {}: a gradient collective over group {}, not one the gradients average over",
-                                      program_.rank, plan_.groups.at(size_t(group)).name));
+      throw ScheduleError(
+          fmt::format("rank {}: a gradient collective over group {}, not one the gradients average over", program_.rank,
+                      plan_.groups.at(size_t(group)).name));
     return int(it - groups_.begin());
   }
 
@@ -110,7 +113,8 @@ class Classifier {
       role.bucket = int(out_.buckets.size()) - 1;
       return;
     }
-    if (range_ >= ranges_.size()) throw ScheduleError(fmt::format("rank {}: a gradient bucket past the section's tensors", program_.rank));
+    if (range_ >= ranges_.size())
+      throw ScheduleError(fmt::format("rank {}: a gradient bucket past the section's tensors", program_.rank));
     SyncRange& r = ranges_[range_];
     const int64_t elements = program_.collectives.at(size_t(op.coll)).elements;
     if (r.begin + elements > r.end)
@@ -211,8 +215,8 @@ class Classifier {
       role.role = Role::Attention;
       return;
     }
-    if (op.label == StepOp::GradSync && (section == Section::Head || section == Section::Backward ||
-                                         section == Section::Tail)) {
+    if (op.label == StepOp::GradSync &&
+        (section == Section::Head || section == Section::Backward || section == Section::Tail)) {
       grad_sync(op, role);
       return;
     }
@@ -276,15 +280,53 @@ class Classifier {
 }  // namespace
 
 const char* to_string(Role role) {
-  static constexpr const char* kNames[] = {
-      "attention",     "embed",         "norm1",       "q_proj",       "rope_q",       "k_proj",
-      "rope_k",        "v_proj",        "out_proj",    "residual1",    "norm2",        "gate",
-      "up",            "act",           "down",        "residual2",    "rope_qk",      "down_data",
-      "down_weight",   "act_backward",  "gate_data",   "gate_weight",  "up_data",      "up_weight",
-      "norm2_bwd",     "residual2_bwd", "out_proj_data", "out_proj_weight", "rope_bwd", "q_weight",
-      "k_weight",      "v_weight",      "q_data",      "k_data",       "v_data",       "norm1_bwd",
-      "residual1_bwd", "final_norm",    "lm_head",     "loss",         "lm_head_data", "lm_head_weight",
-      "final_norm_bwd", "embed_bwd",    "grad_sync",   "optimizer",    "param_gather"};
+  static constexpr const char* kNames[] = {"attention",
+                                           "embed",
+                                           "norm1",
+                                           "q_proj",
+                                           "rope_q",
+                                           "k_proj",
+                                           "rope_k",
+                                           "v_proj",
+                                           "out_proj",
+                                           "residual1",
+                                           "norm2",
+                                           "gate",
+                                           "up",
+                                           "act",
+                                           "down",
+                                           "residual2",
+                                           "rope_qk",
+                                           "down_data",
+                                           "down_weight",
+                                           "act_backward",
+                                           "gate_data",
+                                           "gate_weight",
+                                           "up_data",
+                                           "up_weight",
+                                           "norm2_bwd",
+                                           "residual2_bwd",
+                                           "out_proj_data",
+                                           "out_proj_weight",
+                                           "rope_bwd",
+                                           "q_weight",
+                                           "k_weight",
+                                           "v_weight",
+                                           "q_data",
+                                           "k_data",
+                                           "v_data",
+                                           "norm1_bwd",
+                                           "residual1_bwd",
+                                           "final_norm",
+                                           "lm_head",
+                                           "loss",
+                                           "lm_head_data",
+                                           "lm_head_weight",
+                                           "final_norm_bwd",
+                                           "embed_bwd",
+                                           "grad_sync",
+                                           "optimizer",
+                                           "param_gather"};
   return kNames[size_t(role)];
 }
 

@@ -52,7 +52,9 @@ void Trainer<T>::Impl::compute(int32_t op) {
     default:
       break;
   }
-  if (role.layer < 0) throw ScheduleError(fmt::format("rank {} op {}: a {} op outside a layer", backend.rank(), op, to_string(role.role)));
+  if (role.layer < 0)
+    throw ScheduleError(
+        fmt::format("rank {} op {}: a {} op outside a layer", backend.rank(), op, to_string(role.role)));
   if (role.role <= Role::RopeQK)
     layer_forward(role.role, role.layer, role.recompute);
   else

@@ -175,7 +175,7 @@ void Trainer<T>::Impl::optimizer() {
   result.grad_norm = std::sqrt(sharded ? s[2] : kernels->sum_squares(grads.data(), layout.size()));
   const OptimizerSettings& o = options.optimizer;
   result.lr = learning_rate(o, step_index, options.total_steps);
-  runtime::AdamWStep a{result.lr, clip_scale(o, result.grad_norm), o.beta1, o.beta2, o.eps, o.weight_decay,
+  runtime::AdamWStep a{result.lr,   clip_scale(o, result.grad_norm), o.beta1, o.beta2, o.eps, o.weight_decay,
                        ++adam.steps};
   if (!sharded) {
     for (const ParameterTensor& t : layout.tensors())
@@ -186,7 +186,8 @@ void Trainer<T>::Impl::optimizer() {
   const int me = backend.rank();
   for (size_t b = 0; b < pieces.size(); ++b) {
     const int64_t p0 = piece_start[size_t(me)][b], at = pieces[b].at;
-    const int64_t valid = std::clamp<int64_t>(roles.buckets[b].offset + roles.buckets[b].count - p0, 0, pieces[b].length);
+    const int64_t valid =
+        std::clamp<int64_t>(roles.buckets[b].offset + roles.buckets[b].count - p0, 0, pieces[b].length);
     for (const ParameterTensor& t : layout.tensors()) {
       const int64_t lo = std::max(p0, t.offset), hi = std::min(p0 + valid, t.offset + t.numel());
       if (lo >= hi) continue;

@@ -82,8 +82,9 @@ TEST(StepProgram, EveryRankRunsItsProgramOpForOp) {
     StrategyKind kind;
     int ranks, dp;
   };
-  for (const Case c : {Case{StrategyKind::Ring, 2, 1}, Case{StrategyKind::Zigzag, 4, 1}, Case{StrategyKind::Ulysses, 2, 1},
-                       Case{StrategyKind::Usp, 4, 1}, Case{StrategyKind::WallFacer, 4, 1}, Case{StrategyKind::Lss, 4, 2}})
+  for (const Case c :
+       {Case{StrategyKind::Ring, 2, 1}, Case{StrategyKind::Zigzag, 4, 1}, Case{StrategyKind::Ulysses, 2, 1},
+        Case{StrategyKind::Usp, 4, 1}, Case{StrategyKind::WallFacer, 4, 1}, Case{StrategyKind::Lss, 4, 2}})
     for (Checkpointing mode : {Checkpointing::None, Checkpointing::Selective, Checkpointing::Full})
       for (int zero : {0, 2}) {
         Workload w = tiny_decoder(32, 2, mode != Checkpointing::Selective);
@@ -100,8 +101,8 @@ TEST(StepProgram, EveryRankRunsItsProgramOpForOp) {
             found = true;
           }
         ASSERT_TRUE(found) << to_string(c.kind);
-        SCOPED_TRACE(fmt::format("{} on {} ranks (D={}), {}, ZeRO {}", to_string(c.kind), c.ranks, c.dp,
-                                 to_string(mode), zero));
+        SCOPED_TRACE(
+            fmt::format("{} on {} ranks (D={}), {}, ZeRO {}", to_string(c.kind), c.ranks, c.dp, to_string(mode), zero));
         expect_program_executed(tiny_plan(c.kind, p, w));
       }
 }
