@@ -1,9 +1,9 @@
 #include <wallfacer/train/cpu_step_kernels.hpp>
 
-#include <cmath>
 #include <vector>
 
 #include <wallfacer/train/layers.hpp>
+#include <wallfacer/train/optimizer.hpp>
 
 namespace wallfacer::train {
 namespace {
@@ -82,18 +82,8 @@ class CpuStepKernels final : public runtime::StepKernels<T> {
     return squares;
   }
 
-  // The arithmetic of adamw_update (optimizer.cpp), per contiguous range.
   void adamw(const runtime::AdamWStep& s, bool decay, T* params, const T* grads, T* m, T* v, int64_t count) override {
-    const double c1 = 1.0 - std::pow(s.beta1, double(s.count));
-    const double c2 = 1.0 - std::pow(s.beta2, double(s.count));
-    for (int64_t i = 0; i < count; ++i) {
-      const T g = T(double(grads[i]) * s.grad_scale);
-      m[i] = T(s.beta1) * m[i] + T(1 - s.beta1) * g;
-      v[i] = T(s.beta2) * v[i] + T(1 - s.beta2) * g * g;
-      const double update = (double(m[i]) / c1) / (std::sqrt(double(v[i]) / c2) + s.eps);
-      const double decayed = decay ? s.weight_decay * double(params[i]) : 0.0;
-      params[i] = T(double(params[i]) - s.lr * (update + decayed));
-    }
+    adamw_range(s, decay, params, grads, m, v, count);
   }
 };
 

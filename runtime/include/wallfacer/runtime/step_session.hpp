@@ -1,8 +1,8 @@
 // Rank-local execution of a whole-step program (wallfacer/schedule/step.hpp) for training: the
 // executor runs the program's four streams, its attention ops and point-to-point transfers
 // itself, and hands the rest to the caller through StepHooks: every Gemm and Pointwise op (the
-// caller's kernels, runtime/step_kernels.hpp, on its named weights and activations) and the
-// memory of every flat collective (the gradient buckets' all-reduces and reduce-scatters, the
+// caller's kernels, wallfacer/runtime/step_kernels.hpp, on its named weights and activations)
+// and the memory of every flat collective (the gradient buckets' all-reduces and reduce-scatters, the
 // ZeRO parameter gathers), which the executor then posts on the collective stream like any other
 // collective. The caller binds an attention layer's Q, K, V and dO when the op producing them has
 // run and takes O, dQ, dK and dV back once the attention's dependencies say they are complete

@@ -1,10 +1,10 @@
 // The distributed training step. Every rank of a plan executes its whole-step program (the
 // plan's `--scope step` schedule, docs/step.md: the program the cost model prices and the
 // simulator replays) op for op through a StepSession of the executor: the strategy's attention
-// ops, sends, receives and collectives run as in `wallfacer run`; every Gemm and Pointwise op runs
-// a StepKernels kernel (runtime/step_kernels.hpp) on the named weights and activations it stands
-// for, on the tokens the rank's attention bindings give it (contiguous, zigzag, ... for the
-// sequences of its data-parallel replica); recomputation runs where the program puts it; the
+// ops, sends, receives and collectives run as in `wallfacer run`; every Gemm and Pointwise op
+// runs a StepKernels kernel (wallfacer/runtime/step_kernels.hpp) on the named weights and
+// activations it stands for, on the tokens the rank's attention bindings give it (contiguous,
+// zigzag, ... for the sequences of its data-parallel replica); recomputation runs where the program puts it; the
 // gradient buckets' all-reduces (ZeRO 0) or reduce-scatters (ZeRO 1 and 2) carry the real
 // gradients over the plan's groups (world, or LSS's sequence group then its data group: double
 // gradient averaging) while the backward goes on; the Optimizer op clips and applies AdamW, and
