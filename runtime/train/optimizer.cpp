@@ -18,31 +18,20 @@ double clip_scale(const OptimizerSettings& s, double norm) {
 }
 
 template <typename T>
-void adamw_update(const OptimizerSettings& s, double lr, double grad_scale, T* params, const T* grads,
-                  const std::vector<uint8_t>& decay, int64_t begin, int64_t count, AdamState<T>& state) {
-  if (int64_t(state.m.size()) != count) {
-    state.m.assign(size_t(count), T(0));
-    state.v.assign(size_t(count), T(0));
-  }
-  ++state.steps;
-  const double c1 = 1.0 - std::pow(s.beta1, double(state.steps));
-  const double c2 = 1.0 - std::pow(s.beta2, double(state.steps));
+void adamw_range(const runtime::AdamWStep& s, bool decay, T* params, const T* grads, T* m, T* v, int64_t count) {
+  const double c1 = 1.0 - std::pow(s.beta1, double(s.count));
+  const double c2 = 1.0 - std::pow(s.beta2, double(s.count));
   for (int64_t i = 0; i < count; ++i) {
-    const T g = T(double(grads[i]) * grad_scale);
-    T& m = state.m[size_t(i)];
-    T& v = state.v[size_t(i)];
-    m = T(s.beta1) * m + T(1 - s.beta1) * g;
-    v = T(s.beta2) * v + T(1 - s.beta2) * g * g;
-    const double update = (double(m) / c1) / (std::sqrt(double(v) / c2) + s.eps);
-    T& p = params[begin + i];
-    const double decayed = decay[size_t(begin + i)] ? s.weight_decay * double(p) : 0.0;
-    p = T(double(p) - lr * (update + decayed));
+    const T g = T(double(grads[i]) * s.grad_scale);
+    m[i] = T(s.beta1) * m[i] + T(1 - s.beta1) * g;
+    v[i] = T(s.beta2) * v[i] + T(1 - s.beta2) * g * g;
+    const double update = (double(m[i]) / c1) / (std::sqrt(double(v[i]) / c2) + s.eps);
+    const double decayed = decay ? s.weight_decay * double(params[i]) : 0.0;
+    params[i] = T(double(params[i]) - s.lr * (update + decayed));
   }
 }
 
-template void adamw_update<float>(const OptimizerSettings&, double, double, float*, const float*,
-                                  const std::vector<uint8_t>&, int64_t, int64_t, AdamState<float>&);
-template void adamw_update<double>(const OptimizerSettings&, double, double, double*, const double*,
-                                   const std::vector<uint8_t>&, int64_t, int64_t, AdamState<double>&);
+template void adamw_range<float>(const runtime::AdamWStep&, bool, float*, const float*, float*, float*, int64_t);
+template void adamw_range<double>(const runtime::AdamWStep&, bool, double*, const double*, double*, double*, int64_t);
 
 }  // namespace wallfacer::train

@@ -11,8 +11,7 @@
 namespace wallfacer::train {
 
 // While one is alive, records the {m, n, k} of every matmul the constructing thread runs: what the
-// tests compare with the step program's Gemm ops (docs/training.md, "How far this is from the step
-// program").
+// tests compare with the step program's Gemm ops (docs/training.md, "How the step runs").
 class GemmTrace {
  public:
   GemmTrace();

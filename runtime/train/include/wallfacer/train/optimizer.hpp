@@ -1,10 +1,12 @@
 // AdamW with decoupled weight decay, global-norm gradient clipping and a linear-warmup, cosine
-// decay learning rate, over a contiguous range of the flat parameter array (all of it, or this
-// rank's ZeRO shard). Moments are kept in the training precision.
+// decay learning rate, over contiguous ranges of the flat parameter array (a tensor, or a
+// tensor's part of this rank's ZeRO shard). Moments are kept in the training precision.
 #pragma once
 
 #include <cstdint>
 #include <vector>
+
+#include <wallfacer/runtime/step_kernels.hpp>
 
 namespace wallfacer::train {
 
@@ -29,10 +31,10 @@ struct AdamState {
   int64_t steps = 0;    // updates applied (bias correction)
 };
 
-// One AdamW update of params[begin, begin + count) with grads (same range, already averaged and
-// clipped by `grad_scale`). decay[i] says whether element begin + i takes weight decay.
+// One AdamW update of params[0, count) from grads (times step.grad_scale) with the moments m and
+// v of the same range, weight decay where `decay`: the CPU kernels' Optimizer op
+// (cpu_step_kernels.hpp), in double arithmetic with T storage.
 template <typename T>
-void adamw_update(const OptimizerSettings& s, double lr, double grad_scale, T* params, const T* grads,
-                  const std::vector<uint8_t>& decay, int64_t begin, int64_t count, AdamState<T>& state);
+void adamw_range(const runtime::AdamWStep& step, bool decay, T* params, const T* grads, T* m, T* v, int64_t count);
 
 }  // namespace wallfacer::train
