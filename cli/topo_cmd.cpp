@@ -73,6 +73,7 @@ nlohmann::json summary_json(const TopoOptions& options, const Topology& topo, co
            {{"model", gpu.name},
             {"peak_bf16_tflops", gpu.peak_bf16_tflops},
             {"peak_fp16_tflops", gpu.peak_fp16_tflops},
+            {"peak_fp32_tflops", gpu.peak_fp32_tflops},
             {"memory_GiB", gpu.memory_GiB},
             {"hbm_GBps", gpu.hbm_GBps}}},
           {"fabric", {{"type", topo.fabric().type}, {"oversubscription", topo.fabric().oversubscription}}},
@@ -96,8 +97,9 @@ void print_text(const TopoOptions& options, const Topology& topo, const Topology
   fmt::print("{}: {}\n", options.file, topo.name());
   if (!topo.description().empty()) fmt::print("  {}\n", topo.description());
   fmt::print("GPUs: {} in {} nodes (up to {} per node)\n", topo.num_gpus(), topo.num_nodes(), topo.gpus_per_node());
-  fmt::print("GPU model: {}: {:g} TFLOP/s bf16, {:g} TFLOP/s fp16 (dense), {:g} GiB, {:g} GB/s HBM\n", gpu.name,
-             gpu.peak_bf16_tflops, gpu.peak_fp16_tflops, gpu.memory_GiB, gpu.hbm_GBps);
+  const std::string fp32 = gpu.peak_fp32_tflops > 0 ? fmt::format(", {:g} TFLOP/s fp32", gpu.peak_fp32_tflops) : "";
+  fmt::print("GPU model: {}: {:g} TFLOP/s bf16, {:g} TFLOP/s fp16{} (dense), {:g} GiB, {:g} GB/s HBM\n", gpu.name,
+             gpu.peak_bf16_tflops, gpu.peak_fp16_tflops, fp32, gpu.memory_GiB, gpu.hbm_GBps);
   fmt::print("fabric: {}, oversubscription {:g}\n", topo.fabric().type, topo.fabric().oversubscription);
   std::string counts;
   for (const auto& [kind, count] : summary.device_counts)

@@ -34,6 +34,8 @@ struct TrainFlags {
   double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, clip = 1.0, peak_gflops = 0;
   uint64_t seed = 1, data_seed = 1;
   int64_t recall_pairs = 1, recall_key_len = 1, recall_value_len = 1, recall_min_distance = -1;
+  int64_t recall_filler_symbols = train::kRecallFillerSymbols;
+  int64_t recall_curriculum_copies = 1, recall_curriculum_steps = 0;
   int log_every = 10;
   bool resume = false, json = false, fp64 = false;
 };
@@ -54,6 +56,9 @@ train::RecallTaskSpec recall_spec(const TrainFlags& flags, int64_t seq) {
   spec.value_len = flags.recall_value_len;
   // Default: half the sequence, so that every answer crosses the ranks of a sequence split.
   spec.min_distance = flags.recall_min_distance >= 0 ? flags.recall_min_distance : seq / 2;
+  spec.filler_symbols = flags.recall_filler_symbols;
+  spec.curriculum_copies = flags.recall_curriculum_copies;
+  spec.curriculum_steps = flags.recall_curriculum_steps;
   train::validate(spec);
   return spec;
 }
@@ -250,6 +255,19 @@ void register_train_command(CLI::App& app) {
       ->check(at_least(1));
   cmd->add_option("--recall-min-distance", flags->recall_min_distance,
                   "Recall task: fewest tokens between a definition and its answer (default: half the sequence)")
+      ->check(at_least(0));
+  cmd->add_option("--recall-filler-symbols", flags->recall_filler_symbols,
+                  "Recall task: filler symbols drawn from 'a'-'z' and space, in that order (1: 'a' only)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{train::kRecallFillerSymbols}));
+  cmd->add_option("--recall-curriculum-copies", flags->recall_curriculum_copies,
+                  "Recall task: copies of each definition at step 0, falling geometrically to 1 at "
+                  "--recall-curriculum-steps")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--recall-curriculum-steps", flags->recall_curriculum_steps,
+                  "Recall task: steps of the curriculum (0: none, every definition written once)")
+      ->capture_default_str()
       ->check(at_least(0));
   cmd->add_option("--backend", flags->backend, "auto (MPI under mpirun, else threads), local or mpi")
       ->capture_default_str()

@@ -6,9 +6,11 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -79,7 +81,7 @@ DType parse_point_dtype(const std::string& source, const YAML::Node& node) {
 }
 
 CalibrationPoint parse_point(const std::string& source, const YAML::Node& node) {
-  yaml::check_keys(source, node, {"gpu", "op", "dtype", "head_dim", "block_tokens", "tflops", "source"},
+  yaml::check_keys(source, node, {"gpu", "op", "dtype", "head_dim", "block_tokens", "tflops", "causal", "source"},
                    "calibration point");
   CalibrationPoint p;
   p.gpu = yaml::get_string(source, node, "gpu");
@@ -95,8 +97,67 @@ CalibrationPoint parse_point(const std::string& source, const YAML::Node& node) 
   if (p.block_tokens <= 0)
     yaml::fail(source, node["block_tokens"], fmt::format("'block_tokens' must be positive, got {}", p.block_tokens));
   p.tflops = yaml::get_positive(source, node, "tflops");
+  p.causal = yaml::get_bool(source, node, "causal", false);
   p.source = yaml::get_string(source, node, "source", source);
   return p;
+}
+
+int64_t positive_side(const std::string& source, const YAML::Node& node, const char* key) {
+  const int64_t v = yaml::get_int(source, node, key);
+  if (v <= 0 || v > (int64_t{1} << 31))
+    yaml::fail(source, node[key], fmt::format("'{}' must be in 1..2^31, got {}", key, v));
+  return v;
+}
+
+// `gemm_shapes:` entries {gpu, dtype (fp32), m, n, k, tflops, source}; each GPU and dtype's
+// entries must form a full grid without duplicates.
+std::vector<GemmShapePoint> parse_gemm_shapes(const std::string& source, const YAML::Node& root) {
+  std::vector<GemmShapePoint> out;
+  if (!root["gemm_shapes"].IsDefined()) return out;
+  yaml::expect_sequence(source, root["gemm_shapes"], "gemm_shapes");
+  using Key = std::tuple<std::string, DType>;
+  std::map<Key, std::set<std::tuple<int64_t, int64_t, int64_t>>> shapes;
+  std::map<Key, std::array<std::set<int64_t>, 3>> sides;
+  for (const YAML::Node& node : root["gemm_shapes"]) {
+    yaml::check_keys(source, node, {"gpu", "dtype", "m", "n", "k", "tflops", "source"}, "gemm_shapes entry");
+    GemmShapePoint g;
+    g.gpu = yaml::get_string(source, node, "gpu");
+    if (g.gpu.empty()) yaml::fail(source, node["gpu"], "'gpu' must name a GPU model prefix such as H100");
+    g.dtype = node["dtype"].IsDefined() ? parse_point_dtype(source, node["dtype"]) : DType::FP32;
+    g.m = positive_side(source, node, "m");
+    g.n = positive_side(source, node, "n");
+    g.k = positive_side(source, node, "k");
+    g.tflops = yaml::get_positive(source, node, "tflops");
+    g.source = yaml::get_string(source, node, "source", source);
+    const Key key{lower(g.gpu), g.dtype};
+    if (!shapes[key].insert({g.m, g.n, g.k}).second)
+      yaml::fail(
+          source, node,
+          fmt::format("duplicate gemm_shapes entry for {} {} {}x{}x{}", g.gpu, to_string(g.dtype), g.m, g.n, g.k));
+    sides[key][0].insert(g.m);
+    sides[key][1].insert(g.n);
+    sides[key][2].insert(g.k);
+    out.push_back(std::move(g));
+  }
+  for (const auto& [key, s] : sides)
+    if (shapes[key].size() != s[0].size() * s[1].size() * s[2].size())
+      throw InputError(
+          source, root["gemm_shapes"].Mark().line + 1,
+          fmt::format("gemm_shapes of {} {} do not form a grid: {} shapes, expected {} ({} m x {} n x {} k "
+                      "values)",
+                      std::get<0>(key), to_string(std::get<1>(key)), shapes[key].size(),
+                      s[0].size() * s[1].size() * s[2].size(), s[0].size(), s[1].size(), s[2].size()));
+  return out;
+}
+
+// Where x falls among the sorted grid values: the lower index and the weight of the upper one
+// (linear in log2, clamped at the ends).
+std::pair<size_t, double> bracket(const std::vector<int64_t>& grid, int64_t x) {
+  if (grid.size() == 1 || x <= grid.front()) return {0, 0.0};
+  if (x >= grid.back()) return {grid.size() - 2, 1.0};
+  size_t i = size_t(std::upper_bound(grid.begin(), grid.end(), x) - grid.begin()) - 1;
+  const double l0 = std::log2(double(grid[i])), l1 = std::log2(double(grid[i + 1]));
+  return {i, (std::log2(double(x)) - l0) / (l1 - l0)};
 }
 
 // `gemm:` or `hbm:` entries: {gpu, efficiency in (0, 1], source}.
@@ -126,9 +187,9 @@ const EfficiencyPoint* match(const std::vector<EfficiencyPoint>& list, const std
 }
 
 // Key of one throughput curve: points that differ only in block size.
-using CurveKey = std::tuple<std::string, KernelOp, DType, int>;
+using CurveKey = std::tuple<std::string, KernelOp, DType, int, bool>;
 CurveKey curve_key(const CalibrationPoint& p) {
-  return {lower(p.gpu), p.op, p.dtype, p.head_dim};
+  return {lower(p.gpu), p.op, p.dtype, p.head_dim, p.causal};
 }
 
 }  // namespace
@@ -176,9 +237,10 @@ Calibration Calibration::defaults() {
 Calibration Calibration::parse(const std::string& yaml_text, const std::string& source) {
   const YAML::Node root = yaml::parse(yaml_text, source);
   if (!root.IsDefined() || root.IsNull()) throw InputError(source, 1, "empty calibration file");
-  yaml::check_keys(source, root,
-                   {"keep_defaults", "fallback_efficiency", "compute_slowdown_under_comm", "points", "gemm", "hbm"},
-                   "calibration file");
+  yaml::check_keys(
+      source, root,
+      {"keep_defaults", "fallback_efficiency", "compute_slowdown_under_comm", "points", "gemm", "hbm", "gemm_shapes"},
+      "calibration file");
   Calibration c;
   c.fallback_efficiency_ = yaml::get_positive(source, root, "fallback_efficiency", c.fallback_efficiency_);
   if (c.fallback_efficiency_ > 1)
@@ -196,14 +258,15 @@ Calibration Calibration::parse(const std::string& yaml_text, const std::string& 
       CalibrationPoint p = parse_point(source, node);
       if (!seen.insert({curve_key(p), p.block_tokens}).second)
         yaml::fail(source, node,
-                   fmt::format("duplicate calibration point for {} {} {} head_dim {} at {} tokens", p.gpu,
+                   fmt::format("duplicate calibration point for {} {} {} head_dim {}{} at {} tokens", p.gpu,
                                p.op == KernelOp::AttnFwd ? "forward" : "backward", to_string(p.dtype), p.head_dim,
-                               p.block_tokens));
+                               p.causal ? " causal" : "", p.block_tokens));
       file_points.push_back(std::move(p));
     }
   }
 
   const bool keep = yaml::get_bool(source, root, "keep_defaults", true);
+  c.gemm_shapes_ = parse_gemm_shapes(source, root);
   for (auto [key, list] : {std::pair{"gemm", &c.gemm_}, std::pair{"hbm", &c.hbm_}}) {
     std::vector<EfficiencyPoint> given = parse_efficiencies(source, root, key);
     if (keep)
@@ -252,6 +315,43 @@ double Calibration::gemm_efficiency(const std::string& gpu, int64_t m, int64_t n
   return top * share * aligned;
 }
 
+bool Calibration::has_gemm_shapes(const std::string& gpu, DType dtype) const {
+  return std::any_of(gemm_shapes_.begin(), gemm_shapes_.end(),
+                     [&](const GemmShapePoint& g) { return g.dtype == dtype && gpu_matches(g.gpu, gpu); });
+}
+
+double Calibration::gemm_shape_tflops(const std::string& gpu, DType dtype, int64_t m, int64_t n, int64_t k) const {
+  size_t best_prefix = 0;
+  for (const GemmShapePoint& g : gemm_shapes_)
+    if (g.dtype == dtype && gpu_matches(g.gpu, gpu)) best_prefix = std::max(best_prefix, g.gpu.size());
+  if (best_prefix == 0) return 0;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, double> rate;
+  std::array<std::set<int64_t>, 3> sides;
+  for (const GemmShapePoint& g : gemm_shapes_) {
+    if (g.dtype != dtype || g.gpu.size() != best_prefix || !gpu_matches(g.gpu, gpu)) continue;
+    rate[{g.m, g.n, g.k}] = g.tflops;
+    sides[0].insert(g.m);
+    sides[1].insert(g.n);
+    sides[2].insert(g.k);
+  }
+  const std::vector<int64_t> ms(sides[0].begin(), sides[0].end()), ns(sides[1].begin(), sides[1].end()),
+      ks(sides[2].begin(), sides[2].end());
+  const auto [im, wm] = bracket(ms, m);
+  const auto [in, wn] = bracket(ns, n);
+  const auto [ik, wk] = bracket(ks, k);
+  auto at = [&](const std::vector<int64_t>& grid, size_t i, int upper) {
+    return grid[std::min(i + upper, grid.size() - 1)];
+  };
+  double value = 0;
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 2; ++b)
+      for (int c = 0; c < 2; ++c) {
+        const double weight = (a ? wm : 1 - wm) * (b ? wn : 1 - wn) * (c ? wk : 1 - wk);
+        if (weight > 0) value += weight * rate.at({at(ms, im, a), at(ns, in, b), at(ks, ik, c)});
+      }
+  return value;
+}
+
 double Calibration::hbm_efficiency(const std::string& gpu, bool* fallback) const {
   const EfficiencyPoint* e = match(hbm_, gpu);
   if (fallback) *fallback = e == nullptr;
@@ -262,17 +362,24 @@ Calibration Calibration::load(const std::string& path) {
   return parse(yaml::read_file(path), path);
 }
 
-KernelCurve Calibration::curve(const std::string& gpu, KernelOp op, DType dtype, int head_dim,
-                               double peak_tflops) const {
+KernelCurve Calibration::curve(const std::string& gpu, KernelOp op, DType dtype, int head_dim, double peak_tflops,
+                               bool causal) const {
+  if (causal) {
+    // Causal points of the best-matching GPU prefix, or the ordinary curve.
+    const bool has_causal = std::any_of(points_.begin(), points_.end(), [&](const CalibrationPoint& p) {
+      return p.causal && p.op == op && gpu_matches(p.gpu, gpu);
+    });
+    if (!has_causal) causal = false;
+  }
   KernelCurve result;
   result.peak_tflops_ = peak_tflops;
   // Candidate points: the longest matching GPU prefix, the same op; the exact dtype, or the other
   // 16-bit type (same tensor-core rate on A100/H100); the nearest head_dim in log2.
   size_t best_prefix = 0;
   for (const auto& p : points_)
-    if (p.op == op && gpu_matches(p.gpu, gpu)) best_prefix = std::max(best_prefix, p.gpu.size());
+    if (p.op == op && p.causal == causal && gpu_matches(p.gpu, gpu)) best_prefix = std::max(best_prefix, p.gpu.size());
   auto usable = [&](const CalibrationPoint& p) {
-    return p.op == op && p.gpu.size() == best_prefix && gpu_matches(p.gpu, gpu);
+    return p.op == op && p.causal == causal && p.gpu.size() == best_prefix && gpu_matches(p.gpu, gpu);
   };
   const CalibrationPoint* chosen_dtype = nullptr;
   for (const auto& p : points_) {

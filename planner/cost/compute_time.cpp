@@ -14,8 +14,13 @@ ComputeTimer::ComputeTimer(const GpuModel& gpu, const Calibration& calibration, 
       peak_tflops_(kernel_peak_tflops(gpu, workload.dtype)),
       hbm_bytes_per_s(gpu.hbm_GBps * 1e9),
       pointwise_bytes_per_s_(gpu.hbm_GBps * 1e9 * calibration.hbm_efficiency(gpu.name)),
+      dtype_(workload.dtype),
       forward_(calibration.curve(gpu.name, KernelOp::AttnFwd, workload.dtype, workload.head_dim, peak_tflops_)),
-      backward_(calibration.curve(gpu.name, KernelOp::AttnBwd, workload.dtype, workload.head_dim, peak_tflops_)) {
+      backward_(calibration.curve(gpu.name, KernelOp::AttnBwd, workload.dtype, workload.head_dim, peak_tflops_)),
+      causal_forward_(
+          calibration.curve(gpu.name, KernelOp::AttnFwd, workload.dtype, workload.head_dim, peak_tflops_, true)),
+      causal_backward_(
+          calibration.curve(gpu.name, KernelOp::AttnBwd, workload.dtype, workload.head_dim, peak_tflops_, true)) {
   if (!workload.fp8_linear) return;
   if (gpu.peak_fp8_tflops <= 0)
     throw InputError(fmt::format("{} has no fp8 peak in its topology (peak_fp8_tflops); drop fp8_linear", gpu.name));
@@ -26,10 +31,14 @@ double ComputeTimer::attention_seconds(const Op& op, const TokenSetPool& tokens)
   if (op.flops <= 0) return 0;
   const int64_t q = token_count(tokens.get(op.tok[0])), k = token_count(tokens.get(op.tok[1]));
   LastShape& last = last_attention_;
-  if (op.kind != last.kind || q != last.a || k != last.b) {
-    const double tflops = (op.kind == OpKind::AttnFwd ? forward_ : backward_).tflops(q, k);
+  const bool causal = op.mask == Mask::Causal;
+  if (op.kind != last.kind || q != last.a || k != last.b || causal != last.causal) {
+    const KernelCurve& curve =
+        op.kind == OpKind::AttnFwd ? (causal ? causal_forward_ : forward_) : (causal ? causal_backward_ : backward_);
+    const double tflops = curve.tflops(q, k);
     if (!(tflops > 0)) throw InputError(fmt::format("calibration gives {} TFLOP/s for a {}x{} block", tflops, q, k));
-    last = LastShape{.kind = op.kind, .a = q, .b = k, .c = -1, .fp8 = false, .per_unit = 1.0 / (tflops * 1e12)};
+    last = LastShape{
+        .kind = op.kind, .a = q, .b = k, .c = -1, .fp8 = false, .causal = causal, .per_unit = 1.0 / (tflops * 1e12)};
   }
   return op.flops * last.per_unit;
 }
@@ -39,11 +48,15 @@ double ComputeTimer::gemm_seconds(const Op& op) {
   // Transformer Engine runs the layers' linear layers in fp8 and keeps the LM head in 16 bits.
   const bool fp8 = fp8_peak_tflops_ > 0 && op.label != StepOp::LmHead;
   if (op.gemm[0] != last.a || op.gemm[1] != last.b || op.gemm[2] != last.c || fp8 != last.fp8) {
-    bool fallback = false;
-    const double efficiency =
-        calibration_.gemm_efficiency(gpu_name_, op.gemm[0], op.gemm[1], op.gemm[2], &fallback, fp8);
-    gemm_fallback_ = gemm_fallback_ || fallback;
-    const double tflops = efficiency * (fp8 ? fp8_peak_tflops_ : peak_tflops_);
+    // A measured rate of this shape's neighbours when the calibration has a grid for the GPU.
+    double tflops = fp8 ? 0 : calibration_.gemm_shape_tflops(gpu_name_, dtype_, op.gemm[0], op.gemm[1], op.gemm[2]);
+    if (tflops <= 0) {
+      bool fallback = false;
+      const double efficiency =
+          calibration_.gemm_efficiency(gpu_name_, op.gemm[0], op.gemm[1], op.gemm[2], &fallback, fp8);
+      gemm_fallback_ = gemm_fallback_ || fallback;
+      tflops = efficiency * (fp8 ? fp8_peak_tflops_ : peak_tflops_);
+    }
     if (!(tflops > 0))
       throw InputError(fmt::format("calibration gives {} TFLOP/s for a GEMM on {}", tflops, gpu_name_));
     last = LastShape{.kind = OpKind::Gemm,

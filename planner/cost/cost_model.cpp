@@ -66,12 +66,16 @@ void add_unique(std::vector<int>& list, std::set<int>& seen, int rank, int ranks
 
 double kernel_peak_tflops(const GpuModel& gpu, DType dtype) {
   if (dtype == DType::BF16 && gpu.peak_bf16_tflops > 0) return gpu.peak_bf16_tflops;
+  if (dtype == DType::FP32 && gpu.peak_fp32_tflops > 0) return gpu.peak_fp32_tflops;
   return gpu.peak_fp16_tflops > 0 ? gpu.peak_fp16_tflops : gpu.peak_bf16_tflops;
 }
 
 std::string dtype_issue(const GpuModel& gpu, DType dtype) {
   if (dtype == DType::BF16 && gpu.peak_bf16_tflops <= 0)
-    return fmt::format("{} has no bf16 tensor cores; use --dtype fp16", gpu.name);
+    return gpu.peak_fp16_tflops > 0 ? fmt::format("{} has no bf16 tensor cores; use --dtype fp16", gpu.name)
+                                    : fmt::format("{} has no bf16 peak in its topology; use --dtype fp32", gpu.name);
+  if (dtype == DType::FP16 && gpu.peak_fp16_tflops <= 0)
+    return fmt::format("{} has no fp16 peak in its topology; use --dtype fp32", gpu.name);
   return {};
 }
 
@@ -88,6 +92,7 @@ std::string calibration_gap(const Calibration& calibration, const GpuModel& gpu,
         fmt::format("attention kernels at {:.0f} % of {}", 100 * calibration.fallback_efficiency(), peak_text));
   bool gemm_fallback = false, hbm_fallback = false;
   const double gemm = calibration.gemm_efficiency(gpu.name, 8192, 8192, 8192, &gemm_fallback);
+  if (calibration.has_gemm_shapes(gpu.name, workload.dtype)) gemm_fallback = false;
   const double hbm = calibration.hbm_efficiency(gpu.name, &hbm_fallback);
   if (whole_step && gemm_fallback)
     gaps.push_back(fmt::format("GEMMs at {:.0f} % of {}", 100 * gemm, attention ? "it" : peak_text));

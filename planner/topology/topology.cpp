@@ -266,6 +266,7 @@ std::string Topology::Impl::compute_hash() const {
                       model.nodes.size()));
   // Added only when given, so that topologies without it keep their hashes.
   if (g.peak_fp8_tflops > 0) fnv.add(fmt::format("fp8|{}\n", g.peak_fp8_tflops));
+  if (g.peak_fp32_tflops > 0) fnv.add(fmt::format("fp32|{}\n", g.peak_fp32_tflops));
   // Added only when it is not the default, so that ECMP topologies keep their hashes.
   if (model.fabric.routing != "ecmp") fnv.add(fmt::format("routing|{}\n", model.fabric.routing));
   fmt::memory_buffer line;

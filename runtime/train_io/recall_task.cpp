@@ -22,7 +22,7 @@ constexpr uint64_t kPlacementStream = 4;
 constexpr uint64_t kQueryOrderStream = 5;
 
 constexpr char kFiller[] = "abcdefghijklmnopqrstuvwxyz ";
-constexpr int kFillerSymbols = 27;
+static_assert(sizeof(kFiller) == kRecallFillerSymbols + 1);
 
 // Every field is bounded by this before any arithmetic, so products cannot overflow.
 constexpr int64_t kMaxSeqLen = int64_t{1} << 40;
@@ -43,6 +43,11 @@ void validate_fields(const RecallTaskSpec& spec) {
   if (spec.value_len < 1 || spec.value_len > spec.seq_len) bad_field("value_len", spec.value_len, "at least 1");
   if (spec.min_distance < 0 || spec.min_distance > spec.seq_len)
     bad_field("min_distance", spec.min_distance, "0 or more (and at most seq_len)");
+  if (spec.filler_symbols < 1 || spec.filler_symbols > kRecallFillerSymbols)
+    bad_field("filler_symbols", spec.filler_symbols, fmt::format("1 to {}", kRecallFillerSymbols));
+  if (spec.curriculum_copies < 1 || spec.curriculum_copies > spec.seq_len)
+    bad_field("curriculum_copies", spec.curriculum_copies, "at least 1 (and below seq_len)");
+  if (spec.curriculum_steps < 0) bad_field("curriculum_steps", spec.curriculum_steps, "0 or more");
   // Keys of a sample are distinct: 26^key_len must reach pairs.
   int64_t keys = 1;
   for (int64_t i = 0; i < spec.key_len && keys < spec.pairs; ++i)
@@ -54,17 +59,19 @@ void validate_fields(const RecallTaskSpec& spec) {
 
 int64_t min_seq_len_of_valid_fields(const RecallTaskSpec& spec) {
   const int64_t block = block_len(spec);
-  // Queries fill the tail (pairs blocks); the definitions need pairs blocks before them, the last
-  // one starting at least max(min_distance, block) before the first query.
-  return 2 * spec.pairs * block - block + std::max(spec.min_distance, block) - 1;
+  // Queries fill the tail (pairs blocks); the definitions need pairs blocks (times their copies)
+  // before them, the last one starting at least max(min_distance, block) before the first query.
+  const int64_t copies = spec.curriculum_steps > 0 ? spec.curriculum_copies : 1;
+  return (copies + 1) * spec.pairs * block - block + std::max(spec.min_distance, block) - 1;
 }
 
-// Start positions of the definitions, ascending (definition k holds key k): `pairs` blocks placed
-// uniformly without overlap among the starts [0, last_start].
-std::vector<int64_t> definition_starts(const RecallTaskSpec& spec, int64_t last_start, SampleRandom& random) {
+// Start positions of the definitions, ascending (definition i holds key i mod pairs): `count`
+// blocks placed uniformly without overlap among the starts [0, last_start].
+std::vector<int64_t> definition_starts(const RecallTaskSpec& spec, int64_t count, int64_t last_start,
+                                       SampleRandom& random) {
   const int64_t block = block_len(spec);
-  const int64_t free = last_start + block - spec.pairs * block;  // slack shared by the gaps
-  std::vector<int64_t> gaps(static_cast<size_t>(spec.pairs));
+  const int64_t free = last_start + block - count * block;  // slack shared by the gaps
+  std::vector<int64_t> gaps(static_cast<size_t>(count));
   for (auto& g : gaps)
     g = static_cast<int64_t>(random.below(static_cast<uint64_t>(free) + 1));
   std::sort(gaps.begin(), gaps.end());
@@ -123,7 +130,7 @@ TrainingSample recall_sample(const RecallTaskSpec& spec, uint64_t seed, int64_t 
   result.tokens.resize(static_cast<size_t>(length));
   SampleRandom filler(seed, step, sample, kFillerStream);
   for (auto& t : result.tokens)
-    t = kFiller[filler.below(kFillerSymbols)];
+    t = kFiller[filler.below(uint64_t(spec.filler_symbols))];
 
   SampleRandom key_random(seed, step, sample, kKeyStream);
   const std::vector<std::string> keys = distinct_keys(spec, key_random);
@@ -135,10 +142,11 @@ TrainingSample recall_sample(const RecallTaskSpec& spec, uint64_t seed, int64_t 
 
   const int64_t first_query = length - spec.pairs * block;
   SampleRandom placement(seed, step, sample, kPlacementStream);
+  const int64_t copies = recall_copies(spec, step);
   const std::vector<int64_t> starts =
-      definition_starts(spec, first_query - std::max(spec.min_distance, block), placement);
-  for (size_t k = 0; k < keys.size(); ++k)
-    put_block(result.tokens, starts[k], kRecallDefinitionMark, keys[k], values[k]);
+      definition_starts(spec, spec.pairs * copies, first_query - std::max(spec.min_distance, block), placement);
+  for (size_t i = 0; i < starts.size(); ++i)
+    put_block(result.tokens, starts[i], kRecallDefinitionMark, keys[i % keys.size()], values[i % keys.size()]);
 
   std::vector<size_t> order(keys.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -155,6 +163,12 @@ TrainingSample recall_sample(const RecallTaskSpec& spec, uint64_t seed, int64_t 
       result.loss_mask[static_cast<size_t>(answer + j - 1)] = 1;
   }
   return result;
+}
+
+int64_t recall_copies(const RecallTaskSpec& spec, int64_t step) {
+  if (spec.curriculum_steps <= 0 || step >= spec.curriculum_steps || step < 0) return 1;
+  const double exponent = 1.0 - double(step) / double(spec.curriculum_steps);
+  return std::max<int64_t>(1, std::llround(std::pow(double(spec.curriculum_copies), exponent)));
 }
 
 double recall_chance_loss(const RecallTaskSpec& spec) {

@@ -37,8 +37,14 @@ TrainingSample TrainingSource::sample(uint64_t seed, int64_t step, int64_t sampl
 
 std::string TrainingSource::describe() const {
   if (recall_)
-    return fmt::format("recall task: {} pairs, keys of {} letters, values of {} digits, min distance {}, seq {}",
-                       recall_->pairs, recall_->key_len, recall_->value_len, recall_->min_distance, seq_len_);
+    return fmt::format(
+        "recall task: {} pairs, keys of {} letters, values of {} digits, min distance {}, seq {}{}{}", recall_->pairs,
+        recall_->key_len, recall_->value_len, recall_->min_distance, seq_len_,
+        recall_->filler_symbols == kRecallFillerSymbols ? ""
+                                                        : fmt::format(", {} filler symbols", recall_->filler_symbols),
+        recall_->curriculum_steps == 0 ? ""
+                                       : fmt::format(", curriculum {} copies over {} steps", recall_->curriculum_copies,
+                                                     recall_->curriculum_steps));
   return fmt::format("text: {} ({} bytes), seq {}", text_->path(), text_->size_bytes(), seq_len_);
 }
 

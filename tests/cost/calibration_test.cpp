@@ -4,8 +4,14 @@
 #include <cmath>
 #include <string>
 
+#include <yaml-cpp/yaml.h>
+
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/cost/calibration.hpp>
+#include <wallfacer/cost/compute_time.hpp>
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/plan/workload.hpp>
+#include <wallfacer/topology/topology.hpp>
 #include "common/text_mutations.hpp"
 
 namespace wallfacer {
@@ -99,6 +105,81 @@ TEST(Calibration, FileThatKeepsDefaultsKeepsTheGemmCeilings) {
   EXPECT_TRUE(fallback);
 }
 
+// A 2 x 2 x 2 grid of measured rates: a shape on the grid gets its own rate, one between grid
+// sides the trilinear mean in log2 of each side (a closed form here), one beyond clamps.
+TEST(Calibration, GemmShapeGridInterpolatesInLog2OfEachSide) {
+  std::string text = "gemm_shapes:\n";
+  auto rate = [](int64_t m, int64_t n, int64_t k) { return 0.001 * double(m / 64 + 2 * (n / 64) + 4 * (k / 64)); };
+  for (int64_t m : {64, 256})
+    for (int64_t n : {64, 256})
+      for (int64_t k : {64, 256})
+        text += "  - {gpu: CPU-X, dtype: fp32, m: " + std::to_string(m) + ", n: " + std::to_string(n) +
+                ", k: " + std::to_string(k) + ", tflops: " + std::to_string(rate(m, n, k)) + "}\n";
+  const Calibration c = Calibration::parse(text, "cal.yaml");
+  EXPECT_TRUE(c.has_gemm_shapes("CPU-X-core", DType::FP32));
+  EXPECT_FALSE(c.has_gemm_shapes("CPU-X-core", DType::BF16));
+  EXPECT_FALSE(c.has_gemm_shapes("H100", DType::FP32));
+  EXPECT_NEAR(c.gemm_shape_tflops("CPU-X-core", DType::FP32, 256, 64, 256), rate(256, 64, 256), 1e-12);
+  // m = 128 is halfway between 64 and 256 in log2: the mean of the two m faces.
+  EXPECT_NEAR(c.gemm_shape_tflops("CPU-X-core", DType::FP32, 128, 64, 64), 0.5 * (rate(64, 64, 64) + rate(256, 64, 64)),
+              1e-12);
+  const double centre = c.gemm_shape_tflops("CPU-X-core", DType::FP32, 128, 128, 128);
+  double mean = 0;
+  for (int64_t m : {64, 256})
+    for (int64_t n : {64, 256})
+      for (int64_t k : {64, 256})
+        mean += rate(m, n, k) / 8;
+  EXPECT_NEAR(centre, mean, 1e-12);
+  EXPECT_NEAR(c.gemm_shape_tflops("CPU-X-core", DType::FP32, 4096, 16, 4096), rate(256, 64, 256), 1e-12);
+  EXPECT_EQ(c.gemm_shape_tflops("H100", DType::FP32, 128, 128, 128), 0.0);
+}
+
+TEST(Calibration, CausalPointsPriceCausalBlocksOnly) {
+  const std::string text = R"(points:
+  - {gpu: CPU-X, op: forward, dtype: fp32, head_dim: 16, block_tokens: 512, tflops: 0.02}
+  - {gpu: CPU-X, op: forward, dtype: fp32, head_dim: 16, block_tokens: 512, causal: true, tflops: 0.01}
+)";
+  const Calibration c = Calibration::parse(text, "cal.yaml");
+  EXPECT_DOUBLE_EQ(c.curve("CPU-X", KernelOp::AttnFwd, DType::FP32, 16, 1.0).tflops(512, 512), 0.02);
+  EXPECT_DOUBLE_EQ(c.curve("CPU-X", KernelOp::AttnFwd, DType::FP32, 16, 1.0, true).tflops(512, 512), 0.01);
+  // No causal backward points: causal backward blocks use the ordinary curve (here the fallback).
+  EXPECT_EQ(c.curve("CPU-X", KernelOp::AttnBwd, DType::FP32, 16, 1.0, true).is_fallback(),
+            c.curve("CPU-X", KernelOp::AttnBwd, DType::FP32, 16, 1.0).is_fallback());
+  // H100 has no causal points: its causal curve is its ordinary one.
+  EXPECT_DOUBLE_EQ(c.curve("H100", KernelOp::AttnFwd, DType::BF16, 128, kH100Peak, true).tflops(4096, 4096),
+                   c.curve("H100", KernelOp::AttnFwd, DType::BF16, 128, kH100Peak).tflops(4096, 4096));
+}
+
+// The CPU topology and its measured calibration (docs/calibration.md, "A CPU"): fp32 work is priced
+// against the fp32 peak, a GEMM on the grid at the rate the file gives for its shape (read here
+// with yaml-cpp, apart from the loader), 16-bit workloads refused, and nothing falls back.
+TEST(Calibration, CpuTopologyPricesGemmsFromItsMeasuredGrid) {
+  const std::string dir = WALLFACER_SOURCE_DIR;
+  const Topology cpu = Topology::load(dir + "/topologies/cpu-epyc-2core.yaml");
+  const Calibration c = Calibration::load(dir + "/bench/cpu-epyc-2core-calibration.yaml");
+  EXPECT_EQ(cpu.num_gpus(), 2);
+  EXPECT_DOUBLE_EQ(kernel_peak_tflops(cpu.gpu(), DType::FP32), cpu.gpu().peak_fp32_tflops);
+  EXPECT_GT(cpu.gpu().peak_fp32_tflops, 0);
+  EXPECT_NE(dtype_issue(cpu.gpu(), DType::BF16).find("--dtype fp32"), std::string::npos);
+  EXPECT_NE(dtype_issue(cpu.gpu(), DType::FP16).find("--dtype fp32"), std::string::npos);
+  EXPECT_EQ(dtype_issue(cpu.gpu(), DType::FP32), "");
+  Workload w = load_workload("gpt-tiny");
+  EXPECT_EQ(calibration_gap(c, cpu.gpu(), w, true), "");
+  double rate = 0;
+  for (const YAML::Node& e : YAML::LoadFile(dir + "/bench/cpu-epyc-2core-calibration.yaml")["gemm_shapes"])
+    if (e["m"].as<int>() == 2048 && e["n"].as<int>() == 64 && e["k"].as<int>() == 64) rate = e["tflops"].as<double>();
+  ASSERT_GT(rate, 0);
+  ComputeTimer timer(cpu.gpu(), c, w);
+  Op gemm;
+  gemm.kind = OpKind::Gemm;
+  gemm.gemm[0] = 2048;
+  gemm.gemm[1] = 64;
+  gemm.gemm[2] = 64;
+  gemm.flops = 2.0 * 2048 * 64 * 64;
+  EXPECT_NEAR(timer.seconds(gemm, TokenSetPool{}), gemm.flops / (rate * 1e12), 1e-15);
+  EXPECT_FALSE(timer.used_gemm_fallback());
+}
+
 struct BadFile {
   std::string text;
   std::string expected;  // substring of what()
@@ -131,7 +212,14 @@ INSTANTIATE_TEST_SUITE_P(
                 "cal.yaml:3: error: duplicate"},
         BadFile{"points:\n  - {gpu: H100, [op]: forward, block_tokens: 512, tflops: 3}\n",
                 "cal.yaml:2: error: a key must be a plain name, not a list"},
-        BadFile{"points: [1, 2\n", "cal.yaml:"}));
+        BadFile{"points: [1, 2\n", "cal.yaml:"},
+        BadFile{"gemm_shapes:\n  - {gpu: C, m: 64, n: 64, k: 64, tflops: 1}\n  - {gpu: C, m: 128, n: 128, k: 64, "
+                "tflops: 1}\n",
+                "do not form a grid"},
+        BadFile{"gemm_shapes:\n  - {gpu: C, m: 64, n: 64, k: 64, tflops: 1}\n  - {gpu: C, m: 64, n: 64, k: 64, "
+                "tflops: 2}\n",
+                "cal.yaml:3: error: duplicate gemm_shapes entry"},
+        BadFile{"gemm_shapes:\n  - {gpu: C, m: 0, n: 64, k: 64, tflops: 1}\n", "cal.yaml:2: error: 'm' must be"}));
 
 // Edited calibration files (tests/common/text_mutations.hpp): accepted ones give finite positive
 // rates for every block, the rest are InputErrors.

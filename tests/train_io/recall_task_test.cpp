@@ -65,19 +65,31 @@ void check_sample(const RecallTaskSpec& spec, uint64_t seed, int64_t step, int64
   ASSERT_EQ(s.tokens.size(), size_t(spec.seq_len + 1));
   ASSERT_EQ(s.loss_mask.size(), size_t(spec.seq_len));
   const Parsed p = parse(s.tokens, spec);
-  ASSERT_EQ(p.definitions.size(), size_t(spec.pairs));
+  // Without a curriculum one definition per key; with one, as many as recall_copies says.
+  const int64_t copies = recall_copies(spec, step);
+  ASSERT_EQ(p.definitions.size(), size_t(spec.pairs * copies));
   ASSERT_EQ(p.queries.size(), size_t(spec.pairs));
-  std::map<std::string, Block> by_key;
+  std::map<std::string, std::vector<Block>> by_key;
   for (const Block& d : p.definitions)
-    EXPECT_TRUE(by_key.emplace(d.key, d).second) << "key " << d.key << " twice";
+    by_key[d.key].push_back(d);
+  for (const auto& [key, list] : by_key) {
+    EXPECT_EQ(list.size(), size_t(copies)) << "key " << key;
+    for (const Block& d : list)
+      EXPECT_EQ(d.value, list.front().value) << "key " << key << ": copies with other values";
+  }
+  // Filler only from the first filler_symbols symbols of "a..z ".
+  const std::string alphabet = std::string("abcdefghijklmnopqrstuvwxyz ").substr(0, size_t(spec.filler_symbols));
+  for (size_t i = 0; i < s.tokens.size(); ++i)
+    if (!p.in_block[i]) EXPECT_NE(alphabet.find(char(s.tokens[i])), std::string::npos) << "filler at " << i;
   std::vector<uint8_t> expected_mask(spec.seq_len, 0);
   for (const Block& q : p.queries) {
     ASSERT_EQ(by_key.count(q.key), 1u) << "query of an undefined key " << q.key;
-    const Block& d = by_key.at(q.key);
-    EXPECT_EQ(q.value, d.value) << "key " << q.key;
-    EXPECT_LT(d.start, q.start);
-    // Answer token j at q.start + 2 + key_len + j copies the definition's token at d.start + 2 + key_len + j.
-    EXPECT_GE(q.start - d.start, spec.min_distance) << "key " << q.key;
+    for (const Block& d : by_key.at(q.key)) {
+      EXPECT_EQ(q.value, d.value) << "key " << q.key;
+      EXPECT_LT(d.start, q.start);
+      // Answer token j at q.start + 2 + key_len + j copies the definition's token at d.start + 2 + key_len + j.
+      EXPECT_GE(q.start - d.start, spec.min_distance) << "key " << q.key;
+    }
     for (int64_t j = 0; j < spec.value_len; ++j)
       expected_mask[q.start + 1 + spec.key_len + j] = 1;
   }
@@ -106,6 +118,48 @@ TEST(RecallTask, SamplesHoldTheirKeysValuesAndMasks) {
         check_sample(spec, 1234, step, sample);
   // Many pairs with a small key space: keys are drawn until distinct, in linear time.
   check_sample({.seq_len = 200000, .pairs = 9000, .key_len = 3, .value_len = 2, .min_distance = 10000}, 1, 0, 0);
+}
+
+// The curriculum's copies fall geometrically: round(C^(1 - s/S)) before step S, then 1.
+TEST(RecallTask, CurriculumCopiesFallGeometricallyToOne) {
+  const RecallTaskSpec spec{.seq_len = 2048,
+                            .pairs = 2,
+                            .key_len = 1,
+                            .value_len = 1,
+                            .min_distance = 1024,
+                            .curriculum_copies = 64,
+                            .curriculum_steps = 100};
+  EXPECT_EQ(recall_copies(spec, 0), 64);
+  EXPECT_EQ(recall_copies(spec, 25), 23);  // 64^0.75 = 22.6
+  EXPECT_EQ(recall_copies(spec, 50), 8);   // 64^0.5
+  EXPECT_EQ(recall_copies(spec, 99), 1);   // 64^0.01 = 1.04
+  EXPECT_EQ(recall_copies(spec, 100), 1);
+  EXPECT_EQ(recall_copies(spec, 5000), 1);
+  EXPECT_EQ(recall_copies(RecallTaskSpec{.seq_len = 100, .curriculum_copies = 64}, 0), 1);  // no steps: none
+  for (int64_t step : {0, 1, 25, 50, 99, 100, 140})
+    for (int64_t sample = 0; sample < 3; ++sample)
+      check_sample(spec, 99, step, sample);
+  // The longest curriculum still fits: the minimal length counts every copy.
+  RecallTaskSpec tight = spec;
+  tight.seq_len = recall_min_seq_len(spec);
+  check_sample(tight, 3, 0, 0);
+  tight.seq_len -= 1;
+  EXPECT_THROW(validate(tight), InputError);
+}
+
+TEST(RecallTask, FillerDrawsFromItsFirstSymbols) {
+  for (int64_t symbols : {1, 2, 26, 27})
+    for (int64_t step = 0; step < 4; ++step)
+      check_sample(
+          {.seq_len = 300, .pairs = 2, .key_len = 1, .value_len = 1, .min_distance = 100, .filler_symbols = symbols},
+          11, step, 0);
+  // One symbol: every filler position holds 'a'.
+  const TrainingSample s =
+      recall_sample({.seq_len = 64, .pairs = 1, .key_len = 1, .value_len = 1, .filler_symbols = 1}, 1, 0, 0);
+  int64_t a = 0;
+  for (int32_t t : s.tokens)
+    a += t == 'a';
+  EXPECT_EQ(a, 65 - 2 * 4);
 }
 
 TEST(RecallTask, UnusedPlaceholder) {

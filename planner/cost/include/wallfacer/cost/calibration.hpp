@@ -22,6 +22,20 @@ struct CalibrationPoint {
   int head_dim = 128;
   int64_t block_tokens = 0;  // query tokens = key tokens of the block
   double tflops = 0;         // achieved, dense FLOP convention of docs/algorithms.md §1.3
+  // Measured on blocks on the diagonal of a causal mask (their live pairs counted): priced for
+  // blocks with the causal mask. Without causal points for a GPU, causal blocks use the others.
+  bool causal = false;
+  std::string source;
+};
+
+// A measured GEMM rate of one shape (m x n x k, 2mnk FLOPs per product). The shapes of one GPU
+// and dtype form a grid (every combination of their distinct m, n and k); a GEMM is priced by
+// interpolating the rate linearly in log2 of each side, clamped at the grid's ends.
+struct GemmShapePoint {
+  std::string gpu;
+  DType dtype = DType::FP32;
+  int64_t m = 0, n = 0, k = 0;
+  double tflops = 0;
   std::string source;
 };
 
@@ -58,7 +72,9 @@ class Calibration {
   // peak_tflops when no point matches the GPU.
   double tflops(const std::string& gpu, KernelOp op, DType dtype, int head_dim, int64_t q_tokens, int64_t k_tokens,
                 double peak_tflops) const;
-  KernelCurve curve(const std::string& gpu, KernelOp op, DType dtype, int head_dim, double peak_tflops) const;
+  // `causal`: the curve of causal diagonal blocks where the GPU has one, else the ordinary curve.
+  KernelCurve curve(const std::string& gpu, KernelOp op, DType dtype, int head_dim, double peak_tflops,
+                    bool causal = false) const;
   double fallback_efficiency() const { return fallback_efficiency_; }
   // Fraction of compute speed kept while communication kernels run (simulator option), 1 = none lost.
   double compute_slowdown_under_comm() const { return comm_slowdown_; }
@@ -70,6 +86,11 @@ class Calibration {
   // `fp8`: the ceiling of fp8 GEMMs (share of the fp8 peak).
   double gemm_efficiency(const std::string& gpu, int64_t m, int64_t n, int64_t k, bool* fallback = nullptr,
                          bool fp8 = false) const;
+  // The measured TFLOP/s of an m x n x k GEMM from the file's `gemm_shapes:` grid of this GPU
+  // (longest prefix) and dtype, interpolated; 0 when there is none (then gemm_efficiency prices it).
+  double gemm_shape_tflops(const std::string& gpu, DType dtype, int64_t m, int64_t n, int64_t k) const;
+  bool has_gemm_shapes(const std::string& gpu, DType dtype) const;
+  const std::vector<GemmShapePoint>& gemm_shapes() const { return gemm_shapes_; }
   // Achieved share of the HBM bandwidth for memory-bound kernels.
   double hbm_efficiency(const std::string& gpu, bool* fallback = nullptr) const;
   const std::vector<EfficiencyPoint>& gemm_ceilings() const { return gemm_; }
@@ -78,6 +99,7 @@ class Calibration {
 
  private:
   std::vector<CalibrationPoint> points_;
+  std::vector<GemmShapePoint> gemm_shapes_;
   std::vector<EfficiencyPoint> gemm_, gemm_fp8_, hbm_;
   double fallback_efficiency_ = 0.5;
   double comm_slowdown_ = 1.0;

@@ -1,6 +1,7 @@
 // How long one compute op runs on a GPU, shared by the cost model and the simulator so that both
-// price the same op the same way: attention blocks from the calibrated kernel curves, GEMMs from
-// the GPU's large-GEMM ceiling and the size curve, memory-bound ops from the achieved HBM
+// price the same op the same way: attention blocks from the calibrated kernel curves (causal
+// diagonal blocks from their own curve where measured), GEMMs from a measured grid of shapes or
+// else the GPU's large-GEMM ceiling and the size curve, memory-bound ops from the achieved HBM
 // bandwidth (docs/calibration.md).
 #pragma once
 
@@ -34,12 +35,14 @@ class ComputeTimer {
   const Calibration& calibration_;
   double peak_tflops_ = 0, hbm_bytes_per_s = 0, pointwise_bytes_per_s_ = 0;
   double fp8_peak_tflops_ = 0;  // > 0 when the layers' GEMMs run in fp8 (Workload::fp8_linear)
-  KernelCurve forward_, backward_;
+  DType dtype_ = DType::BF16;
+  KernelCurve forward_, backward_, causal_forward_, causal_backward_;
   bool gemm_fallback_ = false;
   struct LastShape {  // programs repeat shapes: remember the last one asked for
     OpKind kind = OpKind::Copy;
     int64_t a = -1, b = -1, c = -1;
     bool fp8 = false;
+    bool causal = false;
     double per_unit = 0;
   } last_attention_, last_gemm_;
 };

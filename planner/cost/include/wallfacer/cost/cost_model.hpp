@@ -181,8 +181,9 @@ class CostModel {
   std::shared_ptr<detail::TreePriceCache> tree_prices_;  // shared by copies: a search prices many plans
 };
 
-// Dense tensor-core peak used for MFU and the fallback efficiency: BF16 or FP16 by dtype; FP32 and
-// BF16 on a GPU without BF16 (V100) use the FP16 peak (see dtype_issue).
+// Dense peak used for MFU and the fallback efficiency: BF16 or FP16 by dtype; FP32 the device's
+// fp32 peak where the topology gives one (a CPU), else, like BF16 on a GPU without BF16 (V100),
+// the FP16 peak (see dtype_issue).
 double kernel_peak_tflops(const GpuModel& gpu, DType dtype);
 // Why this GPU cannot run this dtype ("V100-SXM2-16GB has no bf16 tensor cores; use --dtype fp16"),
 // empty when it can.

@@ -26,6 +26,9 @@ struct GpuModel {
   double peak_bf16_tflops = 0;  // dense; 0 when the GPU has no bf16 (V100)
   double peak_fp16_tflops = 0;  // dense
   double peak_fp8_tflops = 0;   // dense; 0 when not given (no fp8 tensor cores, or unknown)
+  // Dense fp32 (FMA units, not tensor cores); 0 when not given: fp32 workloads then use the fp16
+  // peak, as before this field existed. A CPU core's FMA width x clock.
+  double peak_fp32_tflops = 0;
   double memory_GiB = 0;
   double hbm_GBps = 0;
   std::string source;  // where the numbers come from

@@ -18,13 +18,22 @@ namespace wallfacer::train {
 // sample, >= 1. key_len: uppercase letters per key, >= 1, with 26^key_len >= pairs (keys of a
 // sample are distinct). value_len: digits per value, >= 1. min_distance: each answer token sits at
 // least this many positions after the definition token it copies, >= 0 (0: anywhere before its
-// query). InputError naming the field for a spec that breaks these or does not fit in seq_len.
+// query). filler_symbols: how many of the filler alphabet's 27 symbols the filler draws from
+// (1..27; 1 fills with 'a' only, the filler then carrying no information at all).
+// A curriculum (curriculum_steps > 0) writes every definition several times in the early steps,
+// curriculum_copies at step 0 falling geometrically to 1 at step curriculum_steps (recall_copies),
+// every copy as far from the queries as min_distance asks: the same retrieval with more of the
+// attention's mass on the answer at first. From curriculum_steps on the task is the plain one.
+// InputError naming the field for a spec that breaks these or does not fit in seq_len.
 struct RecallTaskSpec {
   int64_t seq_len = 0;
   int64_t pairs = 8;
   int64_t key_len = 4;
   int64_t value_len = 4;
   int64_t min_distance = 0;
+  int64_t filler_symbols = 27;
+  int64_t curriculum_copies = 1;
+  int64_t curriculum_steps = 0;
 };
 
 // The alphabet of the task (ASCII, so a sample prints as text).
@@ -33,7 +42,8 @@ inline constexpr char kRecallQueryMark = '?';
 inline constexpr char kRecallSeparator = ':';
 inline constexpr int kRecallValueSymbols = 10;  // '0'..'9'
 inline constexpr int kRecallKeySymbols = 26;    // 'A'..'Z'
-// Filler: 'a'..'z' and ' '.
+// Filler: 'a'..'z' and ' ' (the first filler_symbols of them).
+inline constexpr int kRecallFillerSymbols = 27;
 
 // Throws InputError when the spec is impossible (see RecallTaskSpec).
 void validate(const RecallTaskSpec& spec);
@@ -41,6 +51,10 @@ void validate(const RecallTaskSpec& spec);
 int64_t recall_min_seq_len(const RecallTaskSpec& spec);
 
 TrainingSample recall_sample(const RecallTaskSpec& spec, uint64_t seed, int64_t step, int64_t sample);
+
+// Copies of each definition at `step`: round(curriculum_copies^(1 - step / curriculum_steps)) before
+// curriculum_steps, 1 from then on (and without a curriculum).
+int64_t recall_copies(const RecallTaskSpec& spec, int64_t step);
 
 // Mean loss per answer token of a model that does not look back past the query (its best guess is
 // the uniform distribution over the value digits): ln 10. A trained model that retrieves the answers
