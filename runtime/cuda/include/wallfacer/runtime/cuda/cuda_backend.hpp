@@ -6,7 +6,8 @@
 //     buffers exchanged by device copies, so every strategy runs on a single GPU;
 //   - NCCL: one process per GPU, point-to-point in group calls and collectives on communicators
 //     split per plan group, issued in the order of the device plan (device_plan.hpp), with the
-//     unique id passed over a host control channel (the MPI backend under mpirun or srun).
+//     unique id passed over a host control channel (the MPI backend under mpirun or srun, or the
+//     TCP rendezvous of rendezvous.hpp under srun without MPI).
 // Every CUDA and NCCL call is checked; a failure throws CudaError naming the file, line, rank,
 // the call and the library's message.
 #pragma once
@@ -19,6 +20,7 @@
 #include <wallfacer/runtime/backend.hpp>
 #include <wallfacer/runtime/device_plan.hpp>
 #include <wallfacer/runtime/layer_runner.hpp>
+#include <wallfacer/runtime/rendezvous.hpp>
 
 namespace wallfacer::runtime {
 
@@ -55,5 +57,16 @@ LayerRunResult run_layer_cuda_local(const Plan& plan, const Schedule& schedule, 
 // the schedule the executor will run. The GPU is `device`, or when negative the local rank
 // (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID) modulo the devices present.
 std::unique_ptr<Backend> make_nccl_backend(Backend& control, const RankDevicePlan& plan, int device = -1);
+// The same over any control channel: the TCP rendezvous of a start without MPI (srun alone).
+std::unique_ptr<Backend> make_nccl_backend(ControlChannel& control, const RankDevicePlan& plan, int device = -1);
+
+// The GPU this process uses under a launcher: its local rank modulo the devices present.
+int cuda_process_device();
+
+// Free and total memory of a GPU (cudaMemGetInfo; creates the context); -1 when unknown.
+struct CudaMemoryInfo {
+  int64_t free = -1, total = -1;
+};
+CudaMemoryInfo cuda_memory_info(int device);
 
 }  // namespace wallfacer::runtime
