@@ -55,9 +55,10 @@ int run_scheduler_job(const SchedulerJob& job) {
   }
   if (!control.all_ok(failure == nullptr)) {
     if (failure) std::rethrow_exception(failure);
-    throw InputError(fmt::format("rank {}: stopping before the run: another rank could not prepare it (its error "
-                                 "is in its output)",
-                                 launch.rank));
+    throw InputError(
+        fmt::format("rank {}: stopping before the run: another rank could not prepare it (its error "
+                    "is in its output)",
+                    launch.rank));
   }
   int status = 0;
   try {

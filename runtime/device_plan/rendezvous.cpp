@@ -107,7 +107,8 @@ LaunchEnvironment launch_environment(const EnvLookup& env) {
   if (launch.size < 1 || launch.rank >= launch.size)
     throw InputError(
         fmt::format("SLURM_PROCID={} with {}={}: the rank must be below the task count", rank, tasks_name, tasks));
-  if (const char* local = lookup(env, "SLURM_LOCALID")) launch.local_rank = int(integer_variable("SLURM_LOCALID", local));
+  if (const char* local = lookup(env, "SLURM_LOCALID"))
+    launch.local_rank = int(integer_variable("SLURM_LOCALID", local));
   if (const char* addr = lookup(env, "MASTER_ADDR")) {
     launch.address = addr;
     launch.origin = "MASTER_ADDR";
@@ -158,13 +159,14 @@ bool wait_for(int fd, short events, double timeout) {
 
 // Sends or receives exactly `bytes`; an error message on failure, empty when done.
 std::string transfer_all(int fd, char* data, size_t bytes, bool send, double timeout) {
-  const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                        std::chrono::duration<double>(std::max(timeout, 0.0)));
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(timeout, 0.0)));
   size_t done = 0;
   while (done < bytes) {
     if (!wait_for(fd, send ? POLLOUT : POLLIN, timeout < 0 ? -1 : seconds_left(deadline)))
       return fmt::format("nothing within {:g} s", timeout);
-    const ssize_t n = send ? ::send(fd, data + done, bytes - done, MSG_NOSIGNAL) : ::recv(fd, data + done, bytes - done, 0);
+    const ssize_t n =
+        send ? ::send(fd, data + done, bytes - done, MSG_NOSIGNAL) : ::recv(fd, data + done, bytes - done, 0);
     if (n == 0) return "the connection was closed (its process ended?)";
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
@@ -208,9 +210,10 @@ TcpControlChannel::TcpControlChannel(const LaunchEnvironment& launch, const Rend
   if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(listener, size_) != 0) {
     const std::string why = std::strerror(errno);
     close_quietly(listener);
-    throw RendezvousError(fmt::format("rank 0: cannot listen on port {} for the rendezvous ({}): {}; choose another "
-                                      "with MASTER_PORT",
-                                      launch.port, launch.origin, why));
+    throw RendezvousError(
+        fmt::format("rank 0: cannot listen on port {} for the rendezvous ({}): {}; choose another "
+                    "with MASTER_PORT",
+                    launch.port, launch.origin, why));
   }
   try {
     accept_ranks(listener, options.connect_timeout_seconds);
@@ -227,8 +230,8 @@ TcpControlChannel::~TcpControlChannel() {
 }
 
 void TcpControlChannel::accept_ranks(int listener, double timeout) {
-  const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                        std::chrono::duration<double>(timeout));
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
   int joined = 1;
   while (joined < size_) {
     if (!wait_for(listener, POLLIN, seconds_left(deadline))) {
@@ -269,8 +272,8 @@ void TcpControlChannel::accept_ranks(int listener, double timeout) {
 void TcpControlChannel::connect_to_root(double timeout) {
   const size_t colon = where_.rfind(':');
   const std::string host = where_.substr(0, colon), port = where_.substr(colon + 1);
-  const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                        std::chrono::duration<double>(timeout));
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
   std::string last = "no attempt";
   for (;;) {
     addrinfo hints{}, *found = nullptr;
@@ -294,8 +297,8 @@ void TcpControlChannel::connect_to_root(double timeout) {
     }
     if (sock_[0] >= 0) break;
     if (seconds_left(deadline) <= 0)
-      throw RendezvousError(fmt::format("rank {}: cannot reach rank 0 at {} within {:g} s: {}", rank_, where_,
-                                        timeout, last));
+      throw RendezvousError(
+          fmt::format("rank {}: cannot reach rank 0 at {} within {:g} s: {}", rank_, where_, timeout, last));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   const int one = 1;

@@ -26,6 +26,13 @@ if(TARGET wallfacer AND TARGET runtime_test_plan)
 \"$2\" --verify \"$1.broken\"; echo \"exit status $?\"" sh ${_bundle} ${PROJECT_SOURCE_DIR}/scripts/gpu-check)
     set_tests_properties(cuda_gpu_check_bundle_incomplete PROPERTIES FIXTURES_REQUIRED cuda_bundle
                          PASS_REGULAR_EXPRESSION "needs libfmt.*bundle NOT ok.*exit status 1")
+    # srun without MPI (--bootstrap env), two tasks on localhost for a 4-rank plan: both meet over
+    # TCP, agree that preparation failed (no GPU here, or 2 processes for 4 ranks), and exit 2.
+    add_test(NAME cuda_run_bootstrap_env
+             COMMAND ${CMAKE_CURRENT_LIST_DIR}/bootstrap_env.sh $<TARGET_FILE:wallfacer> ${_cuda_dir}/ring4.yaml
+                     ${_cuda_dir}/bootstrap_env)
+    set_tests_properties(cuda_run_bootstrap_env PROPERTIES FIXTURES_REQUIRED cuda_plan_ring4 PASS_REGULAR_EXPRESSION
+                         "(no usable CUDA device here|the plan has 4 ranks but 2 processes).*rank 0 exit status 2.*rank 1 exit status 2")
   else()
     add_test(NAME cuda_run_without_cuda
              COMMAND sh -c "\"$@\" 2>&1; echo \"exit status $?\"" sh $<TARGET_FILE:wallfacer> run
@@ -33,4 +40,12 @@ if(TARGET wallfacer AND TARGET runtime_test_plan)
     set_tests_properties(cuda_run_without_cuda PROPERTIES FIXTURES_REQUIRED cuda_plan_ring4 PASS_REGULAR_EXPRESSION
                          "this build has no CUDA support.*exit status 2")
   endif()
+endif()
+# The cuBLASLt GEMMs' row-major to column-major mapping, host-side (CUDA builds; no GPU needed).
+if(WALLFACER_CUDA_ENABLED)
+  find_package(CUDAToolkit REQUIRED)  # its targets are scoped to the directory that finds it
+  wallfacer_add_test(NAME test_cublaslt_mapping
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cublaslt_mapping_test.cpp
+    LIBS wallfacer::runtime_cuda CUDA::cudart)
+  target_include_directories(test_cublaslt_mapping PRIVATE ${PROJECT_SOURCE_DIR}/runtime/cuda)
 endif()

@@ -40,10 +40,10 @@ void check_run_memory(const RunMemoryEstimate& estimate, int64_t available, cons
 // it (every rank with the local transport, one under NCCL), the message blocks in flight, and an
 // allowance for what the CUDA runtime and NCCL take themselves (docs/cuda.md, "Device memory").
 struct DeviceMemoryEstimate {
-  int ranks_here = 1;            // ranks on this GPU
-  int64_t buffers = 0;           // their buffers (the executor's allocation, exact)
-  int64_t messages = 0;          // send and receive blocks in flight: twice each rank's largest buffer
-  int64_t runtime = 0;           // the allowance for the CUDA context, streams and NCCL
+  int ranks_here = 1;    // ranks on this GPU
+  int64_t buffers = 0;   // their buffers (the executor's allocation, exact)
+  int64_t messages = 0;  // send and receive blocks in flight: twice each rank's largest buffer
+  int64_t runtime = 0;   // the allowance for the CUDA context, streams and NCCL
   int64_t total = 0;
   std::string describe() const;  // "1.2 GiB (4 ranks: buffers 512 MiB, messages 256 MiB, runtime 512 MiB)"
 };

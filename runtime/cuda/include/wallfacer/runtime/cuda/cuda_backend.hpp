@@ -21,6 +21,7 @@
 #include <wallfacer/runtime/device_plan.hpp>
 #include <wallfacer/runtime/layer_runner.hpp>
 #include <wallfacer/runtime/rendezvous.hpp>
+#include <wallfacer/runtime/step_kernels.hpp>
 
 namespace wallfacer::runtime {
 
@@ -68,5 +69,16 @@ struct CudaMemoryInfo {
   int64_t free = -1, total = -1;
 };
 CudaMemoryInfo cuda_memory_info(int device);
+
+// The whole-step program's kernels on the GPU of a CUDA backend (one made by run_cuda_local_ranks
+// or make_nccl_backend): GEMMs through cuBLASLt, the pointwise ops and AdamW as CUDA kernels, on
+// the backend's compute stream. bf16_gemm (fp32 training only): GEMM inputs rounded to bf16,
+// accumulation and outputs in fp32; otherwise fp32 GEMMs in true fp32 (not TF32), fp64 for
+// double. Throws CudaError for a backend that is not a CUDA backend.
+struct CudaStepKernelsOptions {
+  bool bf16_gemm = false;
+};
+template <typename T>
+std::unique_ptr<StepKernels<T>> make_cuda_step_kernels(Backend& backend, const CudaStepKernelsOptions& options = {});
 
 }  // namespace wallfacer::runtime
