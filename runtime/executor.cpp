@@ -276,33 +276,41 @@ void Executor::bind_values(const Binding& binding, const std::function<double(in
 
 std::vector<OutputSlice> Executor::collect_outputs(FieldMask fields) {
   std::vector<OutputSlice> slices;
-  for (const Binding& binding : program.outputs) {
-    if (!(fields & field_bit(binding.field))) continue;
-    BufferState& buf = buffer(binding.buf, -1);
-    const FieldMask bit = field_bit(binding.field);
-    OutputSlice slice;
-    slice.field = binding.field;
-    slice.heads = binding.heads;
-    slice.batch_begin = program.batch_begin;
-    slice.batch_end = program.batch_end;
-    std::vector<char> bytes;
-    if (binding.field == Field::WeightGrad) {
-      if (!buf.valid[size_t(Field::WeightGrad)])
-        throw ScheduleError(fmt::format("{}: WeightGrad never written", where(-1)));
-      bytes.resize(size_t(buf.storage.weight_elements) * elem_size(type));
-      backend.download(bytes.data(), buf.storage.base[size_t(Field::WeightGrad)], bytes.size());
-    } else {
-      slice.tokens = tokens(binding.tokens, -1);
-      const int64_t count = token_count(slice.tokens);
-      RowRuns runs = readable(buf, slice.tokens, bit, -1);
-      PackedBlock block = pack(buf, runs, bit, count, binding.heads, is_query_class(binding.field));
-      bytes.resize(size_t(block.elements) * elem_size(type));
-      backend.download(bytes.data(), block.memory.data(), bytes.size());
-    }
-    slice.values = from_bytes(bytes, type);
-    slices.push_back(std::move(slice));
-  }
+  for (const Binding& binding : program.outputs)
+    if (fields & field_bit(binding.field)) slices.push_back(collect_output(binding));
   return slices;
+}
+
+OutputSlice Executor::collect_output(const Binding& binding) {
+  BufferState& buf = buffer(binding.buf, -1);
+  const FieldMask bit = field_bit(binding.field);
+  OutputSlice slice;
+  slice.field = binding.field;
+  slice.heads = binding.heads;
+  slice.batch_begin = program.batch_begin;
+  slice.batch_end = program.batch_end;
+  std::vector<char> bytes;
+  if (binding.field == Field::WeightGrad) {
+    if (!buf.valid[size_t(Field::WeightGrad)])
+      throw ScheduleError(fmt::format("{}: WeightGrad never written", where(-1)));
+    bytes.resize(size_t(buf.storage.weight_elements) * elem_size(type));
+    backend.download(bytes.data(), buf.storage.base[size_t(Field::WeightGrad)], bytes.size());
+  } else {
+    slice.tokens = tokens(binding.tokens, -1);
+    const int64_t count = token_count(slice.tokens);
+    RowRuns runs = readable(buf, slice.tokens, bit, -1);
+    PackedBlock block = pack(buf, runs, bit, count, binding.heads, is_query_class(binding.field));
+    bytes.resize(size_t(block.elements) * elem_size(type));
+    backend.download(bytes.data(), block.memory.data(), bytes.size());
+  }
+  slice.values = from_bytes(bytes, type);
+  return slice;
+}
+
+void Executor::restart_fields(int32_t index, FieldMask fields) {
+  BufferState& buf = buffer(index, -1);
+  for (int f = 0; f < kNumFields; ++f)
+    if (fields & field_bit(Field(f))) buf.valid[size_t(f)] = false;
 }
 
 // ---- the stream loop --------------------------------------------------------------------------
@@ -342,6 +350,7 @@ bool Executor::advance_streams() {
       flight = InFlight{};
       flight.op = ops[head++];
       progressed = true;
+      if (hooks && hooks->started) hooks->started(flight.op);
       if (skipped(program.ops[size_t(flight.op)])) {
         done_[size_t(flight.op)] = 1;
         ++done_count_;
@@ -355,6 +364,7 @@ bool Executor::advance_streams() {
   size_t& head = head_[size_t(Stream::Compute)];
   if (head < compute.size() && ready(compute[head])) {
     int32_t op = compute[head++];
+    if (hooks && hooks->started) hooks->started(op);
     run_compute(op);
     done_[size_t(op)] = 1;
     ++done_count_;
@@ -399,6 +409,8 @@ void Executor::post(InFlight& flight) {
   const Op& op = program.ops[size_t(flight.op)];
   if (op.kind == OpKind::Send || op.kind == OpKind::Recv)
     post_point_to_point(flight);
+  else if (flat_hooked(op))
+    flat_post(flight);
   else if (is_collective(op.kind))
     post_collective(flight);
   else
@@ -439,6 +451,8 @@ void Executor::finish(InFlight& flight) {
     place_packed(shape, flight.recv.data());
     RowRuns runs = prepare_write(buf, set, op.fields, nullptr, flight.op);
     copy_rows(backend, shape, identity_runs(token_count(set)), buf.storage, runs, op.fields, heads, query);
+  } else if (flat_hooked(op)) {
+    flat_finish(flight);
   } else if (is_collective(op.kind)) {
     finish_collective(flight);
   }

@@ -89,6 +89,10 @@ void Executor::compute(const Op& op, int32_t i) {
       return backward_prep(op, i);
     case OpKind::Copy:
       return copy(op, i);
+    case OpKind::Gemm:
+    case OpKind::Pointwise:
+      if (hooks && hooks->compute) return hooks->compute(i);
+      throw ScheduleError(fmt::format("{}: a whole-step op, which runs only with the trainer's kernels", where(i)));
     default:
       throw ScheduleError(fmt::format("{}: not a compute op but on the compute stream", where(i)));
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <wallfacer/runtime/executor.hpp>
+#include <wallfacer/runtime/step_session.hpp>
 #include "executor_storage.hpp"
 
 namespace wallfacer::runtime::detail {
@@ -49,6 +50,7 @@ struct InFlight {
   RequestId request = -1;
   DeviceBlock send, recv;
   std::vector<Piece> pieces;  // collectives: how to read `recv`
+  FlatCall flat;              // flat collectives of a whole-step program (StepHooks::flat)
 };
 
 // The operands of an attention op, checked and prepared by attention_operands(): queries in
@@ -90,6 +92,12 @@ class Executor {
   // Runs ops [0, op_limit) (all ops by default); may be called again with a larger limit.
   void run(int64_t op_limit = INT64_MAX);
   std::vector<OutputSlice> collect_outputs(FieldMask fields = ~FieldMask(0));
+  // One output binding's values.
+  OutputSlice collect_output(const Binding& binding);
+  // `fields` of the buffer count as never written (StepSession::restart).
+  void restart_fields(int32_t index, FieldMask fields);
+  // Whole-step programs: the caller's Gemm and Pointwise ops and flat collectives (null: none).
+  const StepHooks* hooks = nullptr;
   const ExecutionStats& stats() const { return stats_; }
 
   // ---- buffers and token bookkeeping (executor.cpp) ----
@@ -155,6 +163,9 @@ class Executor {
   void reset_to_identity(const Storage& block);
   void reduce_into(const Storage& acc, const Storage& src, bool merge);
   void all_reduce_post(InFlight& flight, const Op& op, const CollectiveSpec& spec);
+  bool flat_hooked(const Op& op) const;
+  void flat_post(InFlight& flight);
+  void flat_finish(InFlight& flight);
 
  public:
   const Schedule& schedule;

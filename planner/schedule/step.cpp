@@ -329,8 +329,9 @@ class StepTemplateBuilder {
     writer_.set_phase(Phase::Backward);
     writer_.gemm(StepOp::LmHead, GemmPart::DataGrad, s.m, s.H, s.v());
     const int32_t wgrad = writer_.gemm(StepOp::LmHead, GemmPart::WeightGrad, s.H, s.v(), s.m);
-    writer_.pointwise(StepOp::Norm, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
-    sync_gradients(s.v() * s.H + s.H, {wgrad});
+    // The final norm's gain gradient travels in the head's buckets too: they wait for it.
+    const int32_t norm = writer_.pointwise(StepOp::Norm, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
+    sync_gradients(s.v() * s.H + s.H, {wgrad, norm});
   }
 
   void recompute() {
@@ -370,7 +371,7 @@ class StepTemplateBuilder {
     }
     writer_.gemm(StepOp::MlpUp, GemmPart::DataGrad, s.m, s.H, s.f());
     const int32_t mlp_wgrad = writer_.gemm(StepOp::MlpUp, GemmPart::WeightGrad, s.H, s.f(), s.m);
-    writer_.pointwise(StepOp::Norm, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
+    const int32_t mlp_norm = writer_.pointwise(StepOp::Norm, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
     writer_.pointwise(StepOp::Residual, 3 * s.rows() * s.H * s.e);
     grad = tensor_gather(after(writer_.last_compute()));
     fp8_cast(s.m * s.H, grad);
@@ -388,13 +389,15 @@ class StepTemplateBuilder {
     writer_.gemm(StepOp::QProj, GemmPart::DataGrad, s.m, s.H, s.h());
     writer_.gemm(StepOp::KProj, GemmPart::DataGrad, s.m, s.H, s.hkv());
     writer_.gemm(StepOp::VProj, GemmPart::DataGrad, s.m, s.H, s.hkv());
-    writer_.pointwise(StepOp::Norm, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
+    const int32_t attn_norm = writer_.pointwise(StepOp::Norm, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
     writer_.pointwise(StepOp::Residual, 3 * s.rows() * s.H * s.e);
     fp8_scale(4);  // the output gradients of the layer's 4 linear layers
     // Gradient buckets share the collective stream with the strategy's collectives, so they are
     // queued behind the layer's attention backward, not ahead of it (docs/step.md).
-    sync_gradients(s.mlp_matrices() * s.H * s.f() + s.H, {mlp_wgrad});
-    sync_gradients(w_.attention_parameters_per_layer() / s.T + s.H, {attn_wgrad});
+    // Each bucket also holds its norm's gain gradient, written by the norm's backward after the
+    // weight gradients: it waits for both.
+    sync_gradients(s.mlp_matrices() * s.H * s.f() + s.H, {mlp_wgrad, mlp_norm});
+    sync_gradients(w_.attention_parameters_per_layer() / s.T + s.H, {attn_wgrad, attn_norm});
   }
 
   // The end of a micro-batch's backward: the embedding's gradient on the first stage, the

@@ -1,5 +1,5 @@
-// The trainer's model on one rank: embedding, layers (with the plan's attention through a
-// RankSession per layer), head and loss, forward and backward, and the step around them.
+// The trainer on one rank: its whole-step program, the model's parameters, the batch a step
+// works on, and the StepSession that runs the program (trainer_impl.hpp).
 #include <wallfacer/train/trainer.hpp>
 
 #include <fmt/format.h>
@@ -11,21 +11,15 @@
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/train/cpu_step_kernels.hpp>
 #include <wallfacer/train/layers.hpp>
 #include "trainer_impl.hpp"
 
 namespace wallfacer::train {
 
 using runtime::Backend;
-using runtime::RankSession;
 
 namespace {
-
-const RankProgram& program_of(const Schedule& schedule, int rank) {
-  for (const RankProgram& p : schedule.ranks)
-    if (p.rank == rank) return p;
-  throw ScheduleError(fmt::format("the attention schedule has no program for rank {}", rank));
-}
 
 std::vector<int64_t> token_positions(const TokenSet& set) {
   std::vector<int64_t> out;
@@ -49,6 +43,8 @@ void check_trainable(const Plan& plan) {
   if (plan.workload.microbatches != 1)
     throw InputError(
         fmt::format("the trainer runs one micro-batch per step; the plan has {}", plan.workload.microbatches));
+  if (plan.workload.fp8_linear)
+    throw InputError("the trainer runs its GEMMs in the training precision; the plan asks for fp8 GEMMs (fp8_linear)");
 }
 
 namespace {
@@ -110,256 +106,81 @@ std::vector<int> gradient_groups(const Plan& plan, int rank) {
   throw ScheduleError(fmt::format("the plan has no world group holding rank {} to average gradients over", rank));
 }
 
+RankStep rank_step_program(const Plan& plan, int rank) {
+  Plan whole = plan;
+  whole.scope = Scope::Step;
+  const StepBuilder builder(whole);
+  RankStep out;
+  out.schedule.dims = builder.dims();
+  out.schedule.flow_sets = builder.flow_sets();
+  out.step = builder.build_template(rank, out.schedule.tokens);
+  out.schedule.ranks.push_back(unroll(out.step, 0, &out.origin));
+  return out;
+}
+
+namespace {
+
+// The model layer of a per-layer buffer of the unrolled program (its name ends in ".L<layer>").
+int layer_of_buffer(const BufferDecl& decl) {
+  const size_t at = decl.name.rfind(".L");
+  if (at == std::string::npos) return -1;
+  return std::stoi(decl.name.substr(at + 2));
+}
+
+std::unique_ptr<runtime::StepKernels<float>> make_kernels(const TrainerOptions& o, Backend& b, float) {
+  return o.kernels_f32 ? o.kernels_f32(b) : make_cpu_step_kernels<float>();
+}
+std::unique_ptr<runtime::StepKernels<double>> make_kernels(const TrainerOptions& o, Backend& b, double) {
+  return o.kernels_f64 ? o.kernels_f64(b) : make_cpu_step_kernels<double>();
+}
+
+}  // namespace
+
 template <typename T>
-Trainer<T>::Impl::Impl(const Plan& plan_, const Schedule& schedule_, Backend& backend_, const TrainerOptions& options_)
+Trainer<T>::Impl::Impl(const Plan& plan_, Backend& backend_, const TrainerOptions& options_)
     : plan(trainable(plan_)),
-      schedule(schedule_),
-      program(program_of(schedule_, backend_.rank())),
       backend(backend_),
       options(options_),
       shape(model_shape(plan_.workload, options_.positions)),
       layout(shape),
-      own(own_tokens(schedule_, program)),
-      groups(gradient_groups(plan_, backend_.rank())) {
+      groups(gradient_groups(plan_, backend_.rank())),
+      step(rank_step_program(plan_, backend_.rank())),
+      own(own_tokens(step.schedule, step.program())),
+      roles(step_roles(step.step, step.program(), step.origin, layout, shape, groups, plan_)),
+      kernels(make_kernels(options_, backend_, T{})) {
   if (backend.size() != plan.num_ranks())
     throw InputError(fmt::format("the plan has {} ranks but {} were launched", plan.num_ranks(), backend.size()));
   if (shape.vocab < 1 || shape.vocab > (int64_t(1) << 30)) throw InputError("the workload's vocab is out of range");
+  const RankProgram& program = step.program();
+  layer_inputs.resize(size_t(shape.layers));
+  layer_outputs.resize(size_t(shape.layers));
+  layer_buffers.resize(size_t(shape.layers));
+  for (size_t b = 0; b < program.buffers.size(); ++b)
+    if (const int l = layer_of_buffer(program.buffers[b]); l >= 0) layer_buffers.at(size_t(l)).push_back(int32_t(b));
+  for (size_t i = 0; i < program.inputs.size(); ++i)
+    layer_inputs.at(size_t(layer_of_buffer(program.buffers[size_t(program.inputs[i].buf)]))).push_back(int32_t(i));
+  for (size_t i = 0; i < program.outputs.size(); ++i)
+    layer_outputs.at(size_t(layer_of_buffer(program.buffers[size_t(program.outputs[i].buf)]))).push_back(int32_t(i));
+  if (roles.optimizer_op < 0) throw ScheduleError("the step program has no Optimizer op");
   const std::vector<double> init = initial_parameters(layout, options.seed);
   params.assign(init.begin(), init.end());
-  decay.assign(size_t(layout.size()), 0);
-  for (const ParameterTensor& t : layout.tensors())
-    if (t.decay) std::fill(decay.begin() + t.offset, decay.begin() + t.offset + t.numel(), 1);
+  grads.assign(size_t(layout.size()), T(0));
   backend.set_groups(plan.groups);
   setup_shards();
 }
 
 template <typename T>
-void Trainer<T>::Impl::embed(const std::vector<int32_t>& inputs, std::vector<T>& x) const {
-  const int64_t rows = own.rows(), h = shape.hidden, n = int64_t(own.positions.size());
-  x.assign(size_t(rows * h), T(0));
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* e = params.data() + layout.embed() + int64_t(inputs[size_t(r)]) * h;
-    std::copy(e, e + h, x.data() + r * h);
-    if (layout.pos_embed() >= 0) {
-      const T* p = params.data() + layout.pos_embed() + own.positions[size_t(r % n)] * h;
-      for (int64_t j = 0; j < h; ++j)
-        x[size_t(r * h + j)] += p[j];
-    }
-  }
-}
-
-template <typename T>
-void Trainer<T>::Impl::embed_backward(const std::vector<int32_t>& inputs, const std::vector<T>& dx) {
-  const int64_t rows = own.rows(), h = shape.hidden, n = int64_t(own.positions.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    T* e = grads.data() + layout.embed() + int64_t(inputs[size_t(r)]) * h;
-    T* p = layout.pos_embed() >= 0 ? grads.data() + layout.pos_embed() + own.positions[size_t(r % n)] * h : nullptr;
-    for (int64_t j = 0; j < h; ++j) {
-      e[j] += dx[size_t(r * h + j)];
-      if (p) p[j] += dx[size_t(r * h + j)];
-    }
-  }
-}
-
-template <typename T>
-void Trainer<T>::Impl::attention(const std::vector<T>& q, const std::vector<T>& k, const std::vector<T>& v,
-                                 LayerCache<T>& cache) {
-  const int d = shape.head_dim;
-  const int64_t qw = shape.q_width(), kw = shape.kv_width();
-  cache.session =
-      std::make_unique<RankSession>(schedule, program, plan, backend, runtime::elem_type_of<T>(), options.executor);
-  cache.o.assign(size_t(own.rows() * qw), T(0));
-  int64_t delivered = 0;
-  cache.session->forward(
-      [&](Field f, int b, int64_t t, int h, int e) -> double {
-        const int64_t row = own.row(b, t);
-        if (f == Field::Q) return q[size_t(row * qw + h * d + e)];
-        return (f == Field::K ? k : v)[size_t(row * kw + h * d + e)];
-      },
-      [&](Field f, int b, int64_t t, int h, int e, double value) {
-        if (f != Field::O) return;
-        cache.o[size_t(own.row(b, t) * qw + h * d + e)] = T(value);
-        ++delivered;
-      });
-  if (delivered != own.rows() * qw)
-    throw ScheduleError(fmt::format("rank {}: the attention returned {} O elements for {} own rows of width {}",
-                                    program.rank, delivered, own.rows(), qw));
-}
-
-template <typename T>
-void Trainer<T>::Impl::attention_backward(LayerCache<T>& cache, const std::vector<T>& d_o, std::vector<T>& dq,
-                                          std::vector<T>& dk, std::vector<T>& dv) {
-  const int d = shape.head_dim;
-  const int64_t qw = shape.q_width(), kw = shape.kv_width();
-  dq.assign(size_t(own.rows() * qw), T(0));
-  dk.assign(size_t(own.rows() * kw), T(0));
-  dv.assign(size_t(own.rows() * kw), T(0));
-  int64_t delivered = 0;
-  cache.session->backward(
-      [&](Field, int b, int64_t t, int h, int e) -> double { return d_o[size_t(own.row(b, t) * qw + h * d + e)]; },
-      [&](Field f, int b, int64_t t, int h, int e, double value) {
-        const int64_t row = own.row(b, t);
-        if (f == Field::dQ)
-          dq[size_t(row * qw + h * d + e)] = T(value);
-        else
-          (f == Field::dK ? dk : dv)[size_t(row * kw + h * d + e)] = T(value);
-        ++delivered;
-      });
-  if (delivered != own.rows() * (qw + 2 * kw))
-    throw ScheduleError(fmt::format("rank {}: the attention backward returned {} of {} gradient elements", program.rank,
-                                    delivered, own.rows() * (qw + 2 * kw)));
-  cache.session.reset();
-}
-
-template <typename T>
-void Trainer<T>::Impl::layer_forward(int l, std::vector<T>& x, LayerCache<T>& cache) {
-  const LayerOffsets& o = layout.layer(l);
-  const T* w = params.data();
-  const int64_t rows = own.rows(), h = shape.hidden, qw = shape.q_width(), kw = shape.kv_width();
-  cache.x = x;
-  cache.a.resize(size_t(rows * h));
-  cache.rstd1.resize(size_t(rows));
-  rms_norm_forward(x.data(), w + o.norm1, cache.a.data(), cache.rstd1.data(), rows, h);
-  std::vector<T> q(size_t(rows * qw)), k(size_t(rows * kw)), v(size_t(rows * kw));
-  matmul(cache.a.data(), false, w + o.wq, false, q.data(), rows, qw, h, false);
-  matmul(cache.a.data(), false, w + o.wk, false, k.data(), rows, kw, h, false);
-  matmul(cache.a.data(), false, w + o.wv, false, v.data(), rows, kw, h, false);
-  if (shape.positions == Positions::Rotary) {
-    const int64_t n = int64_t(own.positions.size());
-    rotary(q.data(), own.positions, n, rows, shape.heads, shape.head_dim, false);
-    rotary(k.data(), own.positions, n, rows, shape.kv_heads, shape.head_dim, false);
-  }
-  attention(q, k, v, cache);
-  cache.x1 = x;
-  matmul(cache.o.data(), false, w + o.wo, false, cache.x1.data(), rows, h, qw, true);
-  recompute(l, cache);
-  x = cache.x1;
-  matmul(cache.act.data(), false, w + o.w_down, false, x.data(), rows, h, shape.ffn, true);
-  // What the backward finds again by recomputation (docs/step.md, "Recomputation").
-  const Checkpointing mode = plan.workload.checkpointing;
-  if (mode != Checkpointing::None) {
-    cache.a.clear();
-    cache.c.clear();
-    cache.act.clear();
-  }
-  if (mode == Checkpointing::Full) {
-    cache.x1.clear();
-    cache.gate.clear();
-    cache.up.clear();
-  }
-}
-
-template <typename T>
-void Trainer<T>::Impl::recompute(int l, LayerCache<T>& cache) const {
-  const LayerOffsets& o = layout.layer(l);
-  const T* w = params.data();
-  const int64_t rows = own.rows(), h = shape.hidden, f = shape.ffn;
-  if (cache.a.empty()) {
-    cache.a.resize(size_t(rows * h));
-    rms_norm_forward(cache.x.data(), w + o.norm1, cache.a.data(), cache.rstd1.data(), rows, h);
-  }
-  if (cache.x1.empty()) {
-    cache.x1 = cache.x;
-    matmul(cache.o.data(), false, w + o.wo, false, cache.x1.data(), rows, h, shape.q_width(), true);
-  }
-  if (cache.c.empty()) {
-    cache.c.resize(size_t(rows * h));
-    cache.rstd2.resize(size_t(rows));
-    rms_norm_forward(cache.x1.data(), w + o.norm2, cache.c.data(), cache.rstd2.data(), rows, h);
-  }
-  if (cache.up.empty()) {
-    cache.up.resize(size_t(rows * f));
-    matmul(cache.c.data(), false, w + o.w_up, false, cache.up.data(), rows, f, h, false);
-    if (shape.gated_ffn) {
-      cache.gate.resize(size_t(rows * f));
-      matmul(cache.c.data(), false, w + o.w_gate, false, cache.gate.data(), rows, f, h, false);
-    }
-  }
-  if (cache.act.empty()) {
-    cache.act.resize(size_t(rows * f));
-    if (shape.gated_ffn)
-      swiglu_forward(cache.gate.data(), cache.up.data(), cache.act.data(), rows * f);
-    else
-      gelu_forward(cache.up.data(), cache.act.data(), rows * f);
-  }
-}
-
-template <typename T>
-void Trainer<T>::Impl::layer_backward(int l, std::vector<T>& dx, LayerCache<T>& cache) {
-  recompute(l, cache);
-  const LayerOffsets& o = layout.layer(l);
-  const T* w = params.data();
-  T* g = grads.data();
-  const int64_t rows = own.rows(), h = shape.hidden, f = shape.ffn, qw = shape.q_width(), kw = shape.kv_width();
-  // MLP
-  std::vector<T> d_act(size_t(rows * f)), d_up(size_t(rows * f)), dc(size_t(rows * h));
-  matmul(dx.data(), false, w + o.w_down, true, d_act.data(), rows, f, h, false);
-  matmul(cache.act.data(), true, dx.data(), false, g + o.w_down, f, h, rows, true);
-  if (shape.gated_ffn) {
-    std::vector<T> d_gate(size_t(rows * f));
-    swiglu_backward(cache.gate.data(), cache.up.data(), d_act.data(), d_gate.data(), d_up.data(), rows * f);
-    matmul(d_gate.data(), false, w + o.w_gate, true, dc.data(), rows, h, f, false);
-    matmul(cache.c.data(), true, d_gate.data(), false, g + o.w_gate, h, f, rows, true);
-    matmul(d_up.data(), false, w + o.w_up, true, dc.data(), rows, h, f, true);
-  } else {
-    gelu_backward(cache.up.data(), d_act.data(), d_up.data(), rows * f);
-    matmul(d_up.data(), false, w + o.w_up, true, dc.data(), rows, h, f, false);
-  }
-  matmul(cache.c.data(), true, d_up.data(), false, g + o.w_up, h, f, rows, true);
-  rms_norm_backward(cache.x1.data(), w + o.norm2, cache.rstd2.data(), dc.data(), dx.data(), g + o.norm2, rows, h);
-  // attention
-  std::vector<T> d_o(size_t(rows * qw)), dq, dk, dv;
-  matmul(dx.data(), false, w + o.wo, true, d_o.data(), rows, qw, h, false);
-  matmul(cache.o.data(), true, dx.data(), false, g + o.wo, qw, h, rows, true);
-  attention_backward(cache, d_o, dq, dk, dv);
-  if (shape.positions == Positions::Rotary) {
-    const int64_t n = int64_t(own.positions.size());
-    rotary(dq.data(), own.positions, n, rows, shape.heads, shape.head_dim, true);
-    rotary(dk.data(), own.positions, n, rows, shape.kv_heads, shape.head_dim, true);
-  }
-  std::vector<T> da(size_t(rows * h));
-  matmul(dq.data(), false, w + o.wq, true, da.data(), rows, h, qw, false);
-  matmul(dk.data(), false, w + o.wk, true, da.data(), rows, h, kw, true);
-  matmul(dv.data(), false, w + o.wv, true, da.data(), rows, h, kw, true);
-  matmul(cache.a.data(), true, dq.data(), false, g + o.wq, h, qw, rows, true);
-  matmul(cache.a.data(), true, dk.data(), false, g + o.wk, h, kw, rows, true);
-  matmul(cache.a.data(), true, dv.data(), false, g + o.wv, h, kw, rows, true);
-  rms_norm_backward(cache.x.data(), w + o.norm1, cache.rstd1.data(), da.data(), dx.data(), g + o.norm1, rows, h);
-  cache = LayerCache<T>{};
-}
-
-template <typename T>
-double Trainer<T>::Impl::head(const std::vector<T>& x, const std::vector<int32_t>& targets,
-                              const std::vector<uint8_t>& mask, double scale, std::vector<T>& dx, int64_t& correct) {
-  const int64_t rows = own.rows(), h = shape.hidden, v = shape.vocab;
-  const T* w = params.data();
-  T* g = grads.data();
-  std::vector<T> f(size_t(rows * h)), rstd(static_cast<size_t>(rows)), logits(size_t(rows * v)),
-      dlogits(size_t(rows * v));
-  rms_norm_forward(x.data(), w + layout.final_norm(), f.data(), rstd.data(), rows, h);
-  matmul(f.data(), false, w + layout.lm_head(), false, logits.data(), rows, v, h, false);
-  const double loss =
-      cross_entropy(logits.data(), targets.data(), mask.data(), scale, dlogits.data(), rows, v, correct);
-  matmul(f.data(), true, dlogits.data(), false, g + layout.lm_head(), h, v, rows, true);
-  std::vector<T> df(size_t(rows * h));
-  matmul(dlogits.data(), false, w + layout.lm_head(), true, df.data(), rows, h, v, false);
-  dx.assign(size_t(rows * h), T(0));
-  rms_norm_backward(x.data(), w + layout.final_norm(), rstd.data(), df.data(), dx.data(), g + layout.final_norm(), rows,
-                    h);
-  return loss;
-}
-
-template <typename T>
-double Trainer<T>::Impl::local_gradients(int64_t step, const BatchSource& batch) {
+void Trainer<T>::Impl::prepare_batch(int64_t index, const BatchSource& batch) {
   const int64_t n = int64_t(own.positions.size());
-  std::vector<int32_t> inputs(size_t(own.rows())), targets(size_t(own.rows()));
-  std::vector<uint8_t> mask(size_t(own.rows()));
-  int64_t counted = 0;
+  inputs.assign(size_t(own.rows()), 0);
+  targets.assign(size_t(own.rows()), 0);
+  mask.assign(size_t(own.rows()), 0);
+  counted = 0;
   for (int b = 0; b < plan.workload.batch; ++b) {
-    const TrainingSample s = batch(step, b);
+    const TrainingSample s = batch(index, b);
     if (int64_t(s.tokens.size()) != shape.seq + 1 || int64_t(s.loss_mask.size()) != shape.seq)
       throw InputError(fmt::format("sample {} of step {} has {} tokens and {} mask entries; the model needs {} and {}",
-                                   b, step, s.tokens.size(), s.loss_mask.size(), shape.seq + 1, shape.seq));
+                                   b, index, s.tokens.size(), s.loss_mask.size(), shape.seq + 1, shape.seq));
     for (uint8_t m : s.loss_mask)
       counted += m ? 1 : 0;
     if (b < own.batch_begin || b >= own.batch_end) continue;
@@ -371,38 +192,63 @@ double Trainer<T>::Impl::local_gradients(int64_t step, const BatchSource& batch)
       if (inputs[size_t(row)] < 0 || inputs[size_t(row)] >= shape.vocab || targets[size_t(row)] < 0 ||
           targets[size_t(row)] >= shape.vocab)
         throw InputError(fmt::format("sample {} of step {}: token at position {} is outside the vocabulary of {}", b,
-                                     step, t, shape.vocab));
+                                     index, t, shape.vocab));
     }
   }
+  step_index = index;
+}
+
+template <typename T>
+void Trainer<T>::Impl::run_program(int64_t op_limit) {
   std::fill(grads.begin(), grads.end(), T(0));
-  std::vector<T> x;
-  embed(inputs, x);
-  std::vector<LayerCache<T>> caches(size_t(shape.layers));
-  for (int l = 0; l < shape.layers; ++l)
-    layer_forward(l, x, caches[size_t(l)]);
-  std::vector<T> dx;
-  int64_t correct = 0;
-  const double loss = head(x, targets, mask, counted > 0 ? 1.0 / double(counted) : 0.0, dx, correct);
-  local_accuracy = counted > 0 ? double(correct) / double(counted) : 0.0;
-  for (int l = shape.layers - 1; l >= 0; --l)
-    layer_backward(l, dx, caches[size_t(l)]);
-  embed_backward(inputs, dx);
-  return counted > 0 ? loss / double(counted) : 0.0;
+  acts.assign(size_t(shape.layers), LayerActs<T>{});
+  restarted.assign(step.program().buffers.size(), 0);
+  trace.clear();
+  loss_sum = 0;
+  correct = 0;
+  runtime::StepHooks hooks;
+  hooks.started = [this](int32_t op) { started(op); };
+  hooks.compute = [this](int32_t op) { compute(op); };
+  hooks.flat = [this](int32_t op) { return flat(op); };
+  hooks.finished = [this](int32_t op) { flat_finished(op); };
+  runtime::StepSession s(step.schedule, step.program(), plan, backend, runtime::elem_type_of<T>(), options.executor,
+                         std::move(hooks));
+  session = &s;
+  try {
+    s.run(op_limit);
+  } catch (...) {
+    session = nullptr;
+    throw;
+  }
+  session = nullptr;
+  acts.clear();
+}
+
+template <typename T>
+void Trainer<T>::Impl::started(int32_t op) {
+  trace.push_back(op);
+  const OpRole& role = roles.ops[size_t(op)];
+  if (role.role == Role::Attention && role.recompute) restart_accumulators(op);
 }
 
 // ---- the public class -------------------------------------------------------------------------
 
 template <typename T>
-Trainer<T>::Trainer(const Plan& plan, const Schedule& schedule, Backend& backend, const TrainerOptions& options)
-    : impl_(std::make_unique<Impl>(plan, schedule, backend, options)) {}
+Trainer<T>::Trainer(const Plan& plan, Backend& backend, const TrainerOptions& options)
+    : impl_(std::make_unique<Impl>(plan, backend, options)) {}
+template <typename T>
+Trainer<T>::Trainer(const Plan& plan, const Schedule&, Backend& backend, const TrainerOptions& options)
+    : Trainer(plan, backend, options) {}
 template <typename T>
 Trainer<T>::~Trainer() = default;
 
 template <typename T>
 double Trainer<T>::compute_gradients(int64_t step, const BatchSource& batch) {
-  std::vector<double> extra{impl_->local_gradients(step, batch), impl_->local_accuracy};
-  impl_->synchronise(extra);
-  return extra[0];
+  Impl& m = *impl_;
+  m.prepare_batch(step, batch);
+  m.run_program(m.roles.optimizer_op);
+  std::vector<double> scalars = m.step_scalars(false);
+  return scalars[0];
 }
 
 template <typename T>
@@ -410,24 +256,10 @@ StepResult Trainer<T>::step(int64_t step, const BatchSource& batch) {
   Impl& m = *impl_;
   m.backend.barrier();
   const auto start = std::chrono::steady_clock::now();
-  StepResult r;
-  std::vector<double> extra{m.local_gradients(step, batch), m.local_accuracy};
-  if (m.plan.workload.zero_stage > 0) extra.push_back(0);  // the shards' squared norms, summed below
-  m.synchronise(extra);
-  r.loss = extra[0];
-  r.accuracy = extra[1];
-  r.grad_norm = std::sqrt(m.plan.workload.zero_stage > 0 ? extra[2] : m.grad_norm_squared_local());
-  r.lr = learning_rate(m.options.optimizer, step, m.options.total_steps);
-  const double scale = clip_scale(m.options.optimizer, r.grad_norm);
-  if (m.plan.workload.zero_stage == 0) {
-    adamw_update(m.options.optimizer, r.lr, scale, m.params.data(), m.grads.data(), m.decay, 0, m.layout.size(),
-                 m.adam);
-  } else {
-    const int64_t count = std::max<int64_t>(0, std::min(m.shard_hi, m.layout.size()) - m.shard_lo);
-    adamw_update(m.options.optimizer, r.lr, scale, m.params.data(), m.shard_grad.data(), m.decay, m.shard_lo, count,
-                 m.adam);
-    m.gather_parameters();
-  }
+  m.prepare_batch(step, batch);
+  m.result = StepResult{};
+  m.run_program(INT64_MAX);
+  StepResult r = m.result;
   r.seconds = m.backend.max_over_ranks(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   r.tokens = int64_t(m.plan.workload.batch) * m.shape.seq;
   return r;
@@ -447,15 +279,15 @@ std::vector<T>& Trainer<T>::parameters() {
 }
 template <typename T>
 const std::vector<T>& Trainer<T>::gradient() const {
-  return impl_->plan.workload.zero_stage == 0 ? impl_->grads : impl_->shard_grad;
+  return impl_->sharded ? impl_->shard_grad : impl_->grads;
 }
 template <typename T>
 int64_t Trainer<T>::shard_begin() const {
-  return impl_->plan.workload.zero_stage == 0 ? 0 : impl_->shard_lo;
+  return impl_->sharded ? impl_->piece_start.at(size_t(impl_->backend.rank())).at(0) : 0;
 }
 template <typename T>
 int64_t Trainer<T>::shard_end() const {
-  return impl_->plan.workload.zero_stage == 0 ? impl_->layout.size() : std::min(impl_->shard_hi, impl_->layout.size());
+  return impl_->sharded ? shard_begin() + impl_->shard_size : impl_->layout.size();
 }
 template <typename T>
 AdamState<T>& Trainer<T>::adam() {
@@ -464,6 +296,14 @@ AdamState<T>& Trainer<T>::adam() {
 template <typename T>
 const OwnTokens& Trainer<T>::tokens() const {
   return impl_->own;
+}
+template <typename T>
+const RankProgram& Trainer<T>::program() const {
+  return impl_->step.program();
+}
+template <typename T>
+const std::vector<int32_t>& Trainer<T>::executed_ops() const {
+  return impl_->trace;
 }
 template <typename T>
 double Trainer<T>::model_flops_per_step() const {

@@ -1,67 +1,102 @@
-// Internal to the trainer: its per-rank state (trainer.cpp runs the layers, trainer_sync.cpp the
-// gradient collectives and the sharded update).
+// Internal to the trainer: its per-rank state. trainer.cpp builds it and runs a step's program
+// through a StepSession; trainer_ops.cpp runs the program's Gemm and Pointwise ops on the model's
+// tensors (StepKernels) and binds the attention's inputs and outputs; trainer_sync.cpp binds the
+// gradient buckets, the Optimizer op and the ZeRO parameter gathers.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include <wallfacer/runtime/step_session.hpp>
 #include <wallfacer/train/trainer.hpp>
+#include "step_roles.hpp"
 
 namespace wallfacer::train {
 
-// What a layer's forward leaves for its backward. Which fields stay depends on the plan's
-// activation checkpointing; the backward recomputes the missing ones (never the attention,
-// whose O and lse stay in the session).
+// A layer's activations, as its forward leaves them for its backward (what stays depends on the
+// plan's activation checkpointing; the program's recomputation ops rebuild the rest).
 template <typename T>
-struct LayerCache {
-  std::vector<T> x, a, rstd1, o, x1, c, rstd2, gate, up, act;
-  std::unique_ptr<runtime::RankSession> session;
+struct LayerActs {
+  std::vector<T> x, a, rstd1, q, k, v, q_pre, k_pre, o, proj, x1, c, rstd2, gate, up, act, mlp;
+};
+
+// ZeRO 1 and 2: this rank's part of one gradient bucket (reduce-scatter over every gradient group).
+struct ShardPiece {
+  int64_t padded = 0;  // the bucket's elements, padded to a multiple of every group's size
+  int64_t length = 0;  // padded / (product of the group sizes): every rank's part
+  int64_t at = 0;      // where the part sits in the rank's shard vector
 };
 
 template <typename T>
 struct Trainer<T>::Impl {
-  Impl(const Plan& plan, const Schedule& schedule, runtime::Backend& backend, const TrainerOptions& options);
+  Impl(const Plan& plan, runtime::Backend& backend, const TrainerOptions& options);
 
-  // ---- the model (trainer.cpp) ----
-  void embed(const std::vector<int32_t>& inputs, std::vector<T>& x) const;
-  void embed_backward(const std::vector<int32_t>& inputs, const std::vector<T>& dx);
-  void layer_forward(int l, std::vector<T>& x, LayerCache<T>& cache);
-  void recompute(int l, LayerCache<T>& cache) const;
-  void layer_backward(int l, std::vector<T>& dx, LayerCache<T>& cache);
-  void attention(const std::vector<T>& q, const std::vector<T>& k, const std::vector<T>& v, LayerCache<T>& cache);
-  void attention_backward(LayerCache<T>& cache, const std::vector<T>& d_o, std::vector<T>& dq, std::vector<T>& dk,
-                          std::vector<T>& dv);
-  // Returns the batch's summed loss over this rank's counted targets.
-  double head(const std::vector<T>& x, const std::vector<int32_t>& targets, const std::vector<uint8_t>& mask,
-              double scale, std::vector<T>& dx, int64_t& correct);
-  double local_gradients(int64_t step, const BatchSource& batch);
-  double local_accuracy = 0;  // this rank's correct answers over the batch's counted targets
+  // ---- the step (trainer.cpp) ----
+  void prepare_batch(int64_t step, const BatchSource& batch);
+  void run_program(int64_t op_limit);
+  void started(int32_t op);
 
-  // ---- gradient synchronisation and the update (trainer_sync.cpp) ----
+  // ---- compute ops and the attention's bindings (trainer_ops.cpp) ----
+  void compute(int32_t op);
+  void layer_forward(Role role, int l, bool recompute);
+  void layer_backward(Role role, int l);
+  void head(Role role);
+  void drop_after_forward(LayerActs<T>& acts) const;
+  void bind_attention(int l, Field field, const std::vector<T>& values, int64_t width);
+  void collect_attention(int l, FieldMask fields);
+  void restart_accumulators(int32_t op);
+  void gemm(const std::vector<T>& a, bool ta, const T* b, bool tb, std::vector<T>& c, int64_t m, int64_t n, int64_t k,
+            bool accumulate);
+  void gemm_into(const std::vector<T>& a, bool ta, const std::vector<T>& b, T* c, int64_t m, int64_t n, int64_t k);
+
+  // ---- gradient buckets, the Optimizer op and the parameter gathers (trainer_sync.cpp) ----
   void setup_shards();
-  // Sums `extra` scalars along with the gradient; ZeRO 0: gradient complete on every rank, else
-  // this rank's shard in shard_grad.
-  void synchronise(std::vector<double>& extra);
+  runtime::FlatCall flat(int32_t op);
+  runtime::FlatCall grad_sync(const OpRole& role);
+  runtime::FlatCall param_gather(const OpRole& role);
+  void flat_finished(int32_t op);
+  void optimizer();
   void all_reduce_scalars(std::vector<double>& values);
-  void gather_parameters();
-  double grad_norm_squared_local() const;
+  std::vector<double> step_scalars(bool with_norm);
 
   const Plan& plan;
-  const Schedule& schedule;
-  const RankProgram& program;
   runtime::Backend& backend;
   const TrainerOptions options;
   const ModelShape shape;
   const ParameterLayout layout;
-  const OwnTokens own;
   const std::vector<int> groups;  // gradient_groups
+  const RankStep step;
+  const OwnTokens own;
+  const StepRoles roles;
+  std::unique_ptr<runtime::StepKernels<T>> kernels;
+  std::vector<std::vector<int32_t>> layer_inputs, layer_outputs, layer_buffers;  // by layer
   std::vector<T> params, grads;
-  std::vector<uint8_t> decay;
-  // ZeRO: this rank's range of the padded flat array, and its reduced gradient.
-  int64_t padded = 0, shard_lo = 0, shard_hi = 0;
-  std::vector<T> shard_grad;
-  std::vector<std::pair<int64_t, int64_t>> shard_path;  // the range before each group's scatter
   AdamState<T> adam;
+
+  // ZeRO 1 and 2 (sharded): every rank's part of every bucket, and the gathers' order of ranks.
+  bool sharded = false;
+  std::vector<ShardPiece> pieces;                 // by bucket, identical shape on every rank
+  std::vector<std::vector<int64_t>> piece_start;  // by rank, by bucket: offset of its part in the bucket
+  std::vector<int> gather_order;                  // ranks, in the order the last gather delivers
+  std::vector<int64_t> group_sizes;               // by gradient group
+  int64_t shard_size = 0;
+  std::vector<T> shard_grad, shard_params;
+  std::vector<std::vector<std::vector<T>>> scratch;  // by bucket (or gather bucket), by level
+
+  // The step under way.
+  runtime::StepSession* session = nullptr;
+  std::vector<int32_t> trace;
+  int64_t step_index = 0;
+  std::vector<int32_t> inputs, targets;
+  std::vector<uint8_t> mask;
+  int64_t counted = 0;  // the whole batch's counted targets
+  double loss_sum = 0;  // this rank's, before the division by `counted`
+  int64_t correct = 0;
+  StepResult result;
+  std::vector<LayerActs<T>> acts;
+  std::vector<char> restarted;  // by buffer: a recomputation wrote its O and Lse again
+  std::vector<T> x, dx, f, rstd_f, logits, dlogits, df;
+  std::vector<T> d_act, d_gate, d_up, dc, dn, d_o, dq, dk, dv, da;
 };
 
 }  // namespace wallfacer::train

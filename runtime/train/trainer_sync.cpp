@@ -1,10 +1,13 @@
-// Gradient synchronisation and the sharded update: one fused collective per gradient group
-// (world, or LSS's sequence group then data group), all-reduce under ZeRO 0 and reduce-scatter
-// under ZeRO 1 and 2 followed by the all-gather of the updated weights in the reverse order.
+// The step program's flat collectives on the real gradients and weights, and its Optimizer op.
+// ZeRO 0: every gradient bucket is all-reduced in place over each gradient group in turn (world,
+// or LSS's sequence group then its data group). ZeRO 1 and 2: each bucket, padded to a multiple
+// of the groups' sizes, is reduce-scattered over the groups in turn, leaving this rank one part of
+// every bucket (its shard: the parts concatenated); the Optimizer op updates the shard, and the
+// parameter gathers, over the groups in reverse, bring every rank's updated shard back.
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
+#include <cmath>
 
 #include <wallfacer/core/errors.hpp>
 #include "trainer_impl.hpp"
@@ -13,28 +16,8 @@ namespace wallfacer::train {
 
 using runtime::Backend;
 using runtime::Counts;
-using runtime::ElemType;
 
 namespace {
-
-// Backend memory holding `count` values of T, released on destruction.
-template <typename T>
-class BackendArray {
- public:
-  BackendArray(Backend& backend, int64_t count)
-      : backend_(backend), count_(count), data_(backend.allocate(std::max<size_t>(1, size_t(count) * sizeof(T)))) {}
-  ~BackendArray() { backend_.release(data_); }
-  BackendArray(const BackendArray&) = delete;
-  BackendArray& operator=(const BackendArray&) = delete;
-  void* data() const { return data_; }
-  void upload(const T* host) { backend_.upload(data_, host, size_t(count_) * sizeof(T)); }
-  void download(T* host) const { backend_.download(host, data_, size_t(count_) * sizeof(T)); }
-
- private:
-  Backend& backend_;
-  int64_t count_;
-  void* data_;
-};
 
 void wait(Backend& backend, runtime::RequestId request) {
   while (!backend.test(request))
@@ -47,128 +30,174 @@ int member_index(const CommGroup& group, int rank) {
   return int(it - group.ranks.begin());
 }
 
-template <typename T>
-void all_reduce(Backend& backend, int group, std::vector<T>& values) {
-  BackendArray<T> buffer(backend, int64_t(values.size()));
-  buffer.upload(values.data());
-  wait(backend, backend.iallreduce(group, buffer.data(), int64_t(values.size()), runtime::elem_type_of<T>()));
-  buffer.download(values.data());
-}
-
-// Sum over `group` of every member's `values` (chunk j for member j); returns this member's chunk.
-template <typename T>
-std::vector<T> reduce_scatter(Backend& backend, int group, int size, const std::vector<T>& values) {
-  const int64_t chunk = int64_t(values.size()) / size;
-  const ElemType type = runtime::elem_type_of<T>();
-  BackendArray<T> send(backend, int64_t(values.size()));
-  send.upload(values.data());
-  std::vector<T> mine(static_cast<size_t>(chunk));
-  if (backend.has_reduce_scatter()) {
-    BackendArray<T> recv(backend, chunk);
-    wait(backend, backend.ireduce_scatter(group, send.data(), recv.data(), Counts(size_t(size), chunk), type));
-    recv.download(mine.data());
-    return mine;
+// The ranks whose shards the gathers over groups k, k+1, .. of `rank` deliver, in order: the
+// last group's gather runs first, so the first group's members are the outermost.
+void gather_order_of(const Plan& plan, int rank, size_t k, std::vector<int>& out) {
+  const std::vector<int> groups = gradient_groups(plan, rank);
+  if (k == groups.size()) {
+    out.push_back(rank);
+    return;
   }
-  // Without one: every member's chunk for me, summed here in member order (deterministic).
-  BackendArray<T> recv(backend, chunk * size);
-  wait(backend, backend.ialltoallv(group, send.data(), Counts(size_t(size), chunk), recv.data(),
-                                   Counts(size_t(size), chunk), type));
-  std::vector<T> all(size_t(chunk * size));
-  recv.download(all.data());
-  for (int j = 0; j < size; ++j)
-    for (int64_t i = 0; i < chunk; ++i)
-      mine[size_t(i)] = j == 0 ? all[size_t(i)] : mine[size_t(i)] + all[size_t(j * chunk + i)];
-  return mine;
+  for (int member : plan.groups[size_t(groups[k])].ranks)
+    gather_order_of(plan, member, k + 1, out);
 }
 
 }  // namespace
 
 template <typename T>
 void Trainer<T>::Impl::setup_shards() {
-  grads.assign(size_t(layout.size()), T(0));
+  sharded = plan.workload.zero_stage > 0 && !groups.empty();
   int64_t product = 1;
-  for (int g : groups)
-    product *= int64_t(plan.groups[size_t(g)].ranks.size());
-  padded = (layout.size() + product - 1) / product * product;
-  shard_lo = 0;
-  shard_hi = layout.size();
-  if (plan.workload.zero_stage == 0) return;
-  shard_hi = padded;
   for (int g : groups) {
-    const CommGroup& group = plan.groups[size_t(g)];
-    shard_path.emplace_back(shard_lo, shard_hi);
-    const int64_t chunk = (shard_hi - shard_lo) / int64_t(group.ranks.size());
-    shard_lo += chunk * member_index(group, backend.rank());
-    shard_hi = shard_lo + chunk;
+    group_sizes.push_back(int64_t(plan.groups[size_t(g)].ranks.size()));
+    product *= group_sizes.back();
+  }
+  if (!sharded) {
+    adam.m.assign(size_t(layout.size()), T(0));
+    adam.v.assign(size_t(layout.size()), T(0));
+    return;
+  }
+  piece_start.assign(size_t(plan.num_ranks()), {});
+  for (const GradBucket& bucket : roles.buckets) {
+    ShardPiece p;
+    p.padded = (bucket.count + product - 1) / product * product;
+    p.length = p.padded / product;
+    p.at = shard_size;
+    shard_size += p.length;
+    pieces.push_back(p);
+    for (int r = 0; r < plan.num_ranks(); ++r) {
+      const std::vector<int> of = gradient_groups(plan, r);
+      int64_t offset = bucket.offset, part = p.padded;
+      for (size_t k = 0; k < of.size(); ++k) {
+        part /= int64_t(plan.groups[size_t(of[k])].ranks.size());
+        offset += part * member_index(plan.groups[size_t(of[k])], r);
+      }
+      piece_start[size_t(r)].push_back(offset);
+    }
+  }
+  gather_order_of(plan, backend.rank(), 0, gather_order);
+  shard_grad.assign(size_t(shard_size), T(0));
+  shard_params.assign(size_t(shard_size), T(0));
+  adam.m.assign(size_t(shard_size), T(0));
+  adam.v.assign(size_t(shard_size), T(0));
+  scratch.assign(roles.buckets.size() + size_t(roles.gather_buckets), std::vector<std::vector<T>>(groups.size() + 1));
+}
+
+template <typename T>
+runtime::FlatCall Trainer<T>::Impl::flat(int32_t op) {
+  const OpRole& role = roles.ops[size_t(op)];
+  if (role.role == Role::GradSync) return grad_sync(role);
+  if (role.role == Role::ParamGather && sharded) return param_gather(role);
+  throw ScheduleError(fmt::format("rank {} op {}: a flat collective the trainer cannot bind ({})", backend.rank(), op,
+                                  to_string(role.role)));
+}
+
+template <typename T>
+runtime::FlatCall Trainer<T>::Impl::grad_sync(const OpRole& role) {
+  const GradBucket& bucket = roles.buckets.at(size_t(role.bucket));
+  if (!sharded) return {grads.data() + bucket.offset, nullptr, bucket.count, {}};
+  const ShardPiece& p = pieces[size_t(role.bucket)];
+  std::vector<std::vector<T>>& sc = scratch[size_t(role.bucket)];
+  const size_t k = size_t(role.level);
+  if (k == 0) {
+    sc[0].assign(size_t(p.padded), T(0));
+    std::copy(grads.begin() + bucket.offset, grads.begin() + bucket.offset + bucket.count, sc[0].begin());
+  }
+  int64_t in = p.padded;
+  for (size_t j = 0; j < k; ++j)
+    in /= group_sizes[j];
+  const int64_t out = in / group_sizes[k];
+  T* recv = shard_grad.data() + p.at;
+  if (k + 1 < groups.size()) {
+    sc[k + 1].assign(size_t(out), T(0));
+    recv = sc[k + 1].data();
+  }
+  return {sc[k].data(), recv, in, Counts(size_t(group_sizes[k]), out)};
+}
+
+template <typename T>
+runtime::FlatCall Trainer<T>::Impl::param_gather(const OpRole& role) {
+  const int64_t K = roles.gather_buckets, kb = role.bucket;
+  const int64_t chunk = shard_size * (kb + 1) / K - shard_size * kb / K;
+  std::vector<std::vector<T>>& sc = scratch[roles.buckets.size() + size_t(kb)];
+  const size_t level = size_t(role.level);
+  int64_t count = chunk;
+  for (size_t j = level + 1; j < groups.size(); ++j)
+    count *= group_sizes[j];
+  T* send = level + 1 == groups.size() ? shard_params.data() + shard_size * kb / K : sc[level + 1].data();
+  sc[level].assign(size_t(count * group_sizes[level]), T(0));
+  return {send, sc[level].data(), count, Counts(size_t(group_sizes[level]), count)};
+}
+
+// The last gather of a gather bucket: every rank's updated part, into the parameters.
+template <typename T>
+void Trainer<T>::Impl::flat_finished(int32_t op) {
+  const OpRole& role = roles.ops[size_t(op)];
+  if (role.role != Role::ParamGather || role.level != 0) return;
+  const int64_t K = roles.gather_buckets, kb = role.bucket;
+  const int64_t lo = shard_size * kb / K, hi = shard_size * (kb + 1) / K;
+  const std::vector<T>& all = scratch[roles.buckets.size() + size_t(kb)][0];
+  size_t b = 0;
+  for (int64_t s = lo; s < hi; ++s) {
+    while (s >= pieces[b].at + pieces[b].length)
+      ++b;
+    const int64_t end = roles.buckets[b].offset + roles.buckets[b].count;
+    for (size_t p = 0; p < gather_order.size(); ++p) {
+      const int64_t index = piece_start[size_t(gather_order[p])][b] + (s - pieces[b].at);
+      if (index < end) params[size_t(index)] = all[p * size_t(hi - lo) + size_t(s - lo)];
+    }
   }
 }
 
 template <typename T>
 void Trainer<T>::Impl::all_reduce_scalars(std::vector<double>& values) {
   for (int g : groups)
-    all_reduce(backend, g, values);
+    wait(backend, backend.iallreduce(g, values.data(), int64_t(values.size()), runtime::ElemType::F64));
 }
 
+// The step's loss, accuracy and (with_norm) the shards' summed squares, over every rank.
 template <typename T>
-void Trainer<T>::Impl::synchronise(std::vector<double>& extra) {
-  if (plan.workload.zero_stage == 0) {
-    if (groups.empty()) return;
-    // The loss and the gradient in one message per group.
-    std::vector<T> fused(grads.begin(), grads.end());
-    for (double e : extra)
-      fused.push_back(T(e));
-    // Scalars travel in the training type; fp32 loses nothing the reported loss needs.
-    for (int g : groups)
-      all_reduce(backend, g, fused);
-    std::copy(fused.begin(), fused.begin() + layout.size(), grads.begin());
-    for (size_t i = 0; i < extra.size(); ++i)
-      extra[i] = double(fused[size_t(layout.size()) + i]);
+std::vector<double> Trainer<T>::Impl::step_scalars(bool with_norm) {
+  const double scale = counted > 0 ? 1.0 / double(counted) : 0.0;
+  std::vector<double> values{loss_sum * scale, double(correct) * scale};
+  if (with_norm) values.push_back(kernels->sum_squares(shard_grad.data(), shard_size));
+  all_reduce_scalars(values);
+  return values;
+}
+
+// The Optimizer op: global clipping norm, AdamW on the rank's range, tensor by tensor (weight
+// decay is per tensor).
+template <typename T>
+void Trainer<T>::Impl::optimizer() {
+  const std::vector<double> s = step_scalars(sharded);
+  result.loss = s[0];
+  result.accuracy = s[1];
+  result.grad_norm = std::sqrt(sharded ? s[2] : kernels->sum_squares(grads.data(), layout.size()));
+  const OptimizerSettings& o = options.optimizer;
+  result.lr = learning_rate(o, step_index, options.total_steps);
+  runtime::AdamWStep a{result.lr,   clip_scale(o, result.grad_norm), o.beta1, o.beta2, o.eps, o.weight_decay,
+                       ++adam.steps};
+  if (!sharded) {
+    for (const ParameterTensor& t : layout.tensors())
+      kernels->adamw(a, t.decay, params.data() + t.offset, grads.data() + t.offset, adam.m.data() + t.offset,
+                     adam.v.data() + t.offset, t.numel());
     return;
   }
-  std::vector<T> part(size_t(padded), T(0));
-  std::copy(grads.begin(), grads.end(), part.begin());
-  for (int g : groups) {
-    const CommGroup& group = plan.groups[size_t(g)];
-    part = reduce_scatter(backend, g, int(group.ranks.size()), part);
+  const int me = backend.rank();
+  for (size_t b = 0; b < pieces.size(); ++b) {
+    const int64_t p0 = piece_start[size_t(me)][b], at = pieces[b].at;
+    const int64_t valid =
+        std::clamp<int64_t>(roles.buckets[b].offset + roles.buckets[b].count - p0, 0, pieces[b].length);
+    for (const ParameterTensor& t : layout.tensors()) {
+      const int64_t lo = std::max(p0, t.offset), hi = std::min(p0 + valid, t.offset + t.numel());
+      if (lo >= hi) continue;
+      const int64_t i = at + lo - p0;
+      kernels->adamw(a, t.decay, params.data() + lo, shard_grad.data() + i, adam.m.data() + i, adam.v.data() + i,
+                     hi - lo);
+    }
+    for (int64_t j = 0; j < pieces[b].length; ++j)
+      shard_params[size_t(at + j)] = j < valid ? params[size_t(p0 + j)] : T(0);
   }
-  shard_grad = std::move(part);
-  shard_grad.resize(size_t(std::max<int64_t>(0, std::min(shard_hi, layout.size()) - shard_lo)));
-  if (extra.size() > 2) {
-    double squares = 0;
-    for (T v : shard_grad)
-      squares += double(v) * double(v);
-    extra[2] = squares;
-  }
-  all_reduce_scalars(extra);
-}
-
-template <typename T>
-double Trainer<T>::Impl::grad_norm_squared_local() const {
-  double squares = 0;
-  for (T v : grads)
-    squares += double(v) * double(v);
-  return squares;
-}
-
-template <typename T>
-void Trainer<T>::Impl::gather_parameters() {
-  // This rank's updated range, gathered group by group in reverse to the whole padded array.
-  std::vector<T> piece(size_t(shard_hi - shard_lo), T(0));
-  for (int64_t i = shard_lo; i < std::min(shard_hi, layout.size()); ++i)
-    piece[size_t(i - shard_lo)] = params[size_t(i)];
-  for (size_t k = groups.size(); k-- > 0;) {
-    const CommGroup& group = plan.groups[size_t(groups[k])];
-    const int64_t chunk = int64_t(piece.size()), size = int64_t(group.ranks.size());
-    BackendArray<T> send(backend, chunk), recv(backend, chunk * size);
-    send.upload(piece.data());
-    wait(backend, backend.iallgatherv(groups[k], send.data(), chunk, recv.data(), Counts(size_t(size), chunk),
-                                      runtime::elem_type_of<T>()));
-    piece.resize(size_t(chunk * size));
-    recv.download(piece.data());
-  }
-  const int64_t lo = shard_path.empty() ? shard_lo : shard_path.front().first;
-  for (int64_t i = 0; i < int64_t(piece.size()) && lo + i < layout.size(); ++i)
-    params[size_t(lo + i)] = piece[size_t(i)];
 }
 
 template struct Trainer<float>::Impl;

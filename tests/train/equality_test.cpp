@@ -1,6 +1,6 @@
 // Training for 20 steps (fp32) on 2 and 4 ranks reproduces the single-rank losses within 1e-4
 // relative for every strategy, with and without data parallelism, and ZeRO 1 and 2 reproduce
-// ZeRO 0.
+// ZeRO 0, also with several gradient buckets and parameter gathers per synchronisation.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -71,6 +71,38 @@ TEST(Zero, StagesOneAndTwoMatchStageZero) {
       const std::vector<double> sharded = train_losses<double>(tiny_plan(kind, p, w), 6);
       EXPECT_LT(worst_relative(sharded, zero0), 1e-10) << to_string(kind) << " ZeRO " << stage;
     }
+  }
+}
+
+}  // namespace
+}  // namespace wallfacer::test
+
+namespace wallfacer::test {
+namespace {
+
+// Layers wider than a 1 MiB bucket: several gradient buckets per synchronisation and several
+// parameter gathers, each bound where the program cuts it, still give the single-rank losses.
+TEST(Zero, SeveralBucketsPerSynchronisationMatchOneRank) {
+  Workload w = tiny_decoder(16, 2, true);
+  w.ffn = 4096;  // an MLP's 3 x 32 x 4096 fp32 gradients: two buckets of at most 1 MiB
+  w.grad_bucket_MiB = 1;
+  const std::vector<double> single = train_losses<double>(tiny_plan(StrategyKind::Ring, {}, w), 3);
+  StrategyParams ring;
+  ring.sequence_parallel = 2;
+  const Plan ring_plan = tiny_plan(StrategyKind::Ring, ring, w);
+  int buckets = 0;
+  for (const Op& op : train::rank_step_program(ring_plan, 0).program().ops)
+    buckets += op.label == StepOp::GradSync ? 1 : 0;
+  EXPECT_GT(buckets, 2 * w.layers + 2);  // more than one per layer's MLP, attention, head, embedding
+  StrategyParams lss;
+  lss.sequence_parallel = 2;
+  lss.data_parallel = 2;
+  for (int stage : {0, 1, 2}) {
+    w.zero_stage = stage;
+    EXPECT_LT(worst_relative(train_losses<double>(tiny_plan(StrategyKind::Ring, ring, w), 3), single), 1e-10)
+        << "ring ZeRO " << stage;
+    EXPECT_LT(worst_relative(train_losses<double>(tiny_plan(StrategyKind::Lss, lss, w), 3), single), 1e-10)
+        << "lss ZeRO " << stage;
   }
 }
 

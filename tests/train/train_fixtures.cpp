@@ -64,9 +64,8 @@ train::BatchSource pseudo_text_batches(int64_t seq) {
 template <typename T>
 void on_every_rank(const Plan& plan, const train::TrainerOptions& options,
                    const std::function<void(train::Trainer<T>&, runtime::Backend&)>& body) {
-  const Schedule schedule = train::attention_schedule(plan);
   runtime::run_local_ranks(plan.num_ranks(), [&](runtime::Backend& backend) {
-    train::Trainer<T> trainer(plan, schedule, backend, options);
+    train::Trainer<T> trainer(plan, backend, options);
     body(trainer, backend);
   });
 }

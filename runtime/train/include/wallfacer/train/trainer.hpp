@@ -1,11 +1,14 @@
-// The distributed training step. Every rank of a plan runs the same decoder (model.hpp) on the
-// tokens its attention program binds (its own tokens: contiguous, zigzag, ... as the strategy's
-// Bindings say, for the sequences of its data-parallel replica); every attention layer runs the
-// plan's attention program through the executor's rank-local sessions (RankSession), which keep
-// O and lse from the forward for the backward. Gradients of the replicated weights are summed
-// over the plan's replicas in the fewest collectives: one fused all-reduce over `world`, or for
-// LSS one over its sequence group and one over its data group (double gradient averaging);
-// ZeRO 1 and 2 reduce-scatter instead, update their shard with AdamW and all-gather the weights.
+// The distributed training step. Every rank of a plan executes its whole-step program (the
+// plan's `--scope step` schedule, docs/step.md: the program the cost model prices and the
+// simulator replays) op for op through a StepSession of the executor: the strategy's attention
+// ops, sends, receives and collectives run as in `wallfacer run`; every Gemm and Pointwise op runs
+// a StepKernels kernel (runtime/step_kernels.hpp) on the named weights and activations it stands
+// for, on the tokens the rank's attention bindings give it (contiguous, zigzag, ... for the
+// sequences of its data-parallel replica); recomputation runs where the program puts it; the
+// gradient buckets' all-reduces (ZeRO 0) or reduce-scatters (ZeRO 1 and 2) carry the real
+// gradients over the plan's groups (world, or LSS's sequence group then its data group: double
+// gradient averaging) while the backward goes on; the Optimizer op clips and applies AdamW, and
+// under ZeRO 1 and 2 the parameter gathers that follow it bring the updated weights back.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +19,9 @@
 #include <wallfacer/plan/plan.hpp>
 #include <wallfacer/runtime/backend.hpp>
 #include <wallfacer/runtime/executor.hpp>
+#include <wallfacer/runtime/step_kernels.hpp>
 #include <wallfacer/schedule/schedule.hpp>
+#include <wallfacer/schedule/step.hpp>
 #include <wallfacer/train/model.hpp>
 #include <wallfacer/train/optimizer.hpp>
 #include <wallfacer/train/sample.hpp>
@@ -33,6 +38,10 @@ struct TrainerOptions {
   OptimizerSettings optimizer;
   int64_t total_steps = 100;  // for the learning-rate schedule
   runtime::ExecutorOptions executor;
+  // The kernels of the step's Gemm and Pointwise ops in fp32 and fp64 runs; empty: the CPU ones
+  // (cpu_step_kernels.hpp).
+  runtime::StepKernelsFactory<float> kernels_f32;
+  runtime::StepKernelsFactory<double> kernels_f64;
 };
 
 struct StepResult {
@@ -63,37 +72,56 @@ OwnTokens own_tokens(const Schedule& schedule, const RankProgram& program);
 std::vector<int> gradient_groups(const Plan& plan, int rank);
 
 // Throws InputError for a plan the trainer cannot run: tensor or pipeline parallel, ZeRO 3, more
-// than one micro-batch.
+// than one micro-batch, fp8 GEMMs.
 void check_trainable(const Plan& plan);
 
 // The attention program of every rank of a plan of either scope: a step-scope plan's attention
-// is the same strategy over the same groups, built alone (docs/training.md, "One program").
+// is the same strategy over the same groups, built alone. The trainer does not need it (it builds
+// its rank's whole-step program itself); kept for callers that pass one.
 Schedule attention_schedule(const Plan& plan);
+
+// Rank `rank`'s whole-step program of a plan of either scope (the plan as `--scope step` would
+// build it), alone in its schedule; `origin` receives unroll()'s template op of every op.
+struct RankStep {
+  Schedule schedule;  // dims, flow sets, token sets and the one program
+  StepTemplate step;
+  std::vector<uint32_t> origin;
+  const RankProgram& program() const { return schedule.ranks.front(); }
+};
+RankStep rank_step_program(const Plan& plan, int rank);
 
 template <typename T>
 class Trainer {
  public:
-  // `schedule` is the plan's attention schedule (every rank, or at least this one). Collective over
-  // the backend's ranks (sets the plan's groups). Throws InputError for a plan the trainer
-  // cannot run (tensor or pipeline parallel, a non-causal workload) and ScheduleError for a
-  // schedule it cannot bind.
-  Trainer(const Plan& plan, const Schedule& schedule, runtime::Backend& backend, const TrainerOptions& options);
+  // Builds this rank's whole-step program from the plan. Collective over the backend's ranks (sets
+  // the plan's groups). Throws InputError for a plan the trainer cannot run (tensor or pipeline
+  // parallel, a non-causal workload) and ScheduleError for a program it cannot bind.
+  Trainer(const Plan& plan, runtime::Backend& backend, const TrainerOptions& options);
+  // The same; `attention` (the plan's attention schedule) is not needed.
+  Trainer(const Plan& plan, const Schedule& attention, runtime::Backend& backend, const TrainerOptions& options);
   ~Trainer();
 
-  // Forward, backward and gradient synchronisation of step `step`; returns the global mean loss.
-  // With ZeRO 0 gradient() is then the full global gradient on every rank, else this rank's
-  // reduced shard [shard_begin, shard_end).
+  // Every op of step `step`'s program before its Optimizer op (forward, backward and gradient
+  // synchronisation); returns the global mean loss. With ZeRO 0 gradient() is then the full
+  // global gradient on every rank, else this rank's reduced shard (its part of every gradient
+  // bucket, concatenated).
   double compute_gradients(int64_t step, const BatchSource& batch);
-  // compute_gradients, clipping, the AdamW update of this rank's range and the weights' all-gather.
+  // The whole program of step `step`: compute_gradients, then the Optimizer op (clipping and AdamW
+  // on this rank's range) and, under ZeRO 1 and 2, the parameter gathers.
   StepResult step(int64_t step, const BatchSource& batch);
 
   const ParameterLayout& layout() const;
   const std::vector<T>& parameters() const;  // every parameter, on every rank
   std::vector<T>& parameters();
   const std::vector<T>& gradient() const;  // see compute_gradients
+  // ZeRO 0: [0, parameters). ZeRO 1 and 2: the offset of the shard's first piece, and that plus
+  // the shard's length (its pieces of every bucket, padding included).
   int64_t shard_begin() const;
   int64_t shard_end() const;
-  AdamState<T>& adam();  // of [shard_begin, shard_end)
+  AdamState<T>& adam();  // of the shard (ZeRO 0: every parameter), in gradient() order
+  // This rank's whole-step program, and the ops the last step ran, in the order they started.
+  const RankProgram& program() const;
+  const std::vector<int32_t>& executed_ops() const;
   const OwnTokens& tokens() const;
   // Model FLOPs of one step over every rank (docs/step.md convention: 6 * tokens * W plus attention).
   double model_flops_per_step() const;

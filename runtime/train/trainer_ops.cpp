@@ -1,0 +1,318 @@
+// The step program's Gemm and Pointwise ops on the model (docs/training.md, "How the step runs"):
+// each op's role (step_roles.hpp) names the weights and activations it reads and writes, and the
+// kernels (StepKernels) compute it. The ops that produce an attention layer's Q, K, V and dO bind
+// them into the layer's attention buffers; the ops that consume O and dQ, dK, dV take them out.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include <wallfacer/core/errors.hpp>
+#include "trainer_impl.hpp"
+
+namespace wallfacer::train {
+
+template <typename T>
+void Trainer<T>::Impl::gemm(const std::vector<T>& a, bool ta, const T* b, bool tb, std::vector<T>& c, int64_t m,
+                            int64_t n, int64_t k, bool accumulate) {
+  if (!accumulate) c.resize(size_t(m * n));
+  kernels->gemm(a.data(), ta, b, tb, c.data(), m, n, k, accumulate);
+}
+
+// A weight gradient: c (a gradient tensor) += a^T b.
+template <typename T>
+void Trainer<T>::Impl::gemm_into(const std::vector<T>& a, bool ta, const std::vector<T>& b, T* c, int64_t m, int64_t n,
+                                 int64_t k) {
+  kernels->gemm(a.data(), ta, b.data(), false, c, m, n, k, true);
+}
+
+template <typename T>
+void Trainer<T>::Impl::compute(int32_t op) {
+  const OpRole& role = roles.ops[size_t(op)];
+  const int64_t rows = own.rows(), h = shape.hidden, n = int64_t(own.positions.size());
+  switch (role.role) {
+    case Role::Embed:
+      x.resize(size_t(rows * h));
+      kernels->embedding_forward(params.data() + layout.embed(),
+                                 layout.pos_embed() >= 0 ? params.data() + layout.pos_embed() : nullptr, inputs.data(),
+                                 own.positions.data(), n, x.data(), rows, h);
+      return;
+    case Role::EmbedBackward:
+      kernels->embedding_backward(dx.data(), inputs.data(), own.positions.data(), n, grads.data() + layout.embed(),
+                                  layout.pos_embed() >= 0 ? grads.data() + layout.pos_embed() : nullptr, rows, h);
+      return;
+    case Role::FinalNorm:
+    case Role::LmHead:
+    case Role::Loss:
+    case Role::LmHeadData:
+    case Role::LmHeadWeight:
+    case Role::FinalNormBackward:
+      return head(role.role);
+    case Role::Optimizer:
+      return optimizer();
+    default:
+      break;
+  }
+  if (role.layer < 0)
+    throw ScheduleError(
+        fmt::format("rank {} op {}: a {} op outside a layer", backend.rank(), op, to_string(role.role)));
+  if (role.role <= Role::RopeQK)
+    layer_forward(role.role, role.layer, role.recompute);
+  else
+    layer_backward(role.role, role.layer);
+}
+
+template <typename T>
+void Trainer<T>::Impl::layer_forward(Role role, int l, bool recompute) {
+  LayerActs<T>& A = acts[size_t(l)];
+  const LayerOffsets& o = layout.layer(l);
+  const T* w = params.data();
+  const int64_t rows = own.rows(), h = shape.hidden, qw = shape.q_width(), kw = shape.kv_width(), F = shape.ffn;
+  const int64_t n = int64_t(own.positions.size());
+  const bool rotary = shape.positions == Positions::Rotary;
+  const bool keep_pre = plan.workload.checkpointing == Checkpointing::Selective;
+  switch (role) {
+    case Role::Norm1:
+      if (!recompute) A.x = x;
+      A.a.resize(size_t(rows * h));
+      A.rstd1.resize(size_t(rows));
+      return kernels->rms_norm_forward(A.x.data(), w + o.norm1, A.a.data(), A.rstd1.data(), rows, h);
+    case Role::QProj:
+      return gemm(A.a, false, w + o.wq, false, A.q, rows, qw, h, false);
+    case Role::KProj:
+      return gemm(A.a, false, w + o.wk, false, A.k, rows, kw, h, false);
+    case Role::RopeQ:
+      if (keep_pre) A.q_pre = A.q;
+      if (rotary) kernels->rotary(A.q.data(), own.positions.data(), n, rows, shape.heads, shape.head_dim, false);
+      return bind_attention(l, Field::Q, A.q, qw);
+    case Role::RopeK:
+      if (keep_pre) A.k_pre = A.k;
+      if (rotary) kernels->rotary(A.k.data(), own.positions.data(), n, rows, shape.kv_heads, shape.head_dim, false);
+      return bind_attention(l, Field::K, A.k, kw);
+    case Role::RopeQK:  // selective: the rotated Q and K again, from the projections' outputs
+      A.q = A.q_pre;
+      A.k = A.k_pre;
+      if (!rotary) return;
+      kernels->rotary(A.q.data(), own.positions.data(), n, rows, shape.heads, shape.head_dim, false);
+      return kernels->rotary(A.k.data(), own.positions.data(), n, rows, shape.kv_heads, shape.head_dim, false);
+    case Role::VProj:
+      gemm(A.a, false, w + o.wv, false, A.v, rows, kw, h, false);
+      return bind_attention(l, Field::V, A.v, kw);
+    case Role::OutProj:
+      collect_attention(l, field_bit(Field::O));
+      return gemm(A.o, false, w + o.wo, false, A.proj, rows, h, qw, false);
+    case Role::Residual1:
+      A.x1.resize(size_t(rows * h));
+      return kernels->add(A.x.data(), A.proj.data(), A.x1.data(), rows * h);
+    case Role::Norm2:
+      A.c.resize(size_t(rows * h));
+      A.rstd2.resize(size_t(rows));
+      return kernels->rms_norm_forward(A.x1.data(), w + o.norm2, A.c.data(), A.rstd2.data(), rows, h);
+    case Role::Gate:
+      return gemm(A.c, false, w + o.w_gate, false, A.gate, rows, F, h, false);
+    case Role::Up:
+      return gemm(A.c, false, w + o.w_up, false, A.up, rows, F, h, false);
+    case Role::Act:
+      A.act.resize(size_t(rows * F));
+      if (shape.gated_ffn) return kernels->swiglu_forward(A.gate.data(), A.up.data(), A.act.data(), rows * F);
+      return kernels->gelu_forward(A.up.data(), A.act.data(), rows * F);
+    case Role::Down:
+      return gemm(A.act, false, w + o.w_down, false, A.mlp, rows, h, F, false);
+    case Role::Residual2:
+      x.resize(size_t(rows * h));
+      kernels->add(A.x1.data(), A.mlp.data(), x.data(), rows * h);
+      return drop_after_forward(A);
+    default:
+      throw ScheduleError(fmt::format("rank {}: {} is not a layer forward op", backend.rank(), to_string(role)));
+  }
+}
+
+// What the layer's backward finds again by recomputation (docs/step.md, "Recomputation"): the
+// rest is released when the forward ends.
+template <typename T>
+void Trainer<T>::Impl::drop_after_forward(LayerActs<T>& A) const {
+  A.proj.clear();
+  A.mlp.clear();
+  A.q.clear();
+  A.k.clear();
+  A.v.clear();
+  const Checkpointing mode = plan.workload.checkpointing;
+  if (mode == Checkpointing::Selective) {
+    A.a.clear();
+    A.c.clear();
+    A.act.clear();
+  }
+  if (mode == Checkpointing::Full) {
+    std::vector<T> input = std::move(A.x);
+    A = LayerActs<T>{};
+    A.x = std::move(input);
+  }
+}
+
+template <typename T>
+void Trainer<T>::Impl::layer_backward(Role role, int l) {
+  LayerActs<T>& A = acts[size_t(l)];
+  const LayerOffsets& o = layout.layer(l);
+  const T* w = params.data();
+  T* g = grads.data();
+  const int64_t rows = own.rows(), h = shape.hidden, qw = shape.q_width(), kw = shape.kv_width(), F = shape.ffn;
+  const int64_t n = int64_t(own.positions.size());
+  switch (role) {
+    case Role::DownData:
+      return gemm(dx, false, w + o.w_down, true, d_act, rows, F, h, false);
+    case Role::DownWeight:
+      return gemm_into(A.act, true, dx, g + o.w_down, F, h, rows);
+    case Role::ActBackward:
+      d_up.resize(size_t(rows * F));
+      if (!shape.gated_ffn) return kernels->gelu_backward(A.up.data(), d_act.data(), d_up.data(), rows * F);
+      d_gate.resize(size_t(rows * F));
+      return kernels->swiglu_backward(A.gate.data(), A.up.data(), d_act.data(), d_gate.data(), d_up.data(), rows * F);
+    case Role::GateData:
+      return gemm(d_gate, false, w + o.w_gate, true, dc, rows, h, F, false);
+    case Role::GateWeight:
+      return gemm_into(A.c, true, d_gate, g + o.w_gate, h, F, rows);
+    case Role::UpData:
+      return gemm(d_up, false, w + o.w_up, true, dc, rows, h, F, shape.gated_ffn);
+    case Role::UpWeight:
+      return gemm_into(A.c, true, d_up, g + o.w_up, h, F, rows);
+    case Role::Norm2Backward:
+      dn.assign(size_t(rows * h), T(0));
+      return kernels->rms_norm_backward(A.x1.data(), w + o.norm2, A.rstd2.data(), dc.data(), dn.data(), g + o.norm2,
+                                        rows, h);
+    case Role::Residual2Backward:
+    case Role::Residual1Backward:
+      kernels->add(dx.data(), dn.data(), dx.data(), rows * h);
+      if (role == Role::Residual1Backward) A = LayerActs<T>{};
+      return;
+    case Role::OutProjData:
+      gemm(dx, false, w + o.wo, true, d_o, rows, qw, h, false);
+      return bind_attention(l, Field::dO, d_o, qw);
+    case Role::OutProjWeight:
+      return gemm_into(A.o, true, dx, g + o.wo, qw, h, rows);
+    case Role::RopeBackward:
+      collect_attention(l, field_mask({Field::dQ, Field::dK, Field::dV}));
+      if (shape.positions != Positions::Rotary) return;
+      kernels->rotary(dq.data(), own.positions.data(), n, rows, shape.heads, shape.head_dim, true);
+      return kernels->rotary(dk.data(), own.positions.data(), n, rows, shape.kv_heads, shape.head_dim, true);
+    case Role::QWeight:
+      return gemm_into(A.a, true, dq, g + o.wq, h, qw, rows);
+    case Role::KWeight:
+      return gemm_into(A.a, true, dk, g + o.wk, h, kw, rows);
+    case Role::VWeight:
+      return gemm_into(A.a, true, dv, g + o.wv, h, kw, rows);
+    case Role::QData:
+      return gemm(dq, false, w + o.wq, true, da, rows, h, qw, false);
+    case Role::KData:
+      return gemm(dk, false, w + o.wk, true, da, rows, h, kw, true);
+    case Role::VData:
+      return gemm(dv, false, w + o.wv, true, da, rows, h, kw, true);
+    case Role::Norm1Backward:
+      dn.assign(size_t(rows * h), T(0));
+      return kernels->rms_norm_backward(A.x.data(), w + o.norm1, A.rstd1.data(), da.data(), dn.data(), g + o.norm1,
+                                        rows, h);
+    default:
+      throw ScheduleError(fmt::format("rank {}: {} is not a layer backward op", backend.rank(), to_string(role)));
+  }
+}
+
+template <typename T>
+void Trainer<T>::Impl::head(Role role) {
+  const int64_t rows = own.rows(), h = shape.hidden, v = shape.vocab;
+  const T* w = params.data();
+  T* g = grads.data();
+  switch (role) {
+    case Role::FinalNorm:
+      f.resize(size_t(rows * h));
+      rstd_f.resize(size_t(rows));
+      return kernels->rms_norm_forward(x.data(), w + layout.final_norm(), f.data(), rstd_f.data(), rows, h);
+    case Role::LmHead:
+      return gemm(f, false, w + layout.lm_head(), false, logits, rows, v, h, false);
+    case Role::Loss:
+      dlogits.resize(size_t(rows * v));
+      loss_sum = kernels->cross_entropy(logits.data(), targets.data(), mask.data(),
+                                        counted > 0 ? 1.0 / double(counted) : 0.0, dlogits.data(), rows, v, correct);
+      return;
+    case Role::LmHeadData:
+      return gemm(dlogits, false, w + layout.lm_head(), true, df, rows, h, v, false);
+    case Role::LmHeadWeight:
+      return gemm_into(f, true, dlogits, g + layout.lm_head(), h, v, rows);
+    case Role::FinalNormBackward:
+      dx.assign(size_t(rows * h), T(0));
+      return kernels->rms_norm_backward(x.data(), w + layout.final_norm(), rstd_f.data(), df.data(), dx.data(),
+                                        g + layout.final_norm(), rows, h);
+    default:
+      throw ScheduleError(fmt::format("rank {}: {} is not a head op", backend.rank(), to_string(role)));
+  }
+}
+
+// Writes `field` of layer l's attention from `values` ([rows][width], heads of head_dim).
+template <typename T>
+void Trainer<T>::Impl::bind_attention(int l, Field field, const std::vector<T>& values, int64_t width) {
+  const RankProgram& program = step.program();
+  const int d = shape.head_dim;
+  for (int32_t i : layer_inputs[size_t(l)]) {
+    const Binding& b = program.inputs[size_t(i)];
+    if (b.field != field) continue;
+    session->bind(
+        b,
+        [&](Field, int batch, int64_t t, int head, int e) -> double {
+          return values[size_t(own.row(batch, t) * width + head * d + e)];
+        },
+        field == Field::dO);
+  }
+}
+
+// Takes `fields` of layer l's attention outputs: O into the layer's activations, dQ, dK, dV into
+// the backward's.
+template <typename T>
+void Trainer<T>::Impl::collect_attention(int l, FieldMask fields) {
+  const RankProgram& program = step.program();
+  const int d = shape.head_dim;
+  const int64_t rows = own.rows(), qw = shape.q_width(), kw = shape.kv_width();
+  LayerActs<T>& A = acts[size_t(l)];
+  if (fields & field_bit(Field::O)) A.o.assign(size_t(rows * qw), T(0));
+  if (fields & field_bit(Field::dQ)) {
+    dq.assign(size_t(rows * qw), T(0));
+    dk.assign(size_t(rows * kw), T(0));
+    dv.assign(size_t(rows * kw), T(0));
+  }
+  int64_t delivered = 0, expected = 0;
+  for (int32_t i : layer_outputs[size_t(l)]) {
+    const Binding& b = program.outputs[size_t(i)];
+    if (!(fields & field_bit(b.field))) continue;
+    session->collect(b, [&](Field field, int batch, int64_t t, int head, int e, double value) {
+      const int64_t row = own.row(batch, t);
+      std::vector<T>& out = field == Field::O ? A.o : field == Field::dQ ? dq : field == Field::dK ? dk : dv;
+      const int64_t width = field == Field::O || field == Field::dQ ? qw : kw;
+      out[size_t(row * width + head * d + e)] = T(value);
+      ++delivered;
+    });
+  }
+  if (fields & field_bit(Field::O)) expected += rows * qw;
+  if (fields & field_bit(Field::dQ)) expected += rows * (qw + 2 * kw);
+  if (delivered != expected)
+    throw ScheduleError(fmt::format("rank {}: layer {}'s attention returned {} of its {} output elements",
+                                    backend.rank(), l, delivered, expected));
+}
+
+// A full recomputation repeats the layer's attention forward into the forward's own buffers: the
+// first of its ops to write a buffer's O and Lse starts them over, so that its blocks accumulate
+// from zero (and -inf) instead of onto the forward's result. An overwrite (a receive, a
+// collective's output) needs nothing.
+template <typename T>
+void Trainer<T>::Impl::restart_accumulators(int32_t index) {
+  const Op& op = step.program().ops[size_t(index)];
+  constexpr FieldMask kAcc = fieldset::kOLse;
+  int32_t written = -1;
+  if (op.kind == OpKind::AttnFwd) written = op.buf[2];
+  if (op.kind == OpKind::Recv && (op.fields & kAcc)) written = op.buf[0];
+  if (is_collective(op.kind) && op.coll >= 0 && (step.program().collectives[size_t(op.coll)].fields & kAcc))
+    written = op.buf[1];
+  if (written < 0 || restarted[size_t(written)]) return;
+  restarted[size_t(written)] = 1;
+  if (op.kind == OpKind::AttnFwd) session->restart(written, kAcc);
+}
+
+template struct Trainer<float>::Impl;
+template struct Trainer<double>::Impl;
+
+}  // namespace wallfacer::train
