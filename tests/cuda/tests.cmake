@@ -33,6 +33,10 @@ if(TARGET wallfacer AND TARGET runtime_test_plan)
                      ${_cuda_dir}/bootstrap_env)
     set_tests_properties(cuda_run_bootstrap_env PROPERTIES FIXTURES_REQUIRED cuda_plan_ring4 PASS_REGULAR_EXPRESSION
                          "(no usable CUDA device here|the plan has 4 ranks but 2 processes).*rank 0 exit status 2.*rank 1 exit status 2")
+    # The staging adapter of gpu-check's training comparison, without a GPU: trained through it with
+    # the CPU kernels on host memory, the losses must equal the CPU run's exactly.
+    add_test(NAME cuda_gpu_train_staging COMMAND $<TARGET_FILE:wallfacer_gpu_step_kernels> --self-check-staging
+                                                 --train-steps 3)
   else()
     add_test(NAME cuda_run_without_cuda
              COMMAND sh -c "\"$@\" 2>&1; echo \"exit status $?\"" sh $<TARGET_FILE:wallfacer> run

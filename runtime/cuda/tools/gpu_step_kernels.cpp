@@ -2,7 +2,8 @@
 // checked op by op against the CPU kernels (make_cpu_step_kernels, the trainer's layers) on the
 // same seeded inputs: GEMMs in every transpose combination (fp32, and bf16 inputs with fp32
 // accumulation), RMS norm, rotary, add, GELU, SwiGLU, embedding, cross-entropy, the sum of
-// squares and AdamW. Prints one JSON object; scripts/gpu-check runs it. Exit status 2 when no GPU
+// squares and AdamW; then 20 steps of the gpt-tiny decoder trained with them beside the same steps
+// on the CPU (gpu_train_steps.cpp). Prints one JSON object; scripts/gpu-check runs it. Exit status 2 when no GPU
 // is usable, 1 when an error exceeds its tolerance.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -15,7 +16,9 @@
 #include <vector>
 
 #include <wallfacer/runtime/cuda/cuda_backend.hpp>
+#include <wallfacer/runtime/local_backend.hpp>
 #include <wallfacer/train/cpu_step_kernels.hpp>
+#include "gpu_train_steps.hpp"
 
 namespace {
 
@@ -221,7 +224,30 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--fp32-gemm-tolerance", fp32_gemm_tolerance, "Largest relative error of the fp32 GEMMs")
       ->capture_default_str();
+  int64_t train_steps = 20;
+  double train_fp32_tolerance = 1e-3, train_bf16_tolerance = 2e-2;
+  app.add_option("--train-steps", train_steps, "Steps of the gpt-tiny training comparison (0: none)")
+      ->capture_default_str();
+  app.add_option("--train-fp32-tolerance", train_fp32_tolerance,
+                 "Largest relative loss difference of a step, fp32 GEMMs")
+      ->capture_default_str();
+  app.add_option("--train-bf16-tolerance", train_bf16_tolerance,
+                 "Largest relative loss difference of a step, bf16-input GEMMs")
+      ->capture_default_str();
+  bool self_check = false;
+  app.add_flag("--self-check-staging", self_check,
+               "No GPU: train through the staging adapter with the CPU kernels on host memory; the losses must equal "
+               "the CPU run's exactly");
   CLI11_PARSE(app, argc, argv);
+  if (self_check) {
+    bool staged_ok = true;
+    run_local_ranks(1, [&](Backend& host) {
+      const auto training = wallfacer::gpu_check::check_training(
+          host, [](bool) { return wallfacer::train::make_cpu_step_kernels<float>(); }, train_steps, 0, 0, staged_ok);
+      std::cout << training.dump() << "\n";
+    });
+    return staged_ok ? 0 : 1;
+  }
   const CudaDeviceInfo info = cuda_device_info(0);
   if (!info.available) {
     std::fprintf(stderr, "error: no usable CUDA device here: %s\n", info.description.c_str());
@@ -240,8 +266,18 @@ int main(int argc, char** argv) {
       check_embedding_and_loss(c);
       check_adamw(c);
       backend.synchronize();
+      nlohmann::json training = nullptr;
+      if (train_steps > 0)
+        training = wallfacer::gpu_check::check_training(
+            backend, [&backend](bool bf16) { return make_cuda_step_kernels<float>(backend, {bf16}); }, train_steps,
+            train_fp32_tolerance, train_bf16_tolerance, c.ok);
       ok = c.ok;
-      std::cout << nlohmann::json{{"device", info.description}, {"cases", c.cases}, {"ok", c.ok}}.dump() << "\n";
+      std::cout << nlohmann::json{{"device", info.description},
+                                  {"cases", c.cases},
+                                  {"training", training},
+                                  {"ok", c.ok}}
+                       .dump()
+                << "\n";
     });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
