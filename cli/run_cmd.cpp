@@ -21,6 +21,7 @@
 #include <wallfacer/runtime/memory_estimate.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include <wallfacer/topology/topology.hpp>
+#include "bootstrap.hpp"
 #include "commands.hpp"
 #include "common.hpp"
 #ifdef WALLFACER_WITH_MPI
@@ -45,6 +46,7 @@ struct RunFlags {
   double peer_check_seconds = 2;
   double heartbeat_seconds = 15;
   std::string memory_check = "on";
+  BootstrapFlags bootstrap;
 };
 
 struct Prepared {
@@ -256,30 +258,57 @@ void require_gpu() {
   WF_LOG_INFO("cli", "GPU: {}", info.description);
 }
 
+// The GPU memory of the ranks this process puts on its GPU, against the GPU's free memory.
+void check_gpu_memory(const RunFlags& flags, const Prepared& p, bool all_ranks_here, int device) {
+  const auto estimate = runtime::estimate_device_memory(p.plan, p.schedule, flags.fp64, all_ranks_here);
+  WF_LOG_INFO("cli", "GPU memory estimate: {}", estimate.describe());
+  if (flags.memory_check != "on") return;
+  const runtime::CudaMemoryInfo memory = runtime::cuda_memory_info(device);
+  runtime::check_device_memory(estimate, memory.free, memory.total, device, flags.plan);
+}
+
+// One process per GPU: prepared on every rank, then NCCL over `control`'s unique id.
+struct NcclRank {
+  std::unique_ptr<Prepared> prepared;
+  runtime::DevicePlan device;
+  void prepare(const RunFlags& flags, int rank, int size) {
+    require_gpu();
+    prepared = cli::prepare(flags, size, rank);
+    check_gpu_memory(flags, *prepared, false, runtime::cuda_process_device());
+    device = runtime::make_device_plan(prepared->schedule, prepared->plan);
+  }
+  template <typename Control>
+  int run(const RunFlags& flags, Control& control) {
+    auto backend = runtime::make_nccl_backend(control, device.ranks[size_t(control.rank())]);
+    auto result =
+        runtime::run_layer(*backend, prepared->plan, prepared->schedule, prepared->inputs, layer_options(flags, false));
+    return backend->rank() == 0 ? conclude(flags, prepared->plan, result) : 0;
+  }
+};
+
 int run_cuda(const RunFlags& flags) {
+  const Bootstrap bootstrap = resolve_bootstrap(flags.bootstrap);
+  NcclRank rank;
+  if (bootstrap == Bootstrap::Env) {
+    SchedulerJob job;
+    job.rendezvous.connect_timeout_seconds = flags.bootstrap.connect_timeout;
+    job.prepare = [&](int r, int size) { rank.prepare(flags, r, size); };
+    job.run = [&](runtime::ControlChannel& control) { return rank.run(flags, control); };
+    return run_scheduler_job(job);
+  }
 #ifdef WALLFACER_WITH_MPI
-  if (runtime::launched_by_mpirun()) {
-    std::unique_ptr<Prepared> prepared;
-    runtime::DevicePlan device;
+  if (bootstrap == Bootstrap::Mpi) {
     runtime::MpiJob job;
     job.backend.stall_seconds = flags.stall_seconds;
     job.backend.peer_check_seconds = flags.peer_check_seconds;
-    job.prepare = [&](int rank, int size) {
-      require_gpu();
-      prepared = prepare(flags, size, rank);
-      device = runtime::make_device_plan(prepared->schedule, prepared->plan);
-    };
-    job.run = [&](runtime::Backend& control) {
-      auto backend = runtime::make_nccl_backend(control, device.ranks[size_t(control.rank())]);
-      auto result = runtime::run_layer(*backend, prepared->plan, prepared->schedule, prepared->inputs,
-                                       layer_options(flags, false));
-      return backend->rank() == 0 ? conclude(flags, prepared->plan, result) : 0;
-    };
+    job.prepare = [&](int r, int size) { rank.prepare(flags, r, size); };
+    job.run = [&](runtime::Backend& control) { return rank.run(flags, control); };
     return runtime::run_mpi_job(job);
   }
 #endif
   require_gpu();
   auto p = prepare(flags, 0);
+  check_gpu_memory(flags, *p, true, 0);
   auto result = runtime::run_layer_cuda_local(p->plan, p->schedule, p->inputs, layer_options(flags, false));
   return conclude(flags, p->plan, result);
 }
@@ -368,9 +397,11 @@ void register_run_command(CLI::App& app) {
       ->check(finite_at_least(0, true));
   cmd->add_option("--memory-check", flags->memory_check,
                   "Refuse a run whose estimated memory (inputs, every rank's buffers, outputs, the reference) "
-                  "exceeds the memory available here (MemAvailable): on or off")
+                  "exceeds the memory available here (MemAvailable), and with --backend cuda a run whose GPU "
+                  "memory estimate exceeds the GPU's free memory (cudaMemGetInfo): on or off")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
+  add_bootstrap_flags(cmd, flags->bootstrap);
   cmd->callback([flags] { exit_code() = run_command(*flags); });
 }
 

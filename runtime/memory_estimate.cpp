@@ -32,25 +32,31 @@ int64_t mul(int64_t a, int64_t b) {
   return a > INT64_MAX / b ? INT64_MAX : a * b;
 }
 
-int64_t rank_bytes(const Schedule& schedule, const RankProgram& program, bool fp64) {
+// Buffer i of the rank's program as the executor allocates it (Executor::allocate_buffers).
+int64_t buffer_bytes(const Schedule& schedule, const RankProgram& program, size_t i, bool fp64) {
   const ElemType type = fp64 ? ElemType::F64 : ElemType::F32;
   const int batches = std::max(1, program.batch_end - program.batch_begin);
   const int group = schedule.dims.kv_heads > 0 ? std::max(1, schedule.dims.heads / schedule.dims.kv_heads) : 1;
-  int64_t bytes = 0;
-  for (size_t i = 0; i < program.buffers.size(); ++i) {
-    const BufferDecl& decl = program.buffers[i];
-    detail::Storage shape =
-        detail::packed_shape(decl.fields, decl.capacity_tokens, decl.heads, detail::mask_has_query_field(decl.fields),
-                             batches, schedule.dims.head_dim, group, type);
-    if (shape.has(Field::WeightGrad)) {
-      shape.weight_elements = decl.capacity_tokens;
-      for (const Op& op : program.ops)
-        if (op.kind == OpKind::AllReduce && op.buf[0] == int32_t(i))
-          shape.weight_elements = std::max(shape.weight_elements, program.collectives[size_t(op.coll)].elements);
-    }
-    for (int f = 0; f < kNumFields; ++f)
-      if (shape.has(Field(f))) bytes = add(bytes, mul(std::max<int64_t>(shape.elements(Field(f)), 1), elem_size(type)));
+  const BufferDecl& decl = program.buffers[i];
+  detail::Storage shape =
+      detail::packed_shape(decl.fields, decl.capacity_tokens, decl.heads, detail::mask_has_query_field(decl.fields),
+                           batches, schedule.dims.head_dim, group, type);
+  if (shape.has(Field::WeightGrad)) {
+    shape.weight_elements = decl.capacity_tokens;
+    for (const Op& op : program.ops)
+      if (op.kind == OpKind::AllReduce && op.buf[0] == int32_t(i))
+        shape.weight_elements = std::max(shape.weight_elements, program.collectives[size_t(op.coll)].elements);
   }
+  int64_t bytes = 0;
+  for (int f = 0; f < kNumFields; ++f)
+    if (shape.has(Field(f))) bytes = add(bytes, mul(std::max<int64_t>(shape.elements(Field(f)), 1), elem_size(type)));
+  return bytes;
+}
+
+int64_t rank_bytes(const Schedule& schedule, const RankProgram& program, bool fp64) {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < program.buffers.size(); ++i)
+    bytes = add(bytes, buffer_bytes(schedule, program, i, fp64));
   return bytes;
 }
 
@@ -120,6 +126,50 @@ void check_run_memory(const RunMemoryEstimate& estimate, int64_t available, cons
                    fmt::format("running this plan needs about {}, but only {} of memory is available here "
                                "(MemAvailable); use a shorter sequence, more ranks, or --memory-check off",
                                estimate.describe(), bytes_text(available)));
+}
+
+DeviceMemoryEstimate estimate_device_memory(const Plan& plan, const Schedule& schedule, bool fp64,
+                                            bool all_ranks_on_one_device) {
+  DeviceMemoryEstimate e;
+  e.runtime = kDeviceRuntimeAllowanceBytes;
+  int64_t largest = -1, largest_messages = 0;
+  for (const RankProgram& program : schedule.ranks) {
+    const int64_t bytes = rank_bytes(schedule, program, fp64);
+    int64_t biggest_buffer = 0;
+    for (size_t i = 0; i < program.buffers.size(); ++i)
+      biggest_buffer = std::max(biggest_buffer, buffer_bytes(schedule, program, i, fp64));
+    if (all_ranks_on_one_device) {
+      e.buffers = add(e.buffers, bytes);
+      e.messages = add(e.messages, mul(2, biggest_buffer));
+    } else if (bytes > largest) {
+      largest = bytes;
+      largest_messages = mul(2, biggest_buffer);
+    }
+  }
+  if (all_ranks_on_one_device) {
+    e.ranks_here = plan.num_ranks();
+  } else {
+    e.buffers = std::max<int64_t>(largest, 0);
+    e.messages = largest_messages;
+  }
+  e.total = add(add(e.buffers, e.messages), e.runtime);
+  return e;
+}
+
+std::string DeviceMemoryEstimate::describe() const {
+  return fmt::format("{} ({} {} on this GPU: buffers {}, messages in flight {}, CUDA and NCCL allowance {})",
+                     bytes_text(total), ranks_here, ranks_here == 1 ? "rank" : "ranks", bytes_text(buffers),
+                     bytes_text(messages), bytes_text(runtime));
+}
+
+void check_device_memory(const DeviceMemoryEstimate& estimate, int64_t free_bytes, int64_t total_bytes, int device,
+                         const std::string& plan_source) {
+  if (free_bytes < 0 || estimate.total <= free_bytes) return;
+  throw InputError(plan_source, 0,
+                   fmt::format("running this plan needs about {} of GPU memory, but GPU {} has only {} free (of {}; "
+                               "cudaMemGetInfo); use a shorter sequence, more ranks (more GPUs under mpirun or srun), "
+                               "or --memory-check off",
+                               estimate.describe(), device, bytes_text(free_bytes), bytes_text(total_bytes)));
 }
 
 }  // namespace wallfacer::runtime

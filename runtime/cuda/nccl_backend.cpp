@@ -31,25 +31,40 @@ ncclDataType_t nccl_type(ElemType type) {
   return type == ElemType::F32 ? ncclFloat32 : ncclFloat64;
 }
 
-// Rank 0's bytes on every rank, through the control channel's max-reduction: three bytes per
-// reduction, as an integer every double holds exactly (other ranks offer -1).
-std::string broadcast_from_root(Backend& control, const std::string& bytes, size_t size) {
-  std::string out(size, '\0');
-  for (size_t i = 0; i < size; i += 3) {
-    double value = -1;
-    if (control.rank() == 0) {
-      value = 0;
-      for (size_t b = 0; b < 3; ++b)
-        value = value * 256 + (i + b < size ? double(uint8_t(bytes[i + b])) : 0.0);
+// The control calls of a host backend (the MPI backend under mpirun) as a control channel.
+class BackendControl final : public ControlChannel {
+ public:
+  explicit BackendControl(Backend& backend) : b_(backend) {}
+  int rank() const override { return b_.rank(); }
+  int size() const override { return b_.size(); }
+  bool all_ok(bool ok) override { return b_.all_ok(ok); }
+  std::vector<std::string> gather_to_root(const std::string& bytes) override { return b_.gather_to_root(bytes); }
+  double max_over_ranks(double value) override { return b_.max_over_ranks(value); }
+  void barrier() override { b_.barrier(); }
+  // Through the max-reduction: three bytes per reduction, as an integer every double holds
+  // exactly (other ranks offer -1). Only rank 0's size counts; the others learn it first.
+  std::string broadcast_from_root(const std::string& bytes) override {
+    const size_t size = size_t(b_.max_over_ranks(b_.rank() == 0 ? double(bytes.size()) : -1.0));
+    std::string out(size, '\0');
+    for (size_t i = 0; i < size; i += 3) {
+      double value = -1;
+      if (b_.rank() == 0) {
+        value = 0;
+        for (size_t b = 0; b < 3; ++b)
+          value = value * 256 + (i + b < size ? double(uint8_t(bytes[i + b])) : 0.0);
+      }
+      auto v = uint32_t(b_.max_over_ranks(value));
+      for (size_t b = 3; b-- > 0;) {
+        if (i + b < size) out[i + b] = char(v & 0xff);
+        v >>= 8;
+      }
     }
-    auto v = uint32_t(control.max_over_ranks(value));
-    for (size_t b = 3; b-- > 0;) {
-      if (i + b < size) out[i + b] = char(v & 0xff);
-      v >>= 8;
-    }
+    return out;
   }
-  return out;
-}
+
+ private:
+  Backend& b_;
+};
 
 int local_rank_device(int devices) {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"})
@@ -62,8 +77,12 @@ using CollectiveBody = std::function<void(ncclComm_t, cudaStream_t)>;
 
 class NcclBackend final : public CudaDeviceBackend {
  public:
-  NcclBackend(Backend& control, const RankDevicePlan& plan, int device, const ncclUniqueId& id)
-      : CudaDeviceBackend(control.rank(), control.size(), device), control_(control), sequencer_(plan) {
+  NcclBackend(std::unique_ptr<ControlChannel> owned, ControlChannel& control, const RankDevicePlan& plan, int device,
+              const ncclUniqueId& id)
+      : CudaDeviceBackend(control.rank(), control.size(), device),
+        owned_control_(std::move(owned)),
+        control_(control),
+        sequencer_(plan) {
     if (plan.rank != control.rank())
       throw ScheduleError(fmt::format("rank {} was given the device plan of rank {}", control.rank(), plan.rank));
     WF_NCCL_CHECK(ncclCommInitRank(&world_, size_, id, rank_));
@@ -299,7 +318,8 @@ class NcclBackend final : public CudaDeviceBackend {
     cudaStreamSynchronize(compute_stream());
   }
 
-  Backend& control_;
+  std::unique_ptr<ControlChannel> owned_control_;
+  ControlChannel& control_;
   CallSequencer sequencer_;
   ncclComm_t world_ = nullptr;
   std::vector<ncclComm_t> comms_;
@@ -315,7 +335,10 @@ class NcclBackend final : public CudaDeviceBackend {
 
 namespace wallfacer::runtime {
 
-std::unique_ptr<Backend> make_nccl_backend(Backend& control, const RankDevicePlan& plan, int device) {
+namespace {
+
+std::unique_ptr<Backend> make_nccl_backend_over(std::unique_ptr<ControlChannel> owned, ControlChannel& control,
+                                                const RankDevicePlan& plan, int device) {
   cuda::error_rank() = control.rank();
   const CudaDeviceInfo probe = cuda_device_info(0);
   // Every rank agrees before any NCCL call: one rank without a GPU must not leave the others
@@ -331,9 +354,43 @@ std::unique_ptr<Backend> make_nccl_backend(Backend& control, const RankDevicePla
     WF_NCCL_CHECK(ncclGetUniqueId(&id));
     bytes.assign(reinterpret_cast<const char*>(&id), sizeof(id));
   }
-  bytes = cuda::broadcast_from_root(control, bytes, sizeof(id));
+  bytes = control.broadcast_from_root(bytes);
+  if (bytes.size() != sizeof(id))
+    throw CudaError(fmt::format("rank {}: received an NCCL unique id of {} bytes, expected {}", control.rank(),
+                                bytes.size(), sizeof(id)));
   std::copy(bytes.begin(), bytes.end(), reinterpret_cast<char*>(&id));
-  return std::make_unique<cuda::NcclBackend>(control, plan, chosen, id);
+  return std::make_unique<cuda::NcclBackend>(std::move(owned), control, plan, chosen, id);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_nccl_backend(Backend& control, const RankDevicePlan& plan, int device) {
+  auto adapter = std::make_unique<cuda::BackendControl>(control);
+  ControlChannel& channel = *adapter;
+  return make_nccl_backend_over(std::move(adapter), channel, plan, device);
+}
+
+std::unique_ptr<Backend> make_nccl_backend(ControlChannel& control, const RankDevicePlan& plan, int device) {
+  return make_nccl_backend_over(nullptr, control, plan, device);
+}
+
+int cuda_process_device() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  return cuda::local_rank_device(count);
+}
+
+CudaMemoryInfo cuda_memory_info(int device) {
+  CudaMemoryInfo info;
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) return info;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    info.free = int64_t(free_bytes);
+    info.total = int64_t(total_bytes);
+  }
+  cudaSetDevice(previous);  // not checked: it was the current device a moment ago
+  return info;
 }
 
 }  // namespace wallfacer::runtime

@@ -33,6 +33,17 @@ if(TARGET wallfacer AND TARGET runtime_test_plan)
              COMMAND sh -c "\"$1\"/gpu-check --quick --out \"$1\"/results.json 2>&1; echo \"exit status $?\"" sh ${_bundle})
     set_tests_properties(cuda_gpu_check_run PROPERTIES FIXTURES_REQUIRED cuda_bundle PASS_REGULAR_EXPRESSION
                          "(no usable CUDA device here.*nothing was checked.*exit status 2|figures written to.*exit status 0)")
+    # srun without MPI (--bootstrap env), two tasks on localhost for a 4-rank plan: both meet over
+    # TCP, agree that preparation failed (no GPU here, or 2 processes for 4 ranks), and exit 2.
+    add_test(NAME cuda_run_bootstrap_env
+             COMMAND ${CMAKE_CURRENT_LIST_DIR}/bootstrap_env.sh $<TARGET_FILE:wallfacer> ${_cuda_dir}/ring4.yaml
+                     ${_cuda_dir}/bootstrap_env)
+    set_tests_properties(cuda_run_bootstrap_env PROPERTIES FIXTURES_REQUIRED cuda_plan_ring4 PASS_REGULAR_EXPRESSION
+                         "(no usable CUDA device here|the plan has 4 ranks but 2 processes).*rank 0 exit status 2.*rank 1 exit status 2")
+    # The staging adapter of gpu-check's training comparison, without a GPU: trained through it with
+    # the CPU kernels on host memory, the losses must equal the CPU run's exactly.
+    add_test(NAME cuda_gpu_train_staging COMMAND $<TARGET_FILE:wallfacer_gpu_step_kernels> --self-check-staging
+                                                 --train-steps 3)
   else()
     add_test(NAME cuda_run_without_cuda
              COMMAND sh -c "\"$@\" 2>&1; echo \"exit status $?\"" sh $<TARGET_FILE:wallfacer> run
@@ -46,3 +57,11 @@ endif()
 # the fp64 reference: every build, CUDA or not (no GPU runs here).
 wallfacer_add_test(NAME flash_layout_test SOURCES cuda/flash_layout_test.cpp cuda/flash_emulation_test.cpp
                    LIBS wallfacer::cuda_flash_layout wallfacer::runtime TEST_PREFIX cuda.)
+# The cuBLASLt GEMMs' row-major to column-major mapping, host-side (CUDA builds; no GPU needed).
+if(WALLFACER_CUDA_ENABLED)
+  find_package(CUDAToolkit REQUIRED)  # its targets are scoped to the directory that finds it
+  wallfacer_add_test(NAME test_cublaslt_mapping
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cublaslt_mapping_test.cpp
+    LIBS wallfacer::runtime_cuda CUDA::cudart)
+  target_include_directories(test_cublaslt_mapping PRIVATE ${PROJECT_SOURCE_DIR}/runtime/cuda)
+endif()

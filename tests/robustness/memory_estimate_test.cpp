@@ -1,5 +1,6 @@
 // The memory estimate `wallfacer run` checks before allocating: its parts against figures
-// computed by hand from the workload, its growth with the rank count, and the refusal.
+// computed by hand from the workload, its growth with the rank count, and the refusal; the GPU
+// estimate of `run --backend cuda` against the host estimate's rank buffers, and its refusal.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -77,6 +78,47 @@ TEST(MemoryEstimate, RefusalNamesTheEstimateAndTheAvailableMemory) {
     EXPECT_NE(what.find("of memory is available here"), std::string::npos) << what;
   }
   EXPECT_GT(runtime::available_memory_bytes(), 0);
+}
+
+TEST(DeviceMemoryEstimate, BuffersAreTheHostEstimatesRankBuffers) {
+  const Built b = ring_plan(4, 4096);
+  const auto host = runtime::estimate_run_memory(b.plan, b.schedule, false, false, 0);
+  int64_t ops = 0;
+  for (const RankProgram& p : b.schedule.ranks)
+    ops += int64_t(p.ops.size());
+  // The host estimate adds 512 bytes of bookkeeping per op to the same buffers.
+  const auto local = runtime::estimate_device_memory(b.plan, b.schedule, false, true);
+  EXPECT_EQ(local.ranks_here, 4);
+  EXPECT_EQ(local.buffers, host.all_ranks - 512 * ops);
+  EXPECT_EQ(local.runtime, runtime::kDeviceRuntimeAllowanceBytes);
+  EXPECT_EQ(local.total, local.buffers + local.messages + local.runtime);
+  EXPECT_GT(local.messages, 0);
+  EXPECT_LT(local.messages, 2 * local.buffers);
+  // One process per GPU: the ring's ranks are alike, so each holds a quarter.
+  const auto nccl = runtime::estimate_device_memory(b.plan, b.schedule, false, false);
+  EXPECT_EQ(nccl.ranks_here, 1);
+  EXPECT_EQ(4 * nccl.buffers, local.buffers);
+  EXPECT_EQ(4 * nccl.messages, local.messages);
+  // fp64 doubles every buffer.
+  const auto fp64 = runtime::estimate_device_memory(b.plan, b.schedule, true, false);
+  EXPECT_EQ(fp64.buffers, 2 * nccl.buffers);
+}
+
+TEST(DeviceMemoryEstimate, RefusalNamesTheEstimateAndTheGpusFreeMemory) {
+  const Built b = ring_plan(4, 4096);
+  const auto e = runtime::estimate_device_memory(b.plan, b.schedule, false, true);
+  EXPECT_NO_THROW(runtime::check_device_memory(e, e.total, e.total, 0, "p.yaml"));
+  EXPECT_NO_THROW(runtime::check_device_memory(e, -1, -1, 0, "p.yaml"));
+  try {
+    runtime::check_device_memory(e, e.total - 1, int64_t{80} << 30, 3, "p.yaml");
+    FAIL() << "not refused";
+  } catch (const InputError& error) {
+    const std::string what = error.what();
+    EXPECT_NE(what.find("p.yaml: error: running this plan needs about"), std::string::npos) << what;
+    EXPECT_NE(what.find("4 ranks on this GPU"), std::string::npos) << what;
+    EXPECT_NE(what.find("GPU 3 has only"), std::string::npos) << what;
+    EXPECT_NE(what.find("of 80.0 GiB; cudaMemGetInfo"), std::string::npos) << what;
+  }
 }
 
 }  // namespace

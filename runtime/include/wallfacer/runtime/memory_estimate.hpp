@@ -36,4 +36,30 @@ int64_t available_memory_bytes();
 // estimate exceeds the available memory.
 void check_run_memory(const RunMemoryEstimate& estimate, int64_t available, const std::string& plan_source);
 
+// What `wallfacer run --backend cuda` allocates on one GPU: the buffers of the ranks that share
+// it (every rank with the local transport, one under NCCL), the message blocks in flight, and an
+// allowance for what the CUDA runtime and NCCL take themselves (docs/cuda.md, "Device memory").
+struct DeviceMemoryEstimate {
+  int ranks_here = 1;    // ranks on this GPU
+  int64_t buffers = 0;   // their buffers (the executor's allocation, exact)
+  int64_t messages = 0;  // send and receive blocks in flight: twice each rank's largest buffer
+  int64_t runtime = 0;   // the allowance for the CUDA context, streams and NCCL
+  int64_t total = 0;
+  std::string describe() const;  // "1.2 GiB (4 ranks: buffers 512 MiB, messages 256 MiB, runtime 512 MiB)"
+};
+
+// The allowance per process: CUDA's context, module images and streams, NCCL's channel buffers.
+// Not a measurement: an upper guess, so a plan that fits tightly is let through.
+constexpr int64_t kDeviceRuntimeAllowanceBytes = int64_t{512} << 20;
+
+// `all_ranks_on_one_device`: the local transport (every rank of the plan on one GPU); else the
+// largest rank alone (one process per GPU).
+DeviceMemoryEstimate estimate_device_memory(const Plan& plan, const Schedule& schedule, bool fp64,
+                                            bool all_ranks_on_one_device);
+
+// Throws InputError naming `plan_source`, the estimate and the GPU's free memory (cudaMemGetInfo,
+// read by the caller) when the estimate exceeds it.
+void check_device_memory(const DeviceMemoryEstimate& estimate, int64_t free_bytes, int64_t total_bytes, int device,
+                         const std::string& plan_source);
+
 }  // namespace wallfacer::runtime

@@ -6,7 +6,8 @@
 //     buffers exchanged by device copies, so every strategy runs on a single GPU;
 //   - NCCL: one process per GPU, point-to-point in group calls and collectives on communicators
 //     split per plan group, issued in the order of the device plan (device_plan.hpp), with the
-//     unique id passed over a host control channel (the MPI backend under mpirun or srun).
+//     unique id passed over a host control channel (the MPI backend under mpirun or srun, or the
+//     TCP rendezvous of rendezvous.hpp under srun without MPI).
 // Every CUDA and NCCL call is checked; a failure throws CudaError naming the file, line, rank,
 // the call and the library's message.
 #pragma once
@@ -19,6 +20,8 @@
 #include <wallfacer/runtime/backend.hpp>
 #include <wallfacer/runtime/device_plan.hpp>
 #include <wallfacer/runtime/layer_runner.hpp>
+#include <wallfacer/runtime/rendezvous.hpp>
+#include <wallfacer/runtime/step_kernels.hpp>
 
 namespace wallfacer::runtime {
 
@@ -55,5 +58,27 @@ LayerRunResult run_layer_cuda_local(const Plan& plan, const Schedule& schedule, 
 // the schedule the executor will run. The GPU is `device`, or when negative the local rank
 // (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID) modulo the devices present.
 std::unique_ptr<Backend> make_nccl_backend(Backend& control, const RankDevicePlan& plan, int device = -1);
+// The same over any control channel: the TCP rendezvous of a start without MPI (srun alone).
+std::unique_ptr<Backend> make_nccl_backend(ControlChannel& control, const RankDevicePlan& plan, int device = -1);
+
+// The GPU this process uses under a launcher: its local rank modulo the devices present.
+int cuda_process_device();
+
+// Free and total memory of a GPU (cudaMemGetInfo; creates the context); -1 when unknown.
+struct CudaMemoryInfo {
+  int64_t free = -1, total = -1;
+};
+CudaMemoryInfo cuda_memory_info(int device);
+
+// The whole-step program's kernels on the GPU of a CUDA backend (one made by run_cuda_local_ranks
+// or make_nccl_backend): GEMMs through cuBLASLt, the pointwise ops and AdamW as CUDA kernels, on
+// the backend's compute stream. bf16_gemm (fp32 training only): GEMM inputs rounded to bf16,
+// accumulation and outputs in fp32; otherwise fp32 GEMMs in true fp32 (not TF32), fp64 for
+// double. Throws CudaError for a backend that is not a CUDA backend.
+struct CudaStepKernelsOptions {
+  bool bf16_gemm = false;
+};
+template <typename T>
+std::unique_ptr<StepKernels<T>> make_cuda_step_kernels(Backend& backend, const CudaStepKernelsOptions& options = {});
 
 }  // namespace wallfacer::runtime
