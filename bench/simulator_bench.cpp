@@ -16,8 +16,13 @@
 // its CPU microseconds per transfer. A replay cannot be cheaper per transfer than that; the last
 // column is the replay's median CPU time per transfer (collective steps included) over the floor.
 //
+// With --scope step the plans are the search's best for the whole training step (32 layers), which
+// simulate() composes from replays of 1 and 2 layers per stage (docs/simulator.md, "Composed
+// step"); --full-replay also replays every layer of the same plan after each composed run, and the
+// "full" line gives its step, CPU time and the ratio full CPU s / composed CPU s.
+//
 //   bench_simulator [--gpus 64,512,4096] [--strategy wallfacer] [--seq TOKENS] [--repeats N]
-//                   [--threads N]
+//                   [--threads N] [--scope attention|step] [--full-replay]
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -47,12 +52,15 @@ struct Args {
   int64_t seq = int64_t(1) << 20;
   int repeats = 1;
   int threads = 0;  // SimOptions::threads (0: automatic)
+  wallfacer::Scope scope = wallfacer::Scope::Attention;
+  bool full_replay = false;  // step scope: also replay every layer
 };
 
 constexpr const char* kUsage =
     "usage: bench_simulator [--gpus LIST (default 64,512,4096)] [--strategy NAME (default: the search's best)]\n"
     "                       [--seq TOKENS (default 1048576)] [--repeats N (default 1)]\n"
-    "                       [--threads N (default 0: automatic)]\n";
+    "                       [--threads N (default 0: automatic)] [--scope attention|step (default attention)]\n"
+    "                       [--full-replay (step scope: also replay every layer)]\n";
 
 // A positive integer flag value, or exit status 2 with a message naming the flag.
 int64_t positive_value(const std::string& flag, const std::string& text) {
@@ -78,6 +86,11 @@ Args parse_args(int argc, char** argv) {
       fmt::print("{}", kUsage);
       std::exit(0);
     }
+    if (flag == "--full-replay") {
+      args.full_replay = true;
+      --i;  // takes no value
+      continue;
+    }
     if (i + 1 >= argc) {
       fmt::print(stderr, "{} needs a value\n{}", flag, kUsage);
       std::exit(2);
@@ -99,6 +112,12 @@ Args parse_args(int argc, char** argv) {
       args.seq = positive_value(flag, value);
     } else if (flag == "--repeats") {
       args.repeats = int(positive_value(flag, value));
+    } else if (flag == "--scope") {
+      if (value != "attention" && value != "step") {
+        fmt::print(stderr, "--scope: '{}' is not attention or step\n{}", value, kUsage);
+        std::exit(2);
+      }
+      args.scope = value == "step" ? wallfacer::Scope::Step : wallfacer::Scope::Attention;
     } else if (flag == "--threads") {
       args.threads = int(positive_value(flag, value));
     } else {
@@ -156,7 +175,9 @@ struct Row {
   int threads = 1;
   std::vector<double> one_thread_wall_s;  // one per repeat when threads > 1
   wallfacer::SimResult result;
-  double floor_us = 0;  // simgrid_floor_us at this size
+  double floor_us = 0;                          // simgrid_floor_us at this size
+  std::vector<double> full_wall_s, full_cpu_s;  // --full-replay: every layer replayed
+  wallfacer::SimResult full;
 };
 
 double best(std::vector<double> v) {
@@ -192,6 +213,10 @@ Row run(int gpus, const wallfacer::Workload& workload, const Args& args) {
   const wallfacer::CostModel model(topology, wallfacer::Calibration::defaults());
   wallfacer::SearchOptions options;
   options.strategy = args.strategy;
+  options.scope = args.scope;
+  // A whole step of Llama-3-8B at 1M tokens fits only with its matrices split: tensor degrees as
+  // `wallfacer plan --tp auto` tries them on an 8-GPU node.
+  if (args.scope == wallfacer::Scope::Step) options.tensor_degrees = {1, 2, 4, 8};
   const auto t0 = Clock::now();
   const wallfacer::SearchResult found = wallfacer::search_plans(topology, workload, model, options);
   row.search_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -204,13 +229,22 @@ Row run(int gpus, const wallfacer::Workload& workload, const Args& args) {
   row.predicted_ms = best.cost.step_ms;
   wallfacer::SimOptions sim;
   sim.threads = args.threads;
-  row.threads = wallfacer::simulation_threads(sim, best.plan.num_ranks());
+  // A composed step runs its two replays side by side, one thread each (with two usable CPUs).
+  row.threads = args.scope == wallfacer::Scope::Step ? 1 : wallfacer::simulation_threads(sim, best.plan.num_ranks());
   for (int i = 0; i < args.repeats; ++i) {
     const double cpu_before = children_cpu_seconds();
     row.result = wallfacer::simulate(best.plan, topology, sim);
     row.cpu_s.push_back(children_cpu_seconds() - cpu_before);
     row.wall_s.push_back(row.result.wall_seconds);
     if (row.threads > 1) row.one_thread_wall_s.push_back(one_thread_wall_s(best.plan, topology, row.result));
+    if (args.full_replay && args.scope == wallfacer::Scope::Step) {
+      wallfacer::SimOptions full = sim;
+      full.composition = wallfacer::SimOptions::Composition::Never;
+      const double full_cpu_before = children_cpu_seconds();
+      row.full = wallfacer::simulate(best.plan, topology, full);
+      row.full_cpu_s.push_back(children_cpu_seconds() - full_cpu_before);
+      row.full_wall_s.push_back(row.full.wall_seconds);
+    }
   }
   row.floor_us = simgrid_floor_us(gpus, 200);
   return row;
@@ -224,9 +258,11 @@ int main(int argc, char** argv) {
   overrides.seq = args.seq;
   const wallfacer::Workload workload = wallfacer::load_workload("llama-3-8b", overrides);
   fmt::print(
-      "simulator benchmark: dgx-h100, llama-3-8b, seq {} tokens, one attention layer fwd+bwd, {}, {} runs "
+      "simulator benchmark: dgx-h100, llama-3-8b, seq {} tokens, {}, {}, {} runs "
       "(best and median)\n",
-      workload.seq, args.strategy ? wallfacer::to_string(*args.strategy) : "best plan of the search", args.repeats);
+      workload.seq,
+      args.scope == wallfacer::Scope::Step ? "whole training step (composed)" : "one attention layer fwd+bwd",
+      args.strategy ? wallfacer::to_string(*args.strategy) : "best plan of the search", args.repeats);
   fmt::print("{:>6}  {:<26} {:>9} {:>9} {:>9} {:>10} {:>10} {:>7} {:>8} {:>8} {:>8} {:>8} {:>12} {:>9} {:>8} {:>10}\n",
              "GPUs", "plan", "search s", "pred. ms", "sim. ms", "activities", "transfers", "threads", "wall s",
              "median", "CPU s", "median", "activities/s", "floor us", "x floor", "x 1 thread");
@@ -246,6 +282,14 @@ int main(int argc, char** argv) {
         "{:>9.2f} {:>8.1f} {:>10}\n",
         r.gpus, r.plan, r.search_s, r.predicted_ms, r.result.step_ms, r.result.activities, r.result.transfers,
         r.threads, best(r.wall_s), median(r.wall_s), best(r.cpu_s), cpu, rate, r.floor_us, over_floor, speedup);
+    // The same plan with every layer replayed; "x faster" = its median CPU s / the composed median.
+    if (!r.full_cpu_s.empty())
+      fmt::print(
+          "{:>6}  {:<26} {:>9} {:>9} {:>9.3f} {:>10} {:>10} {:>7} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f}   x faster "
+          "{:.2f}\n",
+          "full", "(every layer replayed)", "", "", r.full.step_ms, r.full.activities, r.full.transfers, "",
+          best(r.full_wall_s), median(r.full_wall_s), best(r.full_cpu_s), median(r.full_cpu_s),
+          cpu > 0 ? median(r.full_cpu_s) / cpu : 0.0);
     std::fflush(stdout);
   }
   return 0;

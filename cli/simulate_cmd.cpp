@@ -1,5 +1,5 @@
 // `wallfacer simulate PLAN [--topology T] [--nodes K] [--trace out.json [--trace-ranks 0-7]] [--json]
-// [--network-model M] [--calibration FILE] [--comm-slowdown] [--step-layers N]` replays a plan's
+// [--network-model M] [--calibration FILE] [--comm-slowdown] [--step-layers N] [--full-replay]` replays a plan's
 // schedule (the whole training step, or one attention layer for an attention-scope plan) in the
 // SimGrid simulator and prints step, forward and backward time, per-rank statistics, link
 // classes and the busiest links (or the same as JSON).
@@ -38,6 +38,7 @@ struct SimulateFlags {
   double progress_s = 0;
   int threads = 0;
   int step_layers = 0;
+  bool full_replay = false;
 };
 
 // "0-7,64" -> {0, ..., 7, 64}. Ranks past the plan's are reported by the simulator.
@@ -89,7 +90,12 @@ void print_summary(const SimulateFlags& flags, const Plan& plan, const Topology&
   fmt::print("simulated {} on {} ({} nodes), {} ranks, network model {}\n", to_string(plan.strategy), topology.name(),
              topology.num_nodes(), plan.num_ranks(), flags.network_model);
   const bool all_layers = r.layers == plan.workload.layers;
-  if (plan.scope == Scope::Step)
+  if (plan.scope == Scope::Step && !r.composed_from.empty())
+    fmt::print(
+        "  whole training step of the model's {} layers, composed from replays of {} and {} layers "
+        "(--full-replay replays them all)\n",
+        r.layers, r.composed_from.front(), r.composed_from.back());
+  else if (plan.scope == Scope::Step)
     fmt::print("  whole training step, {} of the model's {} layers replayed\n", r.layers, plan.workload.layers);
   else
     fmt::print("  one attention layer, forward and backward (attention scope)\n");
@@ -116,7 +122,10 @@ void print_summary(const SimulateFlags& flags, const Plan& plan, const Topology&
   fmt::print("\nbusiest links{:<32}       GB moved      util\n", "");
   for (const LinkStats& l : r.busiest_links)
     fmt::print("  {:<36} {:<8} {:>12.3f} {:>8.1f}%\n", l.name, to_string(l.kind), l.bytes / 1e9, 100 * l.utilization);
-  if (!flags.trace_path.empty()) fmt::print("\ntrace written to {}\n", flags.trace_path);
+  if (!flags.trace_path.empty() && !r.composed_from.empty())
+    fmt::print("\ntrace of the {}-layer replay written to {}\n", r.composed_from.back(), flags.trace_path);
+  else if (!flags.trace_path.empty())
+    fmt::print("\ntrace written to {}\n", flags.trace_path);
 }
 
 void run(const SimulateFlags& flags) {
@@ -138,6 +147,7 @@ void run(const SimulateFlags& flags) {
   options.progress_every_s = flags.progress_s;
   options.threads = flags.threads;
   options.step_layers = flags.step_layers;
+  if (flags.full_replay) options.composition = SimOptions::Composition::Never;
   if (!flags.calibration_path.empty()) options.calibration = Calibration::load(flags.calibration_path);
   warn_about_assumptions(topology, options.calibration, plan.workload, plan.scope == Scope::Step);
   SimResult result;
@@ -208,6 +218,9 @@ void register_simulate_command(CLI::App& app) {
                    "A step plan replays the whole step with this many layers (default 0: all the model's)")
       ->check(at_least(0))
       ->capture_default_str();
+  command->add_flag("--full-replay", flags->full_replay,
+                    "Replay every layer of a step plan (default: replay 1, 2 and 3 layers per stage and, where each "
+                    "layer adds the same to SimGrid's nanosecond, compose the step from them; docs/simulator.md)");
   add_progress_flag(command, flags->progress_s);
   add_sim_threads_flag(command, flags->threads);
   command->callback([flags] { run(*flags); });

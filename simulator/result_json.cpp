@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <stdexcept>
+#include <vector>
 
 namespace wallfacer::sim {
 namespace {
@@ -39,6 +40,7 @@ std::string result_to_json(const SimResult& result, bool compact) {
                {"transfers", result.transfers},
                {"wall_seconds", result.wall_seconds},
                {"layers", result.layers},
+               {"composed_from", result.composed_from},
                {"ranks", ranks},
                {"links", {{"classes", classes}, {"busiest", busiest}}}};
   return compact ? json.dump() : json.dump(2);
@@ -54,6 +56,7 @@ SimResult result_from_json(const std::string& text) {
   result.transfers = json.at("transfers").get<int64_t>();
   result.wall_seconds = json.at("wall_seconds").get<double>();
   result.layers = json.value("layers", 0);
+  result.composed_from = json.value("composed_from", std::vector<int>{});
   for (const auto& r : json.at("ranks"))
     result.ranks.push_back({r.at("rank").get<int>(), r.at("compute_ms").get<double>(), r.at("comm_ms").get<double>(),
                             r.at("idle_ms").get<double>()});

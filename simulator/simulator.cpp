@@ -20,6 +20,7 @@
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
+#include "compose.hpp"
 #include "isolated_run.hpp"
 #include "platform.hpp"
 #include "replay.hpp"
@@ -58,15 +59,18 @@ void summarize_links(const Topology& topology, const std::vector<double>& resour
       it->mean_utilization += utilization;  // divided by the count below
       it->max_utilization = std::max(it->max_utilization, utilization);
       ++it->links;
-      if (bytes > 0) used.push_back({sim::resource_name(topology, resource), link.kind, bytes, utilization});
+      // keep < 0 (a composed step's replays, compose.hpp): every resource, in resource order.
+      if (bytes > 0 || keep < 0)
+        used.push_back({sim::resource_name(topology, resource), link.kind, bytes, utilization});
     }
   }
   for (auto& c : classes)
     c.mean_utilization /= std::max(1, c.links);
   std::sort(classes.begin(), classes.end(), [](const auto& a, const auto& b) { return a.kind < b.kind; });
   // Stable on insertion (link) order, so ties keep a fixed order.
-  std::stable_sort(used.begin(), used.end(),
-                   [](const auto& a, const auto& b) { return a.utilization > b.utilization; });
+  if (keep >= 0)
+    std::stable_sort(used.begin(), used.end(),
+                     [](const auto& a, const auto& b) { return a.utilization > b.utilization; });
   if (keep > 0 && used.size() > size_t(keep)) used.resize(size_t(keep));
   result.link_classes = std::move(classes);
   result.busiest_links = std::move(used);
@@ -121,9 +125,10 @@ class ProgressReport {
   uint64_t advances_ = 0;
 };
 
-// The whole simulation; runs inside the child process.
-SimResult simulate_here(const Plan& plan, const Topology& topology, const Schedule& schedule,
-                        const SimOptions& options) {
+// The whole simulation; runs inside the child process. `layers`: of a step plan, those the schedule
+// holds (0: unknown, a schedule built by hand), for the trace.
+SimResult simulate_here(const Plan& plan, const Topology& topology, const Schedule& schedule, const SimOptions& options,
+                        int layers) {
   auto started = std::chrono::steady_clock::now();
   sim::EngineConfig config;
   config.network_model = options.network_model;
@@ -166,8 +171,8 @@ SimResult simulate_here(const Plan& plan, const Topology& topology, const Schedu
     std::vector<int> ranks = options.trace_ranks;
     std::sort(ranks.begin(), ranks.end());
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-    sim::TraceContext context{plan, topology, schedule, replay.outcomes(), options.network_model, result.step_ms / 1e3,
-                              ranks};
+    sim::TraceContext context{plan,  topology, schedule, replay.outcomes(), options.network_model, result.step_ms / 1e3,
+                              ranks, layers};
     sim::write_chrome_trace_file(options.trace_path, context);
   }
   return result;
@@ -238,8 +243,8 @@ struct Running {
 // Starts the simulation of `schedule_of()`'s schedule (called in the child) in a child process.
 template <typename ScheduleOf>
 Running start_simulation(size_t index, const Plan& plan, const Topology& topology, const SimOptions& options,
-                         ScheduleOf schedule_of) {
-  auto work = [&] { return sim::result_to_json(simulate_here(plan, topology, schedule_of(), options), true); };
+                         ScheduleOf schedule_of, int layers) {
+  auto work = [&] { return sim::result_to_json(simulate_here(plan, topology, schedule_of(), options, layers), true); };
   return {index, sim::start_child_process(work), std::chrono::steady_clock::now()};
 }
 
@@ -266,8 +271,117 @@ template <typename ScheduleOf>
 SimResult simulate_isolated(const Plan& plan, const Topology& topology, const SimOptions& options,
                             ScheduleOf schedule_of) {
   check_options(options);
-  Running run = start_simulation(0, plan, topology, options, schedule_of);
+  Running run = start_simulation(0, plan, topology, options, schedule_of, 0);
   return finish(run, options.cancel);
+}
+
+// One replay a call runs: a plan's whole step (part -1), or replay `part` of those a composed
+// step is made from (part + 1 layers per stage; compose.hpp).
+struct ReplayJob {
+  size_t plan = 0;
+  int part = -1;
+  SimOptions options;
+  SimOptions whole;  // a part's: the options of the plan's whole step, for the full replay
+};
+
+// The replays of `plans`: one each, or kComposeReplays for a plan whose step is composed, where
+// only the longest writes the trace and each lists every resource in resource order.
+std::vector<ReplayJob> plan_replays(const std::vector<Plan>& plans, const Topology& topology,
+                                    const SimOptions& options) {
+  std::vector<ReplayJob> replays;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const Plan& plan = plans[i];
+    SimOptions own = options;  // progress lines say which plan they are about
+    if (plans.size() > 1)
+      own.progress_label =
+          fmt::format("{} [{}/{} {}]", options.progress_label, i + 1, plans.size(), to_string(plan.strategy));
+    if (!sim::composes_step(plan, topology, options)) {
+      replays.push_back({i, -1, own, {}});
+      continue;
+    }
+    for (int part = 0; part < sim::kComposeReplays; ++part) {
+      ReplayJob replay{i, part, own, own};
+      replay.options.step_layers = (part + 1) * plan.params.pipeline_parallel;
+      replay.options.busiest_links = -1;
+      replay.options.progress_label = fmt::format("{} [{} layers]", own.progress_label, replay.options.step_layers);
+      if (part + 1 < sim::kComposeReplays) {
+        replay.options.trace_path.clear();
+        replay.options.trace_ranks.clear();
+      }
+      replays.push_back(std::move(replay));
+    }
+  }
+  return replays;
+}
+
+// Runs the replays, up to `jobs` child processes at a time, in their order.
+std::vector<SimResult> run_jobs(const std::vector<Plan>& plans, const Topology& topology,
+                                std::vector<ReplayJob>& replays, int jobs, const SimOptions& options) {
+  // Simulations running side by side already share the CPUs.
+  if (std::min(size_t(jobs), replays.size()) > 1)
+    for (ReplayJob& replay : replays)
+      if (replay.options.threads == 0) replay.options.threads = 1;
+  std::vector<SimResult> results(replays.size());
+  std::deque<Running> running;
+  try {
+    for (size_t i = 0; i < replays.size(); ++i) {
+      if (int(running.size()) >= jobs) {
+        results[running.front().index] = finish(running.front(), options.cancel);
+        running.pop_front();
+      }
+      const Plan& plan = plans[replays[i].plan];
+      const SimOptions& own = replays[i].options;
+      running.push_back(start_simulation(
+          i, plan, topology, own, [&] { return build_in_child(plan, own); }, replayed_layers(plan, own)));
+    }
+    while (!running.empty()) {
+      results[running.front().index] = finish(running.front(), options.cancel);
+      running.pop_front();
+    }
+  } catch (...) {
+    reap(running, options.cancel);
+    throw;
+  }
+  for (size_t i = 0; i < replays.size(); ++i)
+    results[i].layers = replayed_layers(plans[replays[i].plan], replays[i].options);
+  return results;
+}
+
+// Runs the replays and gives each plan its result: a composed step where its layers repeat
+// exactly, else (a second round) the replay of every layer.
+std::vector<SimResult> run_replays(const std::vector<Plan>& plans, const Topology& topology,
+                                   std::vector<ReplayJob>& replays, int jobs, const SimOptions& options) {
+  jobs = std::max(jobs, 1);
+  std::vector<SimResult> results = run_jobs(plans, topology, replays, jobs, options);
+  std::vector<SimResult> out(plans.size());
+  std::vector<ReplayJob> full;
+  std::vector<double> spent(plans.size(), 0.0);  // wall seconds of the composing replays
+  for (size_t i = 0; i < replays.size(); ++i) {
+    const ReplayJob& job = replays[i];
+    spent[job.plan] =
+        jobs > 1 ? std::max(spent[job.plan], results[i].wall_seconds) : spent[job.plan] + results[i].wall_seconds;
+    if (job.part < 0) out[job.plan] = std::move(results[i]);
+    if (job.part + 1 != sim::kComposeReplays) continue;
+    const Plan& plan = plans[job.plan];
+    const SimResult &one = results[i - 2], &two = results[i - 1], &three = results[i];
+    std::string why;
+    if (sim::repeats_exactly(one, two, three, why)) {
+      out[job.plan] = sim::compose_step(two, three, plan.workload.layers, options.busiest_links);
+      out[job.plan].wall_seconds = spent[job.plan];
+      WF_LOG_INFO("simulator", "whole step of {} layers composed from replays of {} and {} layers",
+                  plan.workload.layers, two.layers, three.layers);
+    } else {
+      WF_LOG_INFO("simulator", "the layers do not repeat exactly ({}); replaying all {}", why, plan.workload.layers);
+      full.push_back({job.plan, -1, job.whole, {}});
+    }
+  }
+  if (full.empty()) return out;
+  std::vector<SimResult> replayed = run_jobs(plans, topology, full, jobs, options);
+  for (size_t i = 0; i < full.size(); ++i) {
+    replayed[i].wall_seconds += spent[full[i].plan];
+    out[full[i].plan] = std::move(replayed[i]);
+  }
+  return out;
 }
 
 }  // namespace
@@ -287,9 +401,12 @@ int simulation_threads(const SimOptions& options, int ranks) {
 SimResult simulate(const Plan& plan, const Topology& topology, const SimOptions& options) {
   check_plan_against_topology(plan, topology, "plan");
   check_layers(plan, options);
-  SimResult result = simulate_isolated(plan, topology, options, [&] { return build_in_child(plan, options); });
-  result.layers = replayed_layers(plan, options);
-  return result;
+  check_options(options);
+  const std::vector<Plan> plans = {plan};
+  std::vector<ReplayJob> replays = plan_replays(plans, topology, options);
+  // A composed step's two replays run side by side when the process may use two CPUs.
+  const int jobs = replays.size() > 1 ? std::min(2, usable_cpus()) : 1;
+  return run_replays(plans, topology, replays, jobs, options).front();
 }
 
 std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topology& topology,
@@ -301,34 +418,8 @@ std::vector<SimResult> simulate_many(const std::vector<Plan>& plans, const Topol
     check_plan_against_topology(plan, topology, "plan");
     check_layers(plan, options);
   }
-  std::vector<SimResult> results(plans.size());
-  std::deque<Running> running;
-  try {
-    for (size_t i = 0; i < plans.size(); ++i) {
-      if (int(running.size()) >= std::max(jobs, 1)) {
-        results[running.front().index] = finish(running.front(), options.cancel);
-        running.pop_front();
-      }
-      const Plan& plan = plans[i];
-      SimOptions own = options;  // progress lines say which plan they are about
-      // Simulations running side by side already share the CPUs.
-      if (own.threads == 0 && std::min(size_t(std::max(jobs, 1)), plans.size()) > 1) own.threads = 1;
-      if (plans.size() > 1)
-        own.progress_label =
-            fmt::format("{} [{}/{} {}]", options.progress_label, i + 1, plans.size(), to_string(plan.strategy));
-      running.push_back(start_simulation(i, plan, topology, own, [&] { return build_in_child(plan, own); }));
-    }
-    while (!running.empty()) {
-      results[running.front().index] = finish(running.front(), options.cancel);
-      running.pop_front();
-    }
-  } catch (...) {
-    reap(running, options.cancel);
-    throw;
-  }
-  for (size_t i = 0; i < plans.size(); ++i)
-    results[i].layers = replayed_layers(plans[i], options);
-  return results;
+  std::vector<ReplayJob> replays = plan_replays(plans, topology, options);
+  return run_replays(plans, topology, replays, jobs, options);
 }
 
 SimResult simulate_schedule(const Plan& plan, const Topology& topology, const Schedule& schedule,

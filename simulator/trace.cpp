@@ -97,7 +97,9 @@ class TraceWriter {
     out_ << "\"strategy\":" << json_string(to_string(c_.plan.strategy))
          << ",\"topology\":" << json_string(c_.topology.name()) << ",\"ranks\":" << c_.plan.num_ranks()
          << ",\"traced_ranks\":" << ranks_.size() << ",\"network_model\":" << json_string(c_.network_model)
-         << ",\"step_us\":" << micros(c_.step_seconds) << "},\n\"traceEvents\":[\n";
+         << ",\"step_us\":" << micros(c_.step_seconds);
+    if (c_.layers_replayed > 0) out_ << ",\"layers_replayed\":" << c_.layers_replayed;
+    out_ << "},\n\"traceEvents\":[\n";
     for (int rank : ranks_)
       write_metadata(rank);
     for (int rank : ranks_)

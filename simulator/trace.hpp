@@ -25,7 +25,8 @@ struct TraceContext {
   const std::vector<RankOutcome>& outcomes;
   std::string network_model;
   double step_seconds = 0;
-  std::vector<int> ranks;  // ranks to show, ascending; empty: all
+  std::vector<int> ranks;   // ranks to show, ascending; empty: all
+  int layers_replayed = 0;  // a step plan's layers the replay ran (0: one attention layer)
 };
 
 // Thread ids of the streams inside a rank's process.

@@ -171,9 +171,10 @@ TEST(SimulateCommandProgress, LinesGoToStderrAndClimbTowardsTheStep) {
   ASSERT_TRUE(test::cli_present());
   const std::filesystem::path plan = scratch("progress-plan.yaml"), lines = scratch("progress.txt");
   ASSERT_EQ(test::run_cli("plan --nodes 2 --out " + plan.string(), "2>&1").status, 0);
-  // A tiny interval prints at every clock check; stdout keeps nothing but the JSON.
+  // A tiny interval prints at every clock check; stdout keeps nothing but the JSON. One replay of
+  // every layer (a composed step's replays each print their own lines, labelled by their layers).
   const test::CliResult run =
-      test::run_cli("simulate " + plan.string() + " --json --progress 1e-9", "2>" + lines.string());
+      test::run_cli("simulate " + plan.string() + " --json --full-replay --progress 1e-9", "2>" + lines.string());
   ASSERT_EQ(run.status, 0) << run.output;
   const json sim = json::parse(run.output);
   std::ifstream in(lines);

@@ -63,6 +63,16 @@ struct SimOptions {
   // 1..workload.layers otherwise): fewer for quick looks at large clusters. An attention-scope
   // plan replays its one attention layer whatever this says.
   int step_layers = 0;
+  // A step plan replayed with all its layers may first be replayed with 1, 2 and 3 layers per
+  // pipeline stage (two at a time when two CPUs are usable); where the third layer adds what the
+  // second added, to SimGrid's nanosecond, the step is composed from them (the 2-layer replay
+  // plus the remaining layers times that), else every layer is replayed (docs/simulator.md,
+  // "Composed step"). Auto tries it where it is less work than the full replay (an estimate from
+  // rank 0's program), Always wherever it is allowed, Never replays every layer at once (as on a
+  // topology with irregular nodes). busiest_links = -1 is the composing replays' own: every
+  // resource, in resource order.
+  enum class Composition { Auto, Always, Never };
+  Composition composition = Composition::Auto;
   // Resources SimResult::busiest_links keeps, by utilisation (0: every resource that carried
   // bytes, as the GUI's link-load view wants).
   int busiest_links = 10;
@@ -109,6 +119,9 @@ struct SimResult {
   // Layers of the whole step replayed (step-scope plans; SimOptions::step_layers); 0 when the
   // plan is one attention layer's forward and backward (attention scope) or a given schedule.
   int layers = 0;
+  // Layers of the two replays the step was composed from ({1, 2} without pipeline parallelism);
+  // empty when every layer was replayed.
+  std::vector<int> composed_from;
 };
 
 // Automatic SimOptions::threads: 2 (when the process may use 2 CPUs) from this many ranks up.
