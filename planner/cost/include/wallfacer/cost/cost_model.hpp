@@ -97,8 +97,9 @@ enum class Timing {
   // With every rank of the plan in the schedule, a message waits for its real other end; with a
   // sample, for this rank's own op of the same tag (symmetric partners).
   Estimate,
-  // Every op starts when its own rank allows, as if the other end were always ready: never above
-  // Estimate for a schedule holding the same ranks or more (the search's bound).
+  // Every op starts when its own rank allows, as if the other end were always ready (pipeline
+  // stage messages aside: they wait for their real other end where the schedule holds it): never
+  // above Estimate for a schedule holding the same ranks or more (the search's bound).
   LowerBound,
 };
 
@@ -155,6 +156,11 @@ class CostModel {
   // pipeline, the earlier stages' compute of one micro-batch that must run before its first
   // forward and after its last backward.
   double step_compute_bound_ms(const Plan& plan) const;
+  // A lower bound of evaluate_step(plan).step_ms that counts communication: the whole step of the
+  // first timed rank's pipeline column (the rank alone without pipeline parallelism) timed as
+  // Timing::LowerBound. Its ops start when their own rank allows; only the stage messages wait for
+  // their other end. Pairing only delays ops, and the step ends with its last rank.
+  double step_lower_bound_ms(const Plan& plan) const;
   const Topology& topology() const { return topology_; }
   const Calibration& calibration() const { return calibration_; }
   const CostOptions& options() const { return options_; }
