@@ -159,28 +159,6 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   return cost;
 }
 
-double CostModel::step_lower_bound_ms(const Plan& plan) const {
-  WF_ASSERT(plan.scope == Scope::Step, "step_lower_bound_ms needs a plan of step scope");
-  StepBuilder builder(plan);
-  Schedule step;
-  step.dims = builder.dims();
-  step.flow_sets = builder.flow_sets();
-  const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp;
-  const int first = timed_ranks(plan).front() % W;
-  std::vector<StepTemplate> templates;
-  std::vector<std::vector<uint32_t>> origins(static_cast<size_t>(Pp));
-  std::vector<const RankProgram*> programs;
-  templates.reserve(size_t(Pp));
-  for (int p = 0; p < Pp; ++p) {
-    templates.push_back(builder.build_template(p * W + first, step.tokens));
-    step.ranks.push_back(unroll(templates.back(), 0, &origins[size_t(p)]));
-  }
-  for (const StepTemplate& t : templates)
-    programs.push_back(&t.program);
-  const PreparedTiming prepared(plan, step, Timing::LowerBound);
-  return time_schedule(plan, prepared, template_durations(plan, step, programs, origins), false).step_ms;
-}
-
 namespace {
 
 // Compute seconds of one micro-batch's forward and backward on a rank, and of its epilogue.
@@ -204,14 +182,19 @@ ComputeParts compute_parts(const StepTemplate& t, ComputeTimer& timer, const Tok
 
 }  // namespace
 
-double CostModel::step_compute_bound_ms(const Plan& plan) const {
+double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank) const {
   StepBuilder builder(plan);
   ComputeTimer timer(topology_.gpu(), calibration_, plan.workload);
   const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp, M = plan.workload.microbatches;
   TokenSetPool pool;
   std::map<int, std::vector<std::pair<int, ComputeParts>>> columns;  // stage rank -> (stage, parts)
-  for (int rank : timed_ranks(plan))
-    columns[rank % W].push_back({rank / W, compute_parts(builder.build_template(rank, pool), timer, pool)});
+  double most = -1;
+  for (int rank : timed_ranks(plan)) {
+    const ComputeParts parts = compute_parts(builder.build_template(rank, pool), timer, pool);
+    columns[rank % W].push_back({rank / W, parts});
+    const double seconds = M * (parts.forward + parts.backward) + parts.epilogue;
+    if (busiest_rank && seconds > most) most = seconds, *busiest_rank = rank;
+  }
   // Each rank's compute stream runs its micro-batches one op at a time; in a pipeline, a stage's
   // first forward also waits for the earlier stages' forward of that micro-batch, and the step
   // ends after the earlier stages ran the last micro-batch's backward.
@@ -227,6 +210,28 @@ double CostModel::step_compute_bound_ms(const Plan& plan) const {
     }
   }
   return busiest * 1e3;
+}
+
+double CostModel::step_lower_bound_ms(const Plan& plan, int rank) const {
+  WF_ASSERT(plan.scope == Scope::Step, "step_lower_bound_ms needs a plan of step scope");
+  if (rank < 0) step_compute_bound_ms(plan, &rank);
+  StepBuilder builder(plan);
+  Schedule step;
+  step.dims = builder.dims();
+  step.flow_sets = builder.flow_sets();
+  const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp;
+  std::vector<StepTemplate> templates;
+  std::vector<std::vector<uint32_t>> origins(static_cast<size_t>(Pp));
+  std::vector<const RankProgram*> programs;
+  templates.reserve(size_t(Pp));
+  for (int p = 0; p < Pp; ++p) {
+    templates.push_back(builder.build_template(p * W + rank % W, step.tokens));
+    step.ranks.push_back(unroll(templates.back(), 0, &origins[size_t(p)]));
+  }
+  for (const StepTemplate& t : templates)
+    programs.push_back(&t.program);
+  const PreparedTiming prepared(plan, step, Timing::LowerBound);
+  return time_schedule(plan, prepared, template_durations(plan, step, programs, origins), false).step_ms;
 }
 
 }  // namespace wallfacer

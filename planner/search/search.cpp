@@ -37,6 +37,7 @@ struct Work {
   bool bounded = false;
   double estimate = 0;    // closed-form screen, rescaled per strategy
   bool screened = false;  // left out by the screen: listed with its estimate, not priced
+  int busiest_rank = -1;  // whole step: the timed rank with the most compute (its bound's rank)
 };
 
 std::vector<std::vector<int>> choose_orders(const detail::NodeOrders& orders, SearchMode mode,
@@ -386,12 +387,13 @@ struct Searcher {
 
   // Prices feasible candidates as whole steps (their attention order kept) and checks the step's
   // memory, best bound first: a candidate's key is the best lower bound of its step known so far, first
-  // its compute bound, then the communication-aware bound of its first timed rank (or pipeline
-  // column) timed alone (CostModel::step_lower_bound_ms). The candidate with the smallest key is
+  // its compute bound, then the communication-aware bound of its busiest timed rank (or that
+  // rank's pipeline column) timed alone (CostModel::step_lower_bound_ms). The candidate with the smallest key is
   // bounded further, or priced once its key is the timed bound; a key above the best step priced
-  // prunes that candidate and every later one. A candidate whose bound reaches the best step
-  // cannot beat it, so the best plan is the one pricing every candidate finds; and every
-  // candidate whose timed bound is below the best step is priced, as in any order of pricing.
+  // prunes that candidate and every later one (with priced_top > 1, the priced_top-th best step
+  // priced stands for the best one). A candidate whose bound reaches the best step cannot beat it, so the best plan is
+  // the one pricing every candidate finds; and every candidate whose timed bound is below the best step is priced, as
+  // in any order of pricing.
   struct Queued {
     double key = 0;
     size_t order = 0;    // rank in compute-bound order: ties keep it
@@ -403,8 +405,10 @@ struct Searcher {
     c.cost = CostBreakdown{};
     c.cost.step_ms = q.key;
     c.pruned = true;
-    c.reason = q.timed ? fmt::format("its first {} alone takes {:.3f} ms, above the best step",
-                                     c.plan.params.pipeline_parallel > 1 ? "pipeline column" : "rank", q.key)
+    c.reason = q.timed ? fmt::format("{} alone takes {:.3f} ms, above the best step",
+                                     c.plan.params.pipeline_parallel > 1 ? "the pipeline column of its busiest rank"
+                                                                         : "its busiest rank",
+                                     q.key)
                        : fmt::format("compute alone takes {:.3f} ms, above the best step", q.key);
   }
 
@@ -415,7 +419,7 @@ struct Searcher {
       Candidate& c = w.candidate;
       if (!c.feasible || c.plan.ranks.empty()) continue;
       c.plan.scope = Scope::Step;
-      w.estimate = model.step_compute_bound_ms(c.plan);
+      w.estimate = model.step_compute_bound_ms(c.plan, &w.busiest_rank);
       feasible.push_back(&w);
     }
     std::stable_sort(feasible.begin(), feasible.end(),
@@ -424,6 +428,9 @@ struct Searcher {
     std::priority_queue<Queued, std::vector<Queued>, decltype(later)> queue(later);
     for (size_t k = 0; k < feasible.size(); ++k)
       queue.push({feasible[k]->estimate, k, false});
+    // The priced_top best steps priced so far (the largest on top): bounds are held against the
+    // last of them.
+    std::priority_queue<double> top;
     double best = std::numeric_limits<double>::infinity();
     size_t done = 0;
     while (!queue.empty()) {
@@ -439,7 +446,7 @@ struct Searcher {
         continue;
       }
       if (!q.timed) {
-        queue.push({std::max(q.key, model.step_lower_bound_ms(c.plan)), q.order, true});
+        queue.push({std::max(q.key, model.step_lower_bound_ms(c.plan, w.busiest_rank)), q.order, true});
         continue;
       }
       if (options.progress) options.progress("steps", done++, feasible.size());
@@ -447,7 +454,10 @@ struct Searcher {
       c.pruned = false;
       c.reason.clear();
       check_memory(c, budget_GiB);
-      if (c.feasible) best = std::min(best, c.cost.step_ms);
+      if (!c.feasible) continue;
+      top.push(c.cost.step_ms);
+      if (int(top.size()) > std::max(1, options.priced_top)) top.pop();
+      if (int(top.size()) == std::max(1, options.priced_top)) best = top.top();
     }
   }
 

@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <regex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/cost/cost_model.hpp>
@@ -302,6 +304,22 @@ TEST(StepSearch, BoundsNeverPruneTheBestStep) {
   }
   EXPECT_GT(pruned, 0);
   EXPECT_GT(priced, 0);
+  // Three priced at the top: they are the three best steps of the brute force, in order.
+  options.priced_top = 3;
+  const SearchResult top3 = search_plans(topology, w, model, options);
+  std::vector<double> steps;
+  for (const Candidate& c : top3.candidates)
+    if (c.feasible) {
+      const CostBreakdown full = model.evaluate_step(c.plan);
+      if (full.memory.total_GiB <= budget) steps.push_back(full.step_ms);
+    }
+  std::sort(steps.begin(), steps.end());
+  ASSERT_GE(steps.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const Candidate& c = top3.candidates[i];
+    EXPECT_TRUE(c.feasible && !c.pruned) << i;
+    EXPECT_NEAR(c.cost.step_ms, steps[i], 1e-9 * steps[i]) << i;
+  }
 }
 
 }  // namespace
