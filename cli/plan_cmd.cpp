@@ -431,6 +431,7 @@ int run_plan(const PlanFlags& flags) {
   // On a terminal, a search that takes more than a second says how far it got.
   const bool show_progress = ::isatty(STDERR_FILENO);
   options.progress = search_progress(show_progress);
+  options.priced_top = flags.top;  // the rows shown are priced, as pricing every candidate would rank them
   warn_about_assumptions(topology, calibration, workload, options.scope == Scope::Step);
   Ranked ranked{search_plans(topology, workload, model, options), {}};
   if (show_progress) fmt::print(stderr, "\r\x1b[K");

@@ -239,7 +239,8 @@ CostBreakdown CostModel::evaluate(const Plan& plan, const Schedule& schedule) co
 
 PreparedTiming::PreparedTiming(const Plan& plan, const Schedule& schedule, Timing timing) : schedule_(schedule) {
   // With every rank at hand each message waits for its real other end; a sample assumes
-  // symmetric partners; the bound waits for nothing (timeline.hpp).
+  // symmetric partners; the bound waits for nothing but the other ends of pipeline stage messages,
+  // which it holds when it times whole pipeline columns (timeline.hpp).
   std::vector<const RankProgram*> programs;
   std::set<int> distinct;
   for (const RankProgram& program : schedule.ranks) {
@@ -247,7 +248,7 @@ PreparedTiming::PreparedTiming(const Plan& plan, const Schedule& schedule, Timin
     distinct.insert(program.rank);
   }
   const bool every_rank = int(distinct.size()) == plan.num_ranks() && distinct.size() == programs.size();
-  const detail::PairMode mode = timing == Timing::LowerBound ? detail::PairMode::Unpaired
+  const detail::PairMode mode = timing == Timing::LowerBound ? detail::PairMode::StagesOnly
                                 : every_rank                 ? detail::PairMode::Matched
                                                              : detail::PairMode::Symmetric;
   shape_ = std::make_unique<detail::TimelineShape>(std::move(programs), mode);

@@ -13,6 +13,7 @@
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
+#include "step_parts.hpp"
 
 namespace wallfacer {
 namespace {
@@ -41,6 +42,59 @@ Schedule without_gradient_all_reduce(const Schedule& schedule) {
   return out;
 }
 
+// How many unrolled copies of each template op a program holds (by template op).
+std::vector<uint32_t> copies_of(const std::vector<uint32_t>& origin, size_t template_ops) {
+  std::vector<uint32_t> copies(template_ops, 0);
+  for (uint32_t op : origin)
+    ++copies[op];
+  return copies;
+}
+
+// comm_volume of the unrolled programs, read off their templates: a copy sends what its template
+// op sends. Sums of integers, so equal to summing every copy.
+CommVolume template_volume(const std::vector<const RankProgram*>& templates,
+                           const std::vector<std::vector<uint32_t>>& copies) {
+  CommVolume v;
+  for (size_t p = 0; p < templates.size(); ++p) {
+    CommVolume r;
+    const RankProgram& program = *templates[p];
+    for (size_t i = 0; i < program.ops.size(); ++i) {
+      const Op& op = program.ops[i];
+      const int64_t n = copies[p][i];
+      const bool fwd = op.phase == Phase::Forward;
+      if (op.kind == OpKind::Send) {
+        (fwd ? r.p2p_forward : r.p2p_backward) += n * op.bytes;
+        (fwd ? r.messages_forward : r.messages_backward) += n;
+      } else if (is_collective(op.kind)) {
+        (fwd ? r.collective_forward : r.collective_backward) += n * op.bytes;
+      }
+    }
+    v.p2p_forward = std::max(v.p2p_forward, r.p2p_forward);
+    v.p2p_backward = std::max(v.p2p_backward, r.p2p_backward);
+    v.collective_forward = std::max(v.collective_forward, r.collective_forward);
+    v.collective_backward = std::max(v.collective_backward, r.collective_backward);
+    v.messages_forward = std::max(v.messages_forward, r.messages_forward);
+    v.messages_backward = std::max(v.messages_backward, r.messages_backward);
+  }
+  return v;
+}
+
+// count_transfers of the unrolled programs, read off their templates (a copy has its template op's
+// peer and group, hence its tier). The counts are integers, exact in a double either way.
+void template_transfers(const Topology& topology, const Plan& plan, const std::vector<const RankProgram*>& templates,
+                        const std::vector<std::vector<uint32_t>>& copies, StepParts& parts) {
+  detail::TierClassifier tiers(topology, plan);
+  double counts[kNumCommTiers] = {};
+  for (size_t p = 0; p < templates.size(); ++p)
+    for (size_t i = 0; i < templates[p]->ops.size(); ++i) {
+      const Op& op = templates[p]->ops[i];
+      if (copies[p][i] > 0 && op.stream != Stream::Compute && op.kind != OpKind::Recv)
+        counts[int(tiers.of(op, *templates[p]))] += copies[p][i];
+    }
+  for (int t = 0; t < kNumCommTiers; ++t)
+    parts.transfers_per_layer[t] = templates.empty() ? 0 : counts[t] / double(templates.size());
+}
+
 }  // namespace
 
 CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
@@ -67,18 +121,26 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   CostBreakdown cost;
   if (options_.step_shortcuts) {
     std::vector<const RankProgram*> programs;
-    for (const StepTemplate& t : templates)
-      programs.push_back(&t.program);
-    const PreparedTiming prepared(plan, step);
-    cost = time_schedule(plan, prepared, template_durations(plan, step, programs, origins), true);
+    std::vector<std::vector<uint32_t>> copies;
+    for (size_t p = 0; p < templates.size(); ++p) {
+      programs.push_back(&templates[p].program);
+      copies.push_back(copies_of(origins[p], templates[p].program.ops.size()));
+    }
+    {
+      const PreparedTiming prepared(plan, step);
+      cost = time_schedule(plan, prepared, template_durations(plan, step, programs, origins), true);
+    }
+    step = Schedule{};  // release the unrolled programs before the rest is read off the templates
+    cost.volume = template_volume(programs, copies);
+    template_transfers(topology_, plan, programs, copies, cost.parts);
   } else {
     cost = evaluate_times(plan, step);
+    cost.volume = comm_volume(step);
+    count_transfers(topology_, plan, step, cost.parts);
   }
   templates.clear();
-  cost.volume = comm_volume(step);
   cost.layers_timed = w.layers;
   // Transfers per layer instance a rank runs: its stage's layers, once per micro-batch.
-  count_transfers(topology_, plan, step, cost.parts);
   const double instances = double(w.layers / plan.params.pipeline_parallel) * w.microbatches;
   for (double& count : cost.parts.transfers_per_layer)
     count /= instances;
@@ -120,14 +182,19 @@ ComputeParts compute_parts(const StepTemplate& t, ComputeTimer& timer, const Tok
 
 }  // namespace
 
-double CostModel::step_compute_bound_ms(const Plan& plan) const {
+double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank) const {
   StepBuilder builder(plan);
   ComputeTimer timer(topology_.gpu(), calibration_, plan.workload);
   const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp, M = plan.workload.microbatches;
   TokenSetPool pool;
   std::map<int, std::vector<std::pair<int, ComputeParts>>> columns;  // stage rank -> (stage, parts)
-  for (int rank : timed_ranks(plan))
-    columns[rank % W].push_back({rank / W, compute_parts(builder.build_template(rank, pool), timer, pool)});
+  double most = -1;
+  for (int rank : timed_ranks(plan)) {
+    const ComputeParts parts = compute_parts(builder.build_template(rank, pool), timer, pool);
+    columns[rank % W].push_back({rank / W, parts});
+    const double seconds = M * (parts.forward + parts.backward) + parts.epilogue;
+    if (busiest_rank && seconds > most) most = seconds, *busiest_rank = rank;
+  }
   // Each rank's compute stream runs its micro-batches one op at a time; in a pipeline, a stage's
   // first forward also waits for the earlier stages' forward of that micro-batch, and the step
   // ends after the earlier stages ran the last micro-batch's backward.
@@ -143,6 +210,28 @@ double CostModel::step_compute_bound_ms(const Plan& plan) const {
     }
   }
   return busiest * 1e3;
+}
+
+double CostModel::step_lower_bound_ms(const Plan& plan, int rank) const {
+  WF_ASSERT(plan.scope == Scope::Step, "step_lower_bound_ms needs a plan of step scope");
+  if (rank < 0) step_compute_bound_ms(plan, &rank);
+  StepBuilder builder(plan);
+  Schedule step;
+  step.dims = builder.dims();
+  step.flow_sets = builder.flow_sets();
+  const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp;
+  std::vector<StepTemplate> templates;
+  std::vector<std::vector<uint32_t>> origins(static_cast<size_t>(Pp));
+  std::vector<const RankProgram*> programs;
+  templates.reserve(size_t(Pp));
+  for (int p = 0; p < Pp; ++p) {
+    templates.push_back(builder.build_template(p * W + rank % W, step.tokens));
+    step.ranks.push_back(unroll(templates.back(), 0, &origins[size_t(p)]));
+  }
+  for (const StepTemplate& t : templates)
+    programs.push_back(&t.program);
+  const PreparedTiming prepared(plan, step, Timing::LowerBound);
+  return time_schedule(plan, prepared, template_durations(plan, step, programs, origins), false).step_ms;
 }
 
 }  // namespace wallfacer

@@ -2,6 +2,7 @@
 #include "step_parts.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 #include <wallfacer/topology/topology.hpp>
 
@@ -47,6 +48,37 @@ struct Edge {
   int category;
 };
 
+// Every op's start and end edge, sorted by time. The order of edges at one time does not matter to
+// step_parts (only the stretches between distinct times count), so any sort by time gives its
+// result. A stream runs its ops one after the other in program order, so its edges come nearly
+// sorted (a start computed as end minus duration may fall an ulp before the previous end): each
+// stream's are sorted by insertion, in about linear time, and the four streams merged.
+std::vector<Edge> sorted_edges(const RankProgram& program, const std::vector<double>& duration,
+                               const std::vector<double>& end, TierClassifier& tiers) {
+  std::vector<Edge> streams[kNumStreams];
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    const Op& op = program.ops[i];
+    if (duration[i] <= 0 || end[i] < 0) continue;
+    const int category = op.stream == Stream::Compute ? 0 : 1 + int(tiers.of(op, program));
+    std::vector<Edge>& edges = streams[int(op.stream)];
+    edges.push_back({end[i] - duration[i], +1, category});
+    edges.push_back({end[i], -1, category});
+  }
+  auto earlier = [](const Edge& a, const Edge& b) { return a.at < b.at; };
+  for (std::vector<Edge>& edges : streams)
+    for (size_t i = 1; i < edges.size(); ++i)
+      for (size_t j = i; j > 0 && earlier(edges[j], edges[j - 1]); --j)
+        std::swap(edges[j], edges[j - 1]);
+  std::vector<Edge> low, high, all;
+  std::merge(streams[0].begin(), streams[0].end(), streams[1].begin(), streams[1].end(), std::back_inserter(low),
+             earlier);
+  std::merge(streams[2].begin(), streams[2].end(), streams[3].begin(), streams[3].end(), std::back_inserter(high),
+             earlier);
+  all.reserve(low.size() + high.size());
+  std::merge(low.begin(), low.end(), high.begin(), high.end(), std::back_inserter(all), earlier);
+  return all;
+}
+
 }  // namespace
 
 CommTier TierClassifier::route_tier(int src_rank, int dst_rank) {
@@ -83,17 +115,7 @@ CommTier TierClassifier::of(const Op& op, const RankProgram& program) {
 StepParts step_parts(const RankProgram& program, const std::vector<double>& duration, const std::vector<double>& end,
                      double step_s, double mean_compute_s, double busiest_compute_s, TierClassifier& tiers) {
   StepParts parts;
-  std::vector<Edge> edges;
-  edges.reserve(2 * program.ops.size());
-  for (size_t i = 0; i < program.ops.size(); ++i) {
-    const Op& op = program.ops[i];
-    int category = 0;
-    if (op.stream != Stream::Compute) category = 1 + int(tiers.of(op, program));
-    if (duration[i] <= 0 || end[i] < 0) continue;
-    edges.push_back({end[i] - duration[i], +1, category});
-    edges.push_back({end[i], -1, category});
-  }
-  std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.at < b.at; });
+  const std::vector<Edge> edges = sorted_edges(program, duration, end, tiers);
   int running[1 + kNumCommTiers] = {};
   double compute_s = 0, idle_s = 0, hidden_s = 0, exposed_s[kNumCommTiers] = {};
   double at = 0;

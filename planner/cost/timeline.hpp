@@ -19,6 +19,9 @@
 // Collectives: with every rank timed, the k-th collective of a group starts on all members when the
 // last of them has posted it (as the simulator runs it); in a sample, when the member is ready.
 // Their price covers the group.
+// Bounds: Unpaired meets nothing (every op starts when its own rank allows); StagesOnly meets only
+// pipeline stage messages with their real other end. Both only let ops start earlier than either
+// pairing above, so the end of any program they time bounds its end there from below.
 #pragma once
 
 #include <memory>
@@ -28,7 +31,7 @@
 
 namespace wallfacer::detail {
 
-enum class PairMode { Matched, Symmetric, Unpaired };
+enum class PairMode { Matched, Symmetric, Unpaired, StagesOnly };
 
 struct RankTiming {
   double forward_end_s = 0;                              // when the rank's last forward op ends

@@ -10,6 +10,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <queue>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
@@ -36,6 +37,7 @@ struct Work {
   bool bounded = false;
   double estimate = 0;    // closed-form screen, rescaled per strategy
   bool screened = false;  // left out by the screen: listed with its estimate, not priced
+  int busiest_rank = -1;  // whole step: the timed rank with the most compute (its bound's rank)
 };
 
 std::vector<std::vector<int>> choose_orders(const detail::NodeOrders& orders, SearchMode mode,
@@ -339,10 +341,7 @@ struct Searcher {
     }
   }
 
-  // Prices feasible candidates as whole steps (their attention order kept) and checks the step's
-  // memory, the lowest compute bound first; once a candidate's bound (its busiest compute stream,
-  // never above its step) reaches the best step priced, it and the rest stay pruned at their bound.
-  // For each checkpointing mode asked for, the lowest ZeRO stage asked for whose step memory fits
+  // Whole-step search: for each checkpointing mode asked for, the lowest ZeRO stage asked for whose step memory fits
   // (the attention programs, hence the memory's attention part, are the same for all); a
   // candidate that fits with none keeps its lightest setting, to be rejected with its memory.
   void choose_memory_settings() {
@@ -386,6 +385,33 @@ struct Searcher {
     }
   }
 
+  // Prices feasible candidates as whole steps (their attention order kept) and checks the step's
+  // memory, best bound first: a candidate's key is the best lower bound of its step known so far, first
+  // its compute bound, then the communication-aware bound of its busiest timed rank (or that
+  // rank's pipeline column) timed alone (CostModel::step_lower_bound_ms). The candidate with the smallest key is
+  // bounded further, or priced once its key is the timed bound; a key above the best step priced
+  // prunes that candidate and every later one (with priced_top > 1, the priced_top-th best step
+  // priced stands for the best one). A candidate whose bound reaches the best step cannot beat it, so the best plan is
+  // the one pricing every candidate finds; and every candidate whose timed bound is below the best step is priced, as
+  // in any order of pricing.
+  struct Queued {
+    double key = 0;
+    size_t order = 0;    // rank in compute-bound order: ties keep it
+    bool timed = false;  // the key is the timed bound
+  };
+
+  void prune_step(Work& w, const Queued& q) {
+    Candidate& c = w.candidate;
+    c.cost = CostBreakdown{};
+    c.cost.step_ms = q.key;
+    c.pruned = true;
+    c.reason = q.timed ? fmt::format("{} alone takes {:.3f} ms, above the best step",
+                                     c.plan.params.pipeline_parallel > 1 ? "the pipeline column of its busiest rank"
+                                                                         : "its busiest rank",
+                                     q.key)
+                       : fmt::format("compute alone takes {:.3f} ms, above the best step", q.key);
+  }
+
   void price_steps() {
     choose_memory_settings();
     std::vector<Work*> feasible;
@@ -393,28 +419,45 @@ struct Searcher {
       Candidate& c = w.candidate;
       if (!c.feasible || c.plan.ranks.empty()) continue;
       c.plan.scope = Scope::Step;
-      w.estimate = model.step_compute_bound_ms(c.plan);
+      w.estimate = model.step_compute_bound_ms(c.plan, &w.busiest_rank);
       feasible.push_back(&w);
     }
     std::stable_sort(feasible.begin(), feasible.end(),
                      [](const Work* a, const Work* b) { return a->estimate < b->estimate; });
+    auto later = [](const Queued& a, const Queued& b) { return a.key != b.key ? a.key > b.key : a.order > b.order; };
+    std::priority_queue<Queued, std::vector<Queued>, decltype(later)> queue(later);
+    for (size_t k = 0; k < feasible.size(); ++k)
+      queue.push({feasible[k]->estimate, k, false});
+    // The priced_top best steps priced so far (the largest on top): bounds are held against the
+    // last of them.
+    std::priority_queue<double> top;
     double best = std::numeric_limits<double>::infinity();
     size_t done = 0;
-    for (Work* w : feasible) {
-      Candidate& c = w->candidate;
-      if (options.progress) options.progress("steps", done++, feasible.size());
-      if (w->estimate >= best) {
-        c.cost = CostBreakdown{};
-        c.cost.step_ms = w->estimate;
-        c.pruned = true;
-        c.reason = fmt::format("compute alone takes {:.3f} ms, above the best step", w->estimate);
+    while (!queue.empty()) {
+      const Queued q = queue.top();
+      queue.pop();
+      Work& w = *feasible[q.order];
+      Candidate& c = w.candidate;
+      // The compute bound prunes at the best step (as before the timed bound existed); the timed
+      // bound only above it, so that a candidate building the same schedule as the best is priced.
+      if (q.timed ? q.key > best : q.key >= best) {
+        if (options.progress) options.progress("steps", done++, feasible.size());
+        prune_step(w, q);
         continue;
       }
+      if (!q.timed) {
+        queue.push({std::max(q.key, model.step_lower_bound_ms(c.plan, w.busiest_rank)), q.order, true});
+        continue;
+      }
+      if (options.progress) options.progress("steps", done++, feasible.size());
       c.cost = model.evaluate_step(c.plan);
       c.pruned = false;
       c.reason.clear();
       check_memory(c, budget_GiB);
-      if (c.feasible) best = std::min(best, c.cost.step_ms);
+      if (!c.feasible) continue;
+      top.push(c.cost.step_ms);
+      if (int(top.size()) > std::max(1, options.priced_top)) top.pop();
+      if (int(top.size()) == std::max(1, options.priced_top)) best = top.top();
     }
   }
 

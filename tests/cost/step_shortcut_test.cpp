@@ -1,7 +1,8 @@
 // The whole step's shortcuts against the full computation: pricing each step-template op once for
-// all its unrolled copies gives every plan (each strategy, tensor and pipeline parallel ones,
-// several micro-batches, ZeRO 3 with full recomputation) the same times, parts and volumes as
-// pricing every unrolled op on its own.
+// all its unrolled copies (and reading volumes and transfer counts off the templates) gives every
+// plan (each strategy, tensor and pipeline parallel ones, several micro-batches, ZeRO 3 with full
+// recomputation) the same times, parts and volumes as pricing every unrolled op on its own; and
+// the timed lower bound the search prunes on never exceeds the step.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -41,13 +42,10 @@ struct Setting {
   Checkpointing checkpointing;
 };
 
-TEST(StepShortcuts, TemplateDurationsEqualPricingEveryUnrolledOp) {
-  const Topology topology = testing::switch_nodes(2, 4, 450);
-  const CostModel fast(topology, Calibration::defaults());
-  CostOptions reference_options;
-  reference_options.step_shortcuts = false;
-  const CostModel reference(topology, Calibration::defaults(), reference_options);
-  int checked = 0, tensor = 0, pipelined = 0;
+// Every feasible step plan of 8 GPUs on two 4-GPU nodes under each setting: each strategy, tensor
+// and pipeline parallel, several micro-batches, ZeRO 0 to 3, every checkpointing mode.
+template <typename Visit>
+void for_each_step_plan(const Topology& topology, Visit&& visit) {
   for (const Setting& s : {Setting{1, 1, 1, 1, Checkpointing::Selective}, Setting{2, 1, 2, 3, Checkpointing::Full},
                            Setting{1, 2, 4, 1, Checkpointing::None}, Setting{2, 2, 2, 0, Checkpointing::Selective}}) {
     Workload w = testing::mha_workload(4096, 8, 64, /*causal=*/true, /*batch=*/s.microbatches);
@@ -70,15 +68,48 @@ TEST(StepShortcuts, TemplateDurationsEqualPricingEveryUnrolledOp) {
         Plan plan = make_plan(kind, params, w, topology, 8);
         plan.scope = Scope::Step;
         SCOPED_TRACE(fmt::format("{} T={} P={} M={}", to_string(kind), s.tensor, s.pipeline, s.microbatches));
-        expect_same_cost(fast.evaluate_step(plan), reference.evaluate_step(plan));
-        ++checked;
-        tensor += s.tensor > 1 ? 1 : 0;
-        pipelined += s.pipeline > 1 ? 1 : 0;
+        visit(plan, s);
       }
   }
+}
+
+TEST(StepShortcuts, TemplateDurationsEqualPricingEveryUnrolledOp) {
+  const Topology topology = testing::switch_nodes(2, 4, 450);
+  const CostModel fast(topology, Calibration::defaults());
+  CostOptions reference_options;
+  reference_options.step_shortcuts = false;
+  const CostModel reference(topology, Calibration::defaults(), reference_options);
+  int checked = 0, tensor = 0, pipelined = 0;
+  for_each_step_plan(topology, [&](const Plan& plan, const Setting& s) {
+    expect_same_cost(fast.evaluate_step(plan), reference.evaluate_step(plan));
+    ++checked;
+    tensor += s.tensor > 1 ? 1 : 0;
+    pipelined += s.pipeline > 1 ? 1 : 0;
+  });
   EXPECT_GT(checked, 20);
   EXPECT_GT(tensor, 4);
   EXPECT_GT(pipelined, 4);
+}
+
+// The search prunes whole-step candidates on step_lower_bound_ms: it never exceeds the step, with
+// every rank timed (messages paired with their real other ends, collectives meeting) and with a
+// sample of 4 ranks (symmetric partners), and it is at least the compute of the rank it times.
+TEST(StepShortcuts, TimedLowerBoundNeverExceedsTheStep) {
+  const Topology topology = testing::switch_nodes(2, 4, 450);
+  CostOptions sampled;
+  sampled.max_timed_ranks = 4;
+  int checked = 0;
+  for (const CostOptions& options : {CostOptions{}, sampled}) {
+    const CostModel model(topology, Calibration::defaults(), options);
+    for_each_step_plan(topology, [&](const Plan& plan, const Setting&) {
+      const double bound = model.step_lower_bound_ms(plan);
+      const CostBreakdown step = model.evaluate_step(plan);
+      EXPECT_LE(bound, step.step_ms * (1 + 1e-12));
+      EXPECT_GT(bound, 0.5 * step.parts.compute_ms);
+      ++checked;
+    });
+  }
+  EXPECT_GT(checked, 40);
 }
 
 }  // namespace

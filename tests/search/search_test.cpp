@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <regex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/cost/cost_model.hpp>
@@ -222,7 +224,7 @@ TEST(Search, TooManyGpusIsAnInputError) {
 namespace wallfacer {
 namespace {
 
-// With ZeRO stages and checkpointing modes to choose from, every priced candidate takes, for its
+// With ZeRO stages and checkpointing modes to choose from, every feasible candidate takes, for its
 // checkpointing mode, the lowest ZeRO stage whose step memory fits; brute force over the stages
 // below it shows none of them fits.
 TEST(StepSearch, ChoosesTheLowestZeroStageThatFits) {
@@ -242,14 +244,15 @@ TEST(StepSearch, ChoosesTheLowestZeroStageThatFits) {
   const double budget = 0.2 * topology.gpu().memory_GiB;
   std::set<std::pair<int, Checkpointing>> chosen;
   int priced = 0;
+  // Pruned candidates carry their chosen settings too (the choice comes before any pricing).
   for (const Candidate& c : result.candidates) {
-    if (!c.feasible || c.pruned) continue;
-    ++priced;
+    if (!c.feasible) continue;
+    priced += c.pruned ? 0 : 1;
     EXPECT_TRUE(c.chose_memory_settings);
-    EXPECT_LE(c.cost.memory.total_GiB, budget);
-    chosen.insert({c.plan.workload.zero_stage, c.plan.workload.checkpointing});
     Schedule attention;
     model.build_timed(c.plan, attention);
+    if (!c.pruned) EXPECT_LE(c.cost.memory.total_GiB, budget);
+    chosen.insert({c.plan.workload.zero_stage, c.plan.workload.checkpointing});
     for (int lower = 0; lower < c.plan.workload.zero_stage; ++lower) {
       Plan p = c.plan;
       p.workload.zero_stage = lower;
@@ -258,6 +261,65 @@ TEST(StepSearch, ChoosesTheLowestZeroStageThatFits) {
   }
   EXPECT_GT(priced, 0);
   EXPECT_GT(chosen.size(), 1u) << "one setting for every candidate: the test does not exercise the choice";
+}
+
+}  // namespace
+}  // namespace wallfacer
+
+namespace wallfacer {
+namespace {
+
+// The whole-step search prices candidates best bound first and prunes on bounds: brute force
+// (every feasible candidate priced as a whole step, memory checked) finds no step below the
+// chosen plan's, and every pruned candidate's step is at least the best one and at least the
+// bound it is listed with. Tensor and pipeline parallel candidates included.
+TEST(StepSearch, BoundsNeverPruneTheBestStep) {
+  const Topology topology = Topology::load("dgx-h100", 2);
+  Workload w = load_workload("llama-3-8b");
+  w.layers = 4;
+  w.seq = 65536;
+  w.batch = 2;
+  const CostModel model(topology, Calibration::defaults());
+  SearchOptions options;
+  options.scope = Scope::Step;
+  options.tensor_degrees = {1, 2, 4, 8};
+  options.pipeline_degrees = {1, 2};
+  const SearchResult result = search_plans(topology, w, model, options);
+  ASSERT_GE(result.best, 0);
+  const double best = result.candidates[size_t(result.best)].cost.step_ms;
+  const double budget = options.memory_budget_fraction * topology.gpu().memory_GiB;
+  int pruned = 0, priced = 0;
+  for (const Candidate& c : result.candidates) {
+    if (!c.feasible) continue;
+    const CostBreakdown full = model.evaluate_step(c.plan);
+    if (full.memory.total_GiB > budget) continue;
+    EXPECT_GE(full.step_ms, best * (1 - 1e-9)) << c.describe_params();
+    if (c.pruned) {
+      ++pruned;
+      EXPECT_LE(c.cost.step_ms, full.step_ms * (1 + 1e-12)) << c.describe_params() << ": " << c.reason;
+    } else {
+      ++priced;
+      EXPECT_NEAR(c.cost.step_ms, full.step_ms, 1e-9 * full.step_ms) << c.describe_params();
+    }
+  }
+  EXPECT_GT(pruned, 0);
+  EXPECT_GT(priced, 0);
+  // Three priced at the top: they are the three best steps of the brute force, in order.
+  options.priced_top = 3;
+  const SearchResult top3 = search_plans(topology, w, model, options);
+  std::vector<double> steps;
+  for (const Candidate& c : top3.candidates)
+    if (c.feasible) {
+      const CostBreakdown full = model.evaluate_step(c.plan);
+      if (full.memory.total_GiB <= budget) steps.push_back(full.step_ms);
+    }
+  std::sort(steps.begin(), steps.end());
+  ASSERT_GE(steps.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const Candidate& c = top3.candidates[i];
+    EXPECT_TRUE(c.feasible && !c.pruned) << i;
+    EXPECT_NEAR(c.cost.step_ms, steps[i], 1e-9 * steps[i]) << i;
+  }
 }
 
 }  // namespace

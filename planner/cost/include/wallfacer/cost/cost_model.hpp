@@ -97,8 +97,9 @@ enum class Timing {
   // With every rank of the plan in the schedule, a message waits for its real other end; with a
   // sample, for this rank's own op of the same tag (symmetric partners).
   Estimate,
-  // Every op starts when its own rank allows, as if the other end were always ready: never above
-  // Estimate for a schedule holding the same ranks or more (the search's bound).
+  // Every op starts when its own rank allows, as if the other end were always ready (pipeline
+  // stage messages aside: they wait for their real other end where the schedule holds it): never
+  // above Estimate for a schedule holding the same ranks or more (the search's bound).
   LowerBound,
 };
 
@@ -154,7 +155,16 @@ class CostModel {
   // stream, which runs one op at a time (every layer's compute ops included), plus, in a
   // pipeline, the earlier stages' compute of one micro-batch that must run before its first
   // forward and after its last backward.
-  double step_compute_bound_ms(const Plan& plan) const;
+  // `busiest_rank`, when given, receives the timed rank with the most compute (M micro-batches'
+  // forward and backward and the epilogue; the first in timed_ranks order on ties).
+  double step_compute_bound_ms(const Plan& plan, int* busiest_rank = nullptr) const;
+  // A lower bound of evaluate_step(plan).step_ms that counts communication: the whole step of
+  // `rank`'s pipeline column (the rank alone without pipeline parallelism) timed as
+  // Timing::LowerBound; any rank gives a bound, -1 the busiest one of step_compute_bound_ms (under
+  // a causal contiguous layout the first rank has the least attention work and the most slack).
+  // Its ops start when their own rank allows; only the stage messages wait for their other end.
+  // Pairing only delays ops, and the step ends with its last rank.
+  double step_lower_bound_ms(const Plan& plan, int rank = -1) const;
   const Topology& topology() const { return topology_; }
   const Calibration& calibration() const { return calibration_; }
   const CostOptions& options() const { return options_; }

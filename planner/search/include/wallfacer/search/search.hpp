@@ -50,6 +50,10 @@ struct SearchOptions {
   // each checkpointing mode, the lowest of these ZeRO stages whose step memory fits the budget.
   std::vector<int> zero_stages;
   std::vector<Checkpointing> checkpointing_modes;
+  // Whole step: candidates are pruned on their bounds against the `priced_top`-th best step priced
+  // so far, so the best `priced_top` candidates are all priced, the ones pricing every candidate
+  // would rank first (a table of that many rows shows what it would show).
+  int priced_top = 1;
   // Called after each candidate is priced, with the stage ("orders": under every GPU order;
   // "steps": as a whole step), the candidates done and the total of that stage. Empty: none.
   std::function<void(const char* stage, size_t done, size_t total)> progress;
