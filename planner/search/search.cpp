@@ -38,6 +38,9 @@ struct Work {
   double estimate = 0;    // closed-form screen, rescaled per strategy
   bool screened = false;  // left out by the screen: listed with its estimate, not priced
   int busiest_rank = -1;  // whole step: the timed rank with the most compute (its bound's rank)
+  // Whole step: the step memory of the chosen ZeRO stage and checkpointing mode, when
+  // choose_memory_settings computed it (what evaluate_step would report, from the same model).
+  std::optional<MemoryEstimate> step_memory;
 };
 
 std::vector<std::vector<int>> choose_orders(const detail::NodeOrders& orders, SearchMode mode,
@@ -357,31 +360,33 @@ struct Searcher {
       if (!work[i].candidate.feasible || work[i].candidate.plan.ranks.empty()) continue;
       Schedule attention;  // the timed ranks' attention programs: the same for every setting
       model.build_timed(work[i].candidate.plan, attention);
-      std::vector<Plan> fitting;
-      Plan lightest = work[i].candidate.plan;
+      std::vector<std::pair<Plan, MemoryEstimate>> fitting;
+      std::optional<std::pair<Plan, MemoryEstimate>> lightest;
       for (Checkpointing mode : modes)
         for (int zero : zeros) {
           Plan p = work[i].candidate.plan;
           p.scope = Scope::Step;
           p.workload.zero_stage = zero;
           p.workload.checkpointing = mode;
-          const double GiB = step_memory(p, attention).total_GiB;
-          if (GiB <= budget_GiB) {
-            fitting.push_back(std::move(p));
+          MemoryEstimate memory = step_memory(p, attention);
+          if (memory.total_GiB <= budget_GiB) {
+            fitting.emplace_back(std::move(p), memory);
             break;
           }
-          lightest = p;
+          lightest.emplace(std::move(p), memory);
         }
-      if (fitting.empty()) fitting.push_back(lightest);
+      if (fitting.empty()) fitting.push_back(std::move(*lightest));
       work[i].candidate.chose_memory_settings = true;
       for (size_t v = 1; v < fitting.size(); ++v) {
         Work copy;
         copy.candidate = work[i].candidate;
-        copy.candidate.plan = std::move(fitting[v]);
+        copy.candidate.plan = std::move(fitting[v].first);
+        copy.step_memory = fitting[v].second;
         copy.index = work.size();
         work.push_back(std::move(copy));
       }
-      work[i].candidate.plan = std::move(fitting.front());
+      work[i].candidate.plan = std::move(fitting.front().first);
+      work[i].step_memory = fitting.front().second;
     }
   }
 
@@ -419,6 +424,13 @@ struct Searcher {
       Candidate& c = w.candidate;
       if (!c.feasible || c.plan.ranks.empty()) continue;
       c.plan.scope = Scope::Step;
+      // A step that cannot fit is rejected with its memory before any bound: pruned at a bound it
+      // would be listed as feasible.
+      if (w.step_memory) {
+        c.cost.memory = *w.step_memory;
+        check_memory(c, budget_GiB);
+        if (!c.feasible) continue;
+      }
       w.estimate = model.step_compute_bound_ms(c.plan, &w.busiest_rank);
       feasible.push_back(&w);
     }
