@@ -93,6 +93,10 @@ Workload tensor_slice_workload(Workload w, int T) {
 bool tensor_slice_fits(const Workload& w, int T) {
   return w.heads % T == 0 && w.kv_heads % T == 0;
 }
+// Whether v virtual stages divide the stage's layers and Pp the micro-batches (interleaved 1F1B).
+bool interleave_fits(const StrategyParams& p, const Workload& w) {
+  return w.layers % (p.pipeline_parallel * p.virtual_stages) == 0 && w.microbatches % p.pipeline_parallel == 0;
+}
 
 std::vector<Work> enumerate_candidates(const Topology& topology, const Workload& workload, const SearchOptions& options,
                                        int ranks) {
@@ -109,24 +113,28 @@ std::vector<Work> enumerate_candidates(const Topology& topology, const Workload&
         if (T < 1 || Pp < 1 || ranks % (T * Pp) != 0 || workload.layers % Pp != 0) continue;
         const Workload slice = T == 1 ? workload : tensor_slice_workload(workload, T);
         if (T > 1 && !tensor_slice_fits(workload, T)) continue;
-        for (StrategyParams params : enumerate_params(strategy, slice, ranks / (T * Pp))) {
-          params.tensor_parallel = T;
-          params.pipeline_parallel = Pp;
-          if (options.sequence_parallel > 0 && params.sequence_parallel != options.sequence_parallel) continue;
-          if (options.data_parallel > 0 && params.data_parallel != options.data_parallel) continue;
-          Work w;
-          w.index = work.size();
-          w.candidate.plan.strategy = strategy;
-          w.candidate.plan.params = params;
-          w.candidate.plan.workload = workload;
-          if (Pp > 1 && options.auto_microbatches)
-            w.candidate.plan.workload.microbatches = std::max(1, workload.batch / params.data_parallel);
-          w.candidate.plan.topology_name = topology.name();
-          const Feasibility rules = check_feasible(strategy, params, w.candidate.plan.workload, ranks);
-          w.candidate.reason = !rules.ok ? rules.reason : dtype_problem;
-          w.priced = w.candidate.reason.empty();
-          work.push_back(std::move(w));
-        }
+        for (StrategyParams params : enumerate_params(strategy, slice, ranks / (T * Pp)))
+          for (int v : Pp > 1 && options.scope == Scope::Step ? options.virtual_stages : std::vector<int>{1}) {
+            params.tensor_parallel = T;
+            params.pipeline_parallel = Pp;
+            params.virtual_stages = v;
+            if (options.sequence_parallel > 0 && params.sequence_parallel != options.sequence_parallel) continue;
+            if (options.data_parallel > 0 && params.data_parallel != options.data_parallel) continue;
+            Work w;
+            w.index = work.size();
+            w.candidate.plan.strategy = strategy;
+            w.candidate.plan.params = params;
+            w.candidate.plan.workload = workload;
+            if (Pp > 1 && options.auto_microbatches)
+              w.candidate.plan.workload.microbatches = std::max(1, workload.batch / params.data_parallel);
+            // Virtual stages the layers or micro-batches do not allow are not candidates.
+            if (v > 1 && !interleave_fits(params, w.candidate.plan.workload)) continue;
+            w.candidate.plan.topology_name = topology.name();
+            const Feasibility rules = check_feasible(strategy, params, w.candidate.plan.workload, ranks);
+            w.candidate.reason = !rules.ok ? rules.reason : dtype_problem;
+            w.priced = w.candidate.reason.empty();
+            work.push_back(std::move(w));
+          }
       }
   return work;
 }
@@ -148,6 +156,7 @@ std::string Candidate::describe_params() const {
   if (p.data_parallel > 1) text += fmt::format(" D={}", p.data_parallel);
   if (p.tensor_parallel > 1) text += fmt::format(" T={}", p.tensor_parallel);
   if (p.pipeline_parallel > 1) text += fmt::format(" P={}", p.pipeline_parallel);
+  if (p.virtual_stages > 1) text += fmt::format(" V={}", p.virtual_stages);
   if (plan.workload.microbatches > 1) text += fmt::format(" M={}", plan.workload.microbatches);
   if (chose_memory_settings)
     text += fmt::format(" Z{}/{}", plan.workload.zero_stage, to_string(plan.workload.checkpointing)[0]);
