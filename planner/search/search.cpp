@@ -93,9 +93,29 @@ Workload tensor_slice_workload(Workload w, int T) {
 bool tensor_slice_fits(const Workload& w, int T) {
   return w.heads % T == 0 && w.kv_heads % T == 0;
 }
-// Whether v virtual stages divide the stage's layers and Pp the micro-batches (interleaved 1F1B).
-bool interleave_fits(const StrategyParams& p, const Workload& w) {
-  return w.layers % (p.pipeline_parallel * p.virtual_stages) == 0 && w.microbatches % p.pipeline_parallel == 0;
+
+// Interleaved 1F1B (docs/step.md): a step search takes every pipelined candidate again with each
+// further count of virtual stages that divides its stage's layers and whose Pp divides its
+// micro-batches, under the same rules.
+void add_virtual_stages(std::vector<Work>& work, const SearchOptions& options, int ranks,
+                        const std::string& dtype_problem) {
+  if (options.scope != Scope::Step) return;
+  const size_t plain = work.size();
+  for (size_t i = 0; i < plain; ++i)
+    for (int v : options.virtual_stages) {
+      const Plan& p = work[i].candidate.plan;
+      const int Pp = p.params.pipeline_parallel;
+      if (!work[i].priced || v <= 1 || Pp <= 1) continue;
+      if (p.workload.layers % (Pp * v) != 0 || p.workload.microbatches % Pp != 0) continue;
+      Work w;
+      w.index = work.size();
+      w.candidate.plan = p;
+      w.candidate.plan.params.virtual_stages = v;
+      const Feasibility rules = check_feasible(p.strategy, w.candidate.plan.params, p.workload, ranks);
+      w.candidate.reason = !rules.ok ? rules.reason : dtype_problem;
+      w.priced = w.candidate.reason.empty();
+      work.push_back(std::move(w));
+    }
 }
 
 std::vector<Work> enumerate_candidates(const Topology& topology, const Workload& workload, const SearchOptions& options,
@@ -113,29 +133,26 @@ std::vector<Work> enumerate_candidates(const Topology& topology, const Workload&
         if (T < 1 || Pp < 1 || ranks % (T * Pp) != 0 || workload.layers % Pp != 0) continue;
         const Workload slice = T == 1 ? workload : tensor_slice_workload(workload, T);
         if (T > 1 && !tensor_slice_fits(workload, T)) continue;
-        for (StrategyParams params : enumerate_params(strategy, slice, ranks / (T * Pp)))
-          for (int v : Pp > 1 && options.scope == Scope::Step ? options.virtual_stages : std::vector<int>{1}) {
-            params.tensor_parallel = T;
-            params.pipeline_parallel = Pp;
-            params.virtual_stages = v;
-            if (options.sequence_parallel > 0 && params.sequence_parallel != options.sequence_parallel) continue;
-            if (options.data_parallel > 0 && params.data_parallel != options.data_parallel) continue;
-            Work w;
-            w.index = work.size();
-            w.candidate.plan.strategy = strategy;
-            w.candidate.plan.params = params;
-            w.candidate.plan.workload = workload;
-            if (Pp > 1 && options.auto_microbatches)
-              w.candidate.plan.workload.microbatches = std::max(1, workload.batch / params.data_parallel);
-            // Virtual stages the layers or micro-batches do not allow are not candidates.
-            if (v > 1 && !interleave_fits(params, w.candidate.plan.workload)) continue;
-            w.candidate.plan.topology_name = topology.name();
-            const Feasibility rules = check_feasible(strategy, params, w.candidate.plan.workload, ranks);
-            w.candidate.reason = !rules.ok ? rules.reason : dtype_problem;
-            w.priced = w.candidate.reason.empty();
-            work.push_back(std::move(w));
-          }
+        for (StrategyParams params : enumerate_params(strategy, slice, ranks / (T * Pp))) {
+          params.tensor_parallel = T;
+          params.pipeline_parallel = Pp;
+          if (options.sequence_parallel > 0 && params.sequence_parallel != options.sequence_parallel) continue;
+          if (options.data_parallel > 0 && params.data_parallel != options.data_parallel) continue;
+          Work w;
+          w.index = work.size();
+          w.candidate.plan.strategy = strategy;
+          w.candidate.plan.params = params;
+          w.candidate.plan.workload = workload;
+          if (Pp > 1 && options.auto_microbatches)
+            w.candidate.plan.workload.microbatches = std::max(1, workload.batch / params.data_parallel);
+          w.candidate.plan.topology_name = topology.name();
+          const Feasibility rules = check_feasible(strategy, params, w.candidate.plan.workload, ranks);
+          w.candidate.reason = !rules.ok ? rules.reason : dtype_problem;
+          w.priced = w.candidate.reason.empty();
+          work.push_back(std::move(w));
+        }
       }
+  add_virtual_stages(work, options, ranks, dtype_problem);
   return work;
 }
 
