@@ -11,6 +11,7 @@
 
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/plan/plan.hpp>
+#include <wallfacer/schedule/strategy.hpp>
 #include <wallfacer/search/search.hpp>
 #include <wallfacer/topology/topology.hpp>
 
