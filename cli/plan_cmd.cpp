@@ -56,6 +56,7 @@ struct PlanFlags {
   std::string scope = "step";
   std::string tensor = "auto";
   std::string pipeline = "auto";
+  std::string virtual_stages = "1";
   std::string zero_stages, checkpointing_modes;
   int sequence = 0, data = 0;
 };
@@ -93,6 +94,16 @@ std::vector<int> pipeline_degrees(const std::string& text, const Topology& topol
   for (int p = 1; p <= nodes; p *= 2)
     degrees.push_back(p);
   return degrees;
+}
+
+// --vpp: a fixed count of virtual stages per pipeline rank, or 1, 2, 4, ... up to the layers
+// (the search skips those that do not divide a candidate's stage layers).
+std::vector<int> virtual_stage_counts(const std::string& text, int layers) {
+  if (text != "auto") return {fixed_degree("--vpp", text)};
+  std::vector<int> counts;
+  for (int v = 1; v <= std::max(1, layers); v *= 2)
+    counts.push_back(v);
+  return counts;
 }
 
 struct Ranked {
@@ -207,6 +218,7 @@ nlohmann::json params_json(const Candidate& c) {
                    {"data_parallel", p.data_parallel},
                    {"tensor_parallel", p.tensor_parallel},
                    {"pipeline_parallel", p.pipeline_parallel},
+                   {"virtual_stages", p.virtual_stages},
                    {"microbatches", c.plan.workload.microbatches}};
   if (const auto* k = std::get_if<UspKnobs>(&p.knobs)) j["ulysses"] = k->ulysses, j["ring"] = k->ring;
   if (const auto* k = std::get_if<DoubleRingKnobs>(&p.knobs)) j["ulysses"] = k->ulysses, j["window"] = k->window;
@@ -428,6 +440,7 @@ int run_plan(const PlanFlags& flags) {
       flags.calibration.empty() ? Calibration::defaults() : Calibration::load(flags.calibration);
   const CostModel model(topology, calibration);
   SearchOptions options = search_options(flags, topology);
+  options.virtual_stages = virtual_stage_counts(flags.virtual_stages, workload.layers);
   // On a terminal, a search that takes more than a second says how far it got.
   const bool show_progress = ::isatty(STDERR_FILENO);
   options.progress = search_progress(show_progress);
@@ -515,6 +528,12 @@ void register_plan_command(CLI::App& app) {
       ->add_option("--pp", flags->pipeline,
                    "Pipeline parallel stages around the tensor-lifted strategy (1F1B over --microbatches, by "
                    "default batch / D micro-batches of one sequence), or auto: 1, 2, 4, ... stages of whole nodes")
+      ->capture_default_str()
+      ->group(group);
+  command
+      ->add_option("--vpp", flags->virtual_stages,
+                   "Virtual stages per pipeline rank (interleaved 1F1B, Megatron's virtual pipeline; needs Pp "
+                   "dividing the micro-batches), or auto: 1, 2, 4, ... where they divide a stage's layers")
       ->capture_default_str()
       ->group(group);
   command

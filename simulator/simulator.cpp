@@ -227,10 +227,11 @@ void check_layers(const Plan& plan, const SimOptions& options) {
   if (options.step_layers < 0 || (plan.scope == Scope::Step && options.step_layers > plan.workload.layers))
     throw InputError(fmt::format("--step-layers {}: must be 0 (all) to the model's {} layers", options.step_layers,
                                  plan.workload.layers));
-  const int Pp = plan.params.pipeline_parallel;
-  if (plan.scope == Scope::Step && options.step_layers % Pp != 0)
-    throw InputError(
-        fmt::format("--step-layers {}: must be a multiple of the plan's {} pipeline stages", options.step_layers, Pp));
+  const int Pp = plan.params.pipeline_parallel, chunks = Pp * std::max(1, plan.params.virtual_stages);
+  if (plan.scope == Scope::Step && options.step_layers % chunks != 0)
+    throw InputError(fmt::format("--step-layers {}: must be a multiple of the plan's {} pipeline stages{}",
+                                 options.step_layers, Pp,
+                                 chunks > Pp ? fmt::format(" times {} virtual stages", chunks / Pp) : std::string()));
 }
 
 // One simulation running in a child process.

@@ -169,7 +169,8 @@ void Checker::check_flat_bytes(const RankProgram& prog, int32_t i) {
 
 // A pipeline stage message: both ends flat activations, between neighbours of one pipeline group
 // in the direction its tag says (0 activations forward, 1 their gradients back), whole rows of
-// the model width on both ends.
+// the model width on both ends. With virtual stages the last stage also feeds the first (and the
+// gradients go back from the first to the last).
 void Checker::check_stage_pair(int s, int32_t i, int r, int32_t j) {
   const Op& so = sched_.ranks[size_t(s)].ops[size_t(i)];
   const Op& ro = sched_.ranks[size_t(r)].ops[size_t(j)];
@@ -185,7 +186,9 @@ void Checker::check_stage_pair(int s, int32_t i, int r, int32_t j) {
     if (a != g.ranks.end() && b != g.ranks.end()) step = int(b - a);
   }
   const int expect = so.tag == 0 ? 1 : so.tag == 1 ? -1 : 0;
-  if (expect == 0 || step != expect)
+  const int Pp = plan_.params.pipeline_parallel;
+  const bool wrap = plan_.params.virtual_stages > 1 && Pp > 1 && step == -expect * (Pp - 1);
+  if (expect == 0 || (step != expect && !wrap))
     error("{}: a stage message with tag {} goes to rank {}, which is not its {} stage neighbour in a pipeline group",
           where(s, i), so.tag, r, so.tag == 0 ? "next" : "previous");
   const int64_t row = int64_t(dims_.elem_bytes) * plan_.workload.hidden;

@@ -186,6 +186,7 @@ double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank) con
   StepBuilder builder(plan);
   ComputeTimer timer(topology_.gpu(), calibration_, plan.workload);
   const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp, M = plan.workload.microbatches;
+  const double v = std::max(1, plan.params.virtual_stages);  // interleaved: the ramp is one chunk per stage
   TokenSetPool pool;
   std::map<int, std::vector<std::pair<int, ComputeParts>>> columns;  // stage rank -> (stage, parts)
   double most = -1;
@@ -206,7 +207,7 @@ double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank) con
     for (const auto& [stage, parts] : stages) {
       if (stage != expected++) before = 0, expected = stage + 1;
       busiest = std::max(busiest, before + M * (parts.forward + parts.backward) + parts.epilogue);
-      before += parts.forward + parts.backward;
+      before += (parts.forward + parts.backward) / v;
     }
   }
   return busiest * 1e3;

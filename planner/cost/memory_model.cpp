@@ -91,6 +91,18 @@ double stored_elements_per_row(const Workload& w, Checkpointing mode) {
   return 0;
 }
 
+// Layer activations stage `stage` holds at its peak. Under 1F1B it holds min(Pp - p, M)
+// micro-batches of its L / Pp layers. Under interleaved 1F1B it has run its warmup chunk forwards
+// and one more before the first backward frees one: min(2 (Pp - p - 1) + (v - 1) Pp + 1, v M)
+// chunks of L / (Pp v) layers (the warmup of Megatron-LM's interleaved schedule, docs/step.md
+// "Interleaved 1F1B").
+double in_flight_layers(const StrategyParams& params, const Workload& w, int stage) {
+  const int Pp = params.pipeline_parallel, v = std::max(1, params.virtual_stages), M = w.microbatches;
+  if (v == 1) return double(w.layers / Pp) * std::min(Pp - stage, M);
+  const int warmup = std::min(2 * (Pp - stage - 1) + (v - 1) * Pp, v * M);
+  return double(w.layers / (Pp * v)) * std::min(warmup + 1, v * M);
+}
+
 }  // namespace
 
 MemoryEstimate step_memory(const Plan& plan, const Schedule& attention) {
@@ -114,14 +126,14 @@ MemoryEstimate step_memory(const Plan& plan, const Schedule& attention) {
   const double recomputed =
       w.checkpointing == Checkpointing::Full ? rows * e * stored_elements_per_row(w, Checkpointing::None) / T : 0;
   // The fullest stage: the first holds the most micro-batches in flight under 1F1B (min(Pp, M),
-  // stage p min(Pp - p, M)), the last the logits. A stage's model state is 1/T of its parameters,
-  // sharded by ZeRO over its data x sequence parallel ranks.
+  // stage p min(Pp - p, M)), and under interleaved 1F1B the most chunks, the last the logits. A stage's model state is
+  // 1/T of its parameters, sharded by ZeRO over its data x sequence parallel ranks.
   MemoryEstimate best;
   for (int stage : {0, Pp - 1}) {
     MemoryEstimate m;
     const double params = double(w.stage_parameter_count(stage, Pp)) / T;
     m.model_state_GiB = parameter_state_bytes(w, params, plan.num_ranks() / Pp / T) / kGiB;
-    m.activations_GiB = double(w.layers / Pp) * std::min(Pp - stage, M) * layer_bytes / kGiB;
+    m.activations_GiB = in_flight_layers(plan.params, w, stage) * layer_bytes / kGiB;
     m.attention_GiB = buffers / kGiB;
     // The largest transient on top: the logits and their fp32 gradient at the head, or one layer's
     // recomputed activations inside a fully checkpointed backward.

@@ -140,8 +140,8 @@ Placement read_placement(const std::string& source, const YAML::Node& node, Stra
 StrategyParams read_params(const std::string& source, const YAML::Node& root, StrategyKind strategy) {
   const YAML::Node node = section(source, root, "params");
   yaml::check_keys(source, node,
-                   {"sequence_parallel", "data_parallel", "tensor_parallel", "pipeline_parallel", "team", "ulysses",
-                    "ring", "window", "placement"},
+                   {"sequence_parallel", "data_parallel", "tensor_parallel", "pipeline_parallel", "virtual_stages",
+                    "team", "ulysses", "ring", "window", "placement"},
                    "params");
   StrategyParams p;
   p.sequence_parallel = get_int_at_least(source, node, "sequence_parallel", 1);
@@ -149,6 +149,7 @@ StrategyParams read_params(const std::string& source, const YAML::Node& root, St
   if (node["tensor_parallel"].IsDefined()) p.tensor_parallel = get_int_at_least(source, node, "tensor_parallel", 1);
   if (node["pipeline_parallel"].IsDefined())
     p.pipeline_parallel = get_int_at_least(source, node, "pipeline_parallel", 1);
+  if (node["virtual_stages"].IsDefined()) p.virtual_stages = get_int_at_least(source, node, "virtual_stages", 1);
   const Placement placement = read_placement(source, node, strategy);
   const ContextPlacement context =
       placement == Placement::ContextFirst ? ContextPlacement::ContextFirst : ContextPlacement::HeadFirst;

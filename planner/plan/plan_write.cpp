@@ -74,6 +74,7 @@ void write_params(const StrategyParams& p, std::ostream& out) {
   out << fmt::format("  sequence_parallel: {}\n  data_parallel: {}\n", p.sequence_parallel, p.data_parallel);
   if (p.tensor_parallel > 1) out << fmt::format("  tensor_parallel: {}\n", p.tensor_parallel);
   if (p.pipeline_parallel > 1) out << fmt::format("  pipeline_parallel: {}\n", p.pipeline_parallel);
+  if (p.virtual_stages > 1) out << fmt::format("  virtual_stages: {}\n", p.virtual_stages);
   if (const auto* k = std::get_if<UspKnobs>(&p.knobs))
     out << fmt::format("  ulysses: {}\n  ring: {}\n", k->ulysses, k->ring);
   if (const auto* k = std::get_if<DoubleRingKnobs>(&p.knobs))

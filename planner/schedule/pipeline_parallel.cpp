@@ -20,12 +20,48 @@ Feasibility pipeline_feasibility(const StrategyParams& params, const Workload& w
   const int64_t D = params.data_parallel;
   if (w.batch % (D * M) != 0)
     return no(fmt::format("batch ({}) not divisible by data parallel degree {} x {} micro-batches", w.batch, D, M));
+  return interleave_feasibility(params, w);
+}
+
+// Megatron-LM's interleaved schedule asserts that the micro-batches divide into groups of Pp
+// (its README, "the number of microbatches ... should be divisible by the PIPELINE_MP_SIZE"):
+// the schedule walks Pp micro-batches through one chunk after the other.
+Feasibility interleave_feasibility(const StrategyParams& params, const Workload& w) {
+  auto no = [](std::string why) { return Feasibility{false, std::move(why)}; };
+  const int Pp = params.pipeline_parallel, v = params.virtual_stages, M = w.microbatches;
+  if (v < 1) return no(fmt::format("{} virtual stages: must be at least 1", v));
+  if (v == 1) return {};
+  if (Pp < 2)
+    return no(fmt::format("{} virtual stages need pipeline parallelism (pipeline parallel degree {})", v, Pp));
+  if (w.layers % (Pp * v) != 0)
+    return no(fmt::format("layers ({}) not divisible by {} pipeline stages x {} virtual stages", w.layers, Pp, v));
+  if (M % Pp != 0)
+    return no(
+        fmt::format("{} micro-batches not divisible by the {} pipeline stages (interleaved 1F1B with {} virtual "
+                    "stages runs them in groups of {})",
+                    M, Pp, v, Pp));
   return {};
+}
+
+Feasibility interleave_strategy_feasibility(StrategyKind strategy, const StrategyParams& params) {
+  if (params.virtual_stages <= 1 || params.sequence_parallel <= 1) return {};
+  switch (strategy) {
+    case StrategyKind::Ulysses:
+    case StrategyKind::AllGather:
+    case StrategyKind::Lss:
+      return {};
+    default:
+      return {false, fmt::format("{} virtual stages with {} (S = {}): its point-to-point messages share the send and "
+                                 "receive streams with the stage messages, which interleaved 1F1B orders so that "
+                                 "they can wait on each other; use --vpp 1 or a collective strategy",
+                                 params.virtual_stages, to_string(strategy), params.sequence_parallel)};
+  }
 }
 
 StrategyParams stage_params(const StrategyParams& params) {
   StrategyParams s = params;
   s.pipeline_parallel = 1;
+  s.virtual_stages = 1;
   return s;
 }
 
@@ -109,12 +145,33 @@ FlowSet lift_stage_flow_set(const FlowSet& stage_set, int Pp, int W) {
 }
 
 int PipelinePosition::warmup() const {
-  return std::min(stages - stage - 1, microbatches);
+  if (chunks == 1) return std::min(stages - stage - 1, microbatches);
+  // Megatron-LM's forward_backward_pipelining_with_interleaving: 2 (Pp - p - 1) + (v - 1) Pp chunk
+  // forwards before the first backward, at most all of them.
+  return std::min(2 * (stages - stage - 1) + (chunks - 1) * stages, chunks * microbatches);
+}
+
+PipelineSlot PipelinePosition::forward_slot(int k) const {
+  if (chunks == 1) return {k, 0};
+  // Pp micro-batches through chunk 0, the same Pp through chunk 1, ..., then the next Pp.
+  const int group = k / (stages * chunks), within = k % (stages * chunks);
+  return {group * stages + within % stages, within / stages};
+}
+
+PipelineSlot PipelinePosition::backward_slot(int k) const {
+  PipelineSlot slot = forward_slot(k);
+  slot.chunk = chunks - 1 - slot.chunk;  // the backward walks the chunks from the last
+  return slot;
+}
+
+int PipelinePosition::model_chunk(int chunk) const {
+  return chunk * stages + stage;
 }
 
 PipelinePosition pipeline_position(const Plan& plan, int rank) {
   PipelinePosition at;
   at.stages = std::max(1, plan.params.pipeline_parallel);
+  at.chunks = std::max(1, plan.params.virtual_stages);
   at.stage_ranks = plan.num_ranks() / at.stages;
   at.stage = rank / at.stage_ranks;
   at.layers = plan.workload.layers / at.stages;

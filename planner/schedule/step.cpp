@@ -115,6 +115,7 @@ class StepTemplateBuilder {
     const int local = a_.program.rank % stage_.stage_ranks;
     const std::string prefix = stage_.stages > 1 ? fmt::format("p{}.", stage_.stage) : "";
     if (T > 1) tensor_group_ = plan.find_group(fmt::format("{}tp{}", prefix, local / T));
+    wraps_ = stage_.chunks > 1;
   }
 
   StepTemplate build() {
@@ -125,21 +126,44 @@ class StepTemplateBuilder {
     out_.first_layer = stage_.first_layer;
     out_.microbatches = stage_.microbatches;
     out_.warmup = stage_.warmup();
+    out_.chunks = stage_.chunks;
+    out_.stage = stage_.stage;
+    out_.stages = stage_.stages;
     out_.sync_every_microbatch = w_.zero_stage >= 2;
     out_.tokens = shape_.m;
     copy_attention_storage();
+    StepSections& sections = out_.sections;
     input_ = prologue();
-    out_.sections.prologue_end = writer_.size();
+    sections.prologue_variant = writer_.size();
+    // Interleaved: the first stage's later chunks take the last stage's activations.
+    if (wraps_ && stage_.first()) input_variant_ = wrap_message(OpKind::Recv, true, {});
+    sections.prologue_end = writer_.size();
     forward_map_ = layer_forward();
-    out_.sections.forward_end = writer_.size();
+    sections.forward_end = writer_.size();
+    const int32_t forward_last = writer_.last_compute();
     head();
-    out_.sections.head_end = writer_.size();
+    sections.head_variant = writer_.size();
+    // Interleaved: the last stage's earlier chunks send their output to the first stage, and get
+    // its gradient back from there.
+    if (wraps_ && stage_.last()) {
+      writer_.set_phase(Phase::Forward);
+      wrap_message(OpKind::Send, true, after(forward_last));
+    }
+    sections.head_end = writer_.size();
     gradient_input_ = receive_gradient();
-    out_.sections.gradient_in_end = writer_.size();
+    sections.gradient_in_variant = writer_.size();
+    if (wraps_ && stage_.last()) gradient_input_ = wrap_message(OpKind::Recv, false, {});
+    sections.gradient_in_end = writer_.size();
     layer_backward();
-    out_.sections.backward_end = writer_.size();
+    sections.backward_end = writer_.size();
+    const int32_t backward_last = writer_.last_compute();
     tail();
-    out_.sections.tail_end = writer_.size();
+    sections.tail_variant = writer_.size();
+    if (wraps_ && stage_.first()) {
+      writer_.set_phase(Phase::Backward);
+      wrap_message(OpKind::Send, false, after(backward_last));
+    }
+    sections.tail_end = writer_.size();
     epilogue();
     out_.per_layer_buffer.resize(out_.program.buffers.size(), false);
     return std::move(out_);
@@ -242,6 +266,16 @@ class StepTemplateBuilder {
     return writer_.stage_message(kind, peer, forward ? 0 : 1, flow_set, shape_.rows() * shape_.H, deps);
   }
 
+  // Interleaved 1F1B's messages between the last stage and the first (chunk k of the last stage
+  // feeds chunk k + 1 of the first): activations (tag 0) from the last stage to the first, their
+  // gradients (tag 1) back, in the flow sets of the other stage messages.
+  int32_t wrap_message(OpKind kind, bool forward, const std::vector<int32_t>& deps) {
+    const int span = (stage_.stages - 1) * stage_.stage_ranks;
+    const int peer = a_.program.rank + (stage_.first() ? span : -span);
+    const int32_t flow_set = int32_t(attention_flow_sets_) + (forward ? 0 : 1);
+    return writer_.stage_message(kind, peer, forward ? 0 : 1, flow_set, shape_.rows() * shape_.H, deps);
+  }
+
   // Non-last stages: the gradient of the stage's output, from the next stage.
   int32_t receive_gradient() {
     writer_.set_phase(Phase::Backward);
@@ -270,7 +304,8 @@ class StepTemplateBuilder {
     writer_.set_flags(flags);
     const int32_t gathered = w_.zero_stage == 3 && !flags ? gather_parameters(layer_parameters(), {}) : -1;
     std::vector<int32_t> start = after(gathered);
-    if (!flags && !stage_.first()) start.push_back(input_);  // the previous stage's activations
+    if (!flags && !stage_.first()) start.push_back(input_);              // the previous stage's activations
+    if (!flags && input_variant_ >= 0) start.push_back(input_variant_);  // or the last stage's
     // Recomputation runs when the backward reaches the layer: after its output gradient arrived.
     if (flags && gradient_input_ >= 0) start.push_back(gradient_input_);
     writer_.pointwise(StepOp::Norm, 2 * s.rows() * s.H * s.e, start);
@@ -506,6 +541,8 @@ class StepTemplateBuilder {
   detail::PipelinePosition stage_;
   size_t attention_flow_sets_ = 0;  // the pipeline's flow sets come after the attention's
   int32_t input_ = -1;              // the micro-batch's input: embedding, or the stage receive
+  int32_t input_variant_ = -1;      // interleaved, first stage: the later chunks' receive
+  bool wraps_ = false;              // virtual stages: messages between the last stage and the first
   int32_t gradient_input_ = -1;     // other stages than the last: the output gradient's receive
   int world_ = 1;                   // ranks a gradient is averaged over (data x sequence parallel)
   int32_t tensor_group_ = -1;       // this rank's tensor group, -1 without tensor parallelism
@@ -535,6 +572,7 @@ Plan micro_plan(const Plan& plan) {
     throw InputError(fmt::format("plan for strategy {}: {}", to_string(plan.strategy), feasible.reason));
   Plan micro = plan;
   micro.workload = detail::micro_workload(plan.workload);
+  micro.params.virtual_stages = 1;  // the attention of one micro-batch is the same in every chunk
   return micro;
 }
 
@@ -546,6 +584,11 @@ std::vector<FlowSet> pipeline_flow_sets(const Plan& plan) {
     forward.flows.emplace_back(g, g + W);
     backward.flows.emplace_back(g + W, g);
   }
+  if (plan.params.virtual_stages > 1)  // interleaved: the last stage feeds the first
+    for (int r = 0; r < W; ++r) {
+      forward.flows.emplace_back((Pp - 1) * W + r, r);
+      backward.flows.emplace_back(r, (Pp - 1) * W + r);
+    }
   return {forward, backward};
 }
 
@@ -587,10 +630,11 @@ StepTemplate StepBuilder::build_template(int rank, TokenSetPool& pool) const {
 }
 
 Schedule StepBuilder::build(const std::vector<int>& ranks, int layers) const {
-  const int Pp = impl_->plan.params.pipeline_parallel;
-  if (layers % Pp != 0)
-    throw InputError(fmt::format("{} layers cannot be replayed over {} pipeline stages: a multiple of {} is needed",
-                                 layers, Pp, Pp));
+  const int Pp = impl_->plan.params.pipeline_parallel, chunks = Pp * impl_->plan.params.virtual_stages;
+  if (layers % chunks != 0)
+    throw InputError(
+        fmt::format("{} layers cannot be replayed over {} pipeline stages{}: a multiple of {} is needed", layers, Pp,
+                    chunks > Pp ? fmt::format(" of {} virtual stages", chunks / Pp) : std::string(), chunks));
   Schedule schedule;
   schedule.dims = dims();
   schedule.flow_sets = flow_sets();

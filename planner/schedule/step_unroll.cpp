@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include <wallfacer/core/errors.hpp>
+#include "pipeline_parallel.hpp"
 
 namespace wallfacer {
 namespace {
@@ -28,12 +29,40 @@ bool is_layer(Section s) {
   return s == Section::Forward || s == Section::Backward;
 }
 
-// Lays the template's section instances out in 1F1B order and copies them, resolving every
-// dependency to the instance it means (step.hpp).
+// Where the chunk-dependent variant of a section begins (its end when it has none): chunks after
+// the rank's first take the variant of the prologue and the tail, chunks before its last the
+// variant of the head and the gradient input (step.hpp).
+uint32_t variant_begin(const StepSections& s, Section section, uint32_t end) {
+  switch (section) {
+    case Section::Prologue:
+      return s.prologue_variant;
+    case Section::Head:
+      return s.head_variant;
+    case Section::GradientIn:
+      return s.gradient_in_variant;
+    case Section::Tail:
+      return s.tail_variant;
+    default:
+      return end;
+  }
+}
+
+// Lays the template's section instances out in (interleaved) 1F1B order and copies them,
+// resolving every dependency to the instance it means (step.hpp).
 class Unroller {
  public:
   Unroller(const StepTemplate& step, int layers, std::vector<uint32_t>* origin)
-      : t_(step), s_(step.sections), n_(layers), m_(step.microbatches), origin_(origin) {
+      : t_(step),
+        s_(step.sections),
+        n_(layers),
+        m_(step.microbatches),
+        v_(step.chunks),
+        chunk_layers_(layers / step.chunks),
+        origin_(origin) {
+    position_.stage = step.stage;
+    position_.stages = step.stages;
+    position_.chunks = step.chunks;
+    position_.microbatches = step.microbatches;
     const uint32_t bounds[kSections + 1] = {0,
                                             s_.prologue_end,
                                             s_.forward_end,
@@ -55,6 +84,8 @@ class Unroller {
       }
     }
     flat_.assign(at, kNotYet);
+    for (auto& runs : last_run_)
+      runs[0] = runs[1] = -1;
   }
 
   RankProgram run() {
@@ -68,43 +99,61 @@ class Unroller {
     bind(p.inputs, out.inputs);
     bind(p.outputs, out.outputs);
     out.ops.reserve(flat_.size());
-    const int w = std::min(t_.warmup, m_);
-    for (int j = 0; j < w; ++j)
-      forward(out, j);
-    for (int j = 0; j + w < m_; ++j) {
-      forward(out, j + w);
-      backward(out, j);
+    const int total = m_ * v_, w = std::min(t_.warmup, total);
+    for (int k = 0; k < w; ++k)
+      forward(out, position_.forward_slot(k));
+    for (int k = 0; k + w < total; ++k) {
+      forward(out, position_.forward_slot(k + w));
+      backward(out, position_.backward_slot(k));
     }
-    for (int j = std::max(0, m_ - w); j < m_; ++j)
-      backward(out, j);
-    copy(out, Section::Epilogue, m_ - 1, -1);
+    for (int k = std::max(0, total - w); k < total; ++k)
+      backward(out, position_.backward_slot(k));
+    copy(out, Section::Epilogue, m_ - 1, -1, 0);
     return out;
   }
 
  private:
   static constexpr int32_t kNotYet = -2, kSkipped = -1;
 
+  // Layer sections have an instance per micro-batch and layer of the rank (chunk after chunk),
+  // the others one per micro-batch and chunk.
   int instances(Section s) const {
     if (s == Section::Epilogue) return 1;
-    return is_layer(s) ? m_ * n_ : m_;
+    return is_layer(s) ? m_ * n_ : m_ * v_;
   }
-  int32_t instance(Section s, int micro, int layer) const {
+  int32_t instance(Section s, int micro, int layer_or_chunk) const {
     const int32_t first = first_id_[int(s)];
     if (s == Section::Epilogue) return first;
-    return first + (is_layer(s) ? micro * n_ + layer : micro);
+    return first + (is_layer(s) ? micro * n_ + layer_or_chunk : micro * v_ + layer_or_chunk);
   }
 
-  void forward(RankProgram& out, int j) {
-    copy(out, Section::Prologue, j, -1);
-    for (int l = 0; l < n_; ++l)
-      copy(out, Section::Forward, j, l);
-    copy(out, Section::Head, j, -1);
+  void forward(RankProgram& out, detail::PipelineSlot at) {
+    const int first = at.chunk * chunk_layers_;
+    copy(out, Section::Prologue, at.micro, -1, at.chunk);
+    for (int l = first; l < first + chunk_layers_; ++l)
+      copy(out, Section::Forward, at.micro, l, at.chunk);
+    copy(out, Section::Head, at.micro, -1, at.chunk);
   }
-  void backward(RankProgram& out, int j) {
-    copy(out, Section::GradientIn, j, -1);
-    for (int l = n_ - 1; l >= 0; --l)
-      copy(out, Section::Backward, j, l);
-    copy(out, Section::Tail, j, -1);
+  void backward(RankProgram& out, detail::PipelineSlot at) {
+    const int first = at.chunk * chunk_layers_;
+    copy(out, Section::GradientIn, at.micro, -1, at.chunk);
+    for (int l = first + chunk_layers_ - 1; l >= first; --l)
+      copy(out, Section::Backward, at.micro, l, at.chunk);
+    copy(out, Section::Tail, at.micro, -1, at.chunk);
+  }
+
+  // Whether chunk `chunk` runs the variant of a section rather than its main ops.
+  bool takes_variant(Section section, int chunk) const {
+    const bool later = section == Section::Prologue || section == Section::Tail;
+    return later ? chunk > 0 : chunk < v_ - 1;
+  }
+  // The model layer of the rank's layer `layer` (chunk after chunk), for buffer names: chunk k of
+  // stage p holds model chunk k Pp + p, whose layers the template's stage share numbers.
+  int model_layer(int layer) const {
+    const int full_chunk = t_.layers / v_;
+    const int chunk = layer / chunk_layers_, within = layer % chunk_layers_;
+    if (v_ == 1) return t_.first_layer + layer;
+    return (chunk * t_.stages + t_.stage) * full_chunk + within;
   }
 
   // Per-layer buffers once per layer and micro-batch (names get ".L<model layer>", and ".M<j>"
@@ -121,7 +170,7 @@ class Unroller {
       for (int j = 0; j < m_; ++j)
         for (int l = 0; l < n_; ++l) {
           out.buffers.push_back(p.buffers[b]);
-          out.buffers.back().name += fmt::format(".L{}", t_.first_layer + l);
+          out.buffers.back().name += fmt::format(".L{}", model_layer(l));
           if (m_ > 1) out.buffers.back().name += fmt::format(".M{}", j);
         }
     }
@@ -145,13 +194,21 @@ class Unroller {
     }
   }
 
-  // The flat index of template op `target` as an op of section `from`, micro-batch `micro` and
-  // layer `layer` sees it: a layer op sees its own layer's instance, anything else the instance
-  // that ran last; the epilogue sees the last micro-batch. -1: the instance was left out.
-  int32_t resolve(uint32_t target, Section from, int micro, int layer) const {
+  // The flat index of template op `target` as an op of section `from`, micro-batch `micro`, chunk
+  // `chunk` and layer `layer` sees it: a layer op sees its own layer's instance, anything else the
+  // chunk's instance; the epilogue sees the instance of the target's section (and variant) that
+  // ran last. -1: the instance was left out, or it ran the other variant.
+  int32_t resolve(uint32_t target, Section from, int micro, int layer, int chunk) const {
     const Section to = section_of(s_, target);
-    if (is_layer(to) && !is_layer(from)) layer = to == Section::Forward ? n_ - 1 : 0;
-    const int32_t id = instance(to, micro, is_layer(to) ? layer : 0);
+    int32_t id = 0;
+    if (from == Section::Epilogue) {
+      id = last_run_[int(to)][target >= variant_begin(s_, to, bound_[int(to) + 1]) ? 1 : 0];
+      if (id < 0) return kSkipped;
+    } else {
+      if (is_layer(to) && !is_layer(from))
+        layer = chunk * chunk_layers_ + (to == Section::Forward ? chunk_layers_ - 1 : 0);
+      id = instance(to, micro, is_layer(to) ? layer : chunk);
+    }
     const int32_t flat = flat_[instance_base_[size_t(id)] + (target - bound_[int(to)])];
     WF_ASSERT(flat != kNotYet, fmt::format("rank {}: template op {} depends on op {}, which has not run yet",
                                            t_.program.rank, int(from), target));
@@ -163,20 +220,29 @@ class Unroller {
     return op.label == StepOp::GradSync && !t_.sync_every_microbatch && micro < m_ - 1;
   }
 
-  void copy(RankProgram& out, Section section, int micro, int layer) {
+  void copy(RankProgram& out, Section section, int micro, int layer, int chunk) {
     const RankProgram& p = t_.program;
     const uint32_t begin = bound_[int(section)], end = bound_[int(section) + 1];
-    int32_t* flat = &flat_[instance_base_[size_t(instance(section, micro, layer))]];
+    const int32_t id = instance(section, micro, is_layer(section) ? layer : chunk);
+    int32_t* flat = &flat_[instance_base_[size_t(id)]];
+    // A section with a variant runs either its main ops or the variant's; the others are left out.
+    const uint32_t split = variant_begin(s_, section, end);
+    const bool variant = split < end && takes_variant(section, chunk);
+    last_run_[int(section)][variant ? 1 : 0] = id;
     std::vector<int32_t> deps;
     for (uint32_t i = begin; i < end; ++i) {
       Op op = p.ops[i];
+      if (split < end && (i >= split) != variant) {
+        flat[i - begin] = kSkipped;
+        continue;
+      }
       if (skipped(op, micro)) {
         flat[i - begin] = kSkipped;
         continue;
       }
       deps.clear();
       for (const int32_t* d = p.deps_begin(op); d != p.deps_end(op); ++d) {
-        const int32_t resolved = resolve(uint32_t(*d), section, micro, layer);
+        const int32_t resolved = resolve(uint32_t(*d), section, micro, layer, chunk);
         if (resolved >= 0) deps.push_back(resolved);
       }
       for (int32_t& b : op.buf)
@@ -188,8 +254,12 @@ class Unroller {
 
   const StepTemplate& t_;
   const StepSections s_;
-  const int n_, m_;
+  const int n_, m_, v_;
+  const int chunk_layers_;  // n / v
+  detail::PipelinePosition position_;
   std::vector<uint32_t>* origin_;  // may be null
+  // By section: the instance that ran last of its main ops [0] and of its variant [1].
+  int32_t last_run_[kSections][2] = {};
   uint32_t bound_[kSections + 1] = {};
   int32_t first_id_[kSections] = {};
   std::vector<uint32_t> instance_base_;  // by instance id: its slice of flat_
@@ -203,6 +273,9 @@ RankProgram unroll(const StepTemplate& step, int layers, std::vector<uint32_t>* 
   const int n = layers == 0 ? step.layers : layers;
   if (n < 1 || n > step.layers)
     throw InputError(fmt::format("cannot unroll {} layers of a {}-layer step", n, step.layers));
+  if (n % step.chunks != 0)
+    throw InputError(fmt::format("cannot unroll {} layers over {} virtual stages: a multiple of {} is needed", n,
+                                 step.chunks, step.chunks));
   if (origin) origin->clear();
   return Unroller(step, n, origin).run();
 }

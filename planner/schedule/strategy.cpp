@@ -124,6 +124,8 @@ std::vector<int> make_stage_positions(StrategyKind strategy, const StrategyParam
 Feasibility check_feasible(StrategyKind strategy, const StrategyParams& params, const Workload& workload, int ranks) {
   const Feasibility pipeline = detail::pipeline_feasibility(params, workload, ranks);
   if (!pipeline.ok) return pipeline;
+  const Feasibility interleaved = detail::interleave_strategy_feasibility(strategy, params);
+  if (!interleaved.ok) return interleaved;
   const int Pp = params.pipeline_parallel;
   return check_stage_feasible(strategy, detail::stage_params(params), detail::micro_workload(workload), ranks / Pp);
 }

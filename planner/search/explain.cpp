@@ -40,6 +40,8 @@ uint64_t candidate_hash(const Candidate& c, const CostModel& model) {
   uint64_t h = schedule_hash(attention, schedule);
   h = (h ^ uint64_t(c.plan.params.tensor_parallel)) * 1099511628211ull;
   h = (h ^ uint64_t(c.plan.params.data_parallel)) * 1099511628211ull;
+  // Virtual stages change the step's order, not the attention programs.
+  if (c.plan.params.virtual_stages > 1) h = (h ^ uint64_t(c.plan.params.virtual_stages << 8)) * 1099511628211ull;
   return h;
 }
 

@@ -99,6 +99,30 @@ bool tensor_slice_fits(const Workload& w, int T) {
   return w.heads % T == 0 && w.kv_heads % T == 0;
 }
 
+// Interleaved 1F1B (docs/step.md): a step search takes every pipelined candidate again with each
+// further count of virtual stages that divides its stage's layers and whose Pp divides its
+// micro-batches, under the same rules.
+void add_virtual_stages(std::vector<Work>& work, const SearchOptions& options, int ranks,
+                        const std::string& dtype_problem) {
+  if (options.scope != Scope::Step) return;
+  const size_t plain = work.size();
+  for (size_t i = 0; i < plain; ++i)
+    for (int v : options.virtual_stages) {
+      const Plan& p = work[i].candidate.plan;
+      const int Pp = p.params.pipeline_parallel;
+      if (!work[i].priced || v <= 1 || Pp <= 1) continue;
+      if (p.workload.layers % (Pp * v) != 0 || p.workload.microbatches % Pp != 0) continue;
+      Work w;
+      w.index = work.size();
+      w.candidate.plan = p;
+      w.candidate.plan.params.virtual_stages = v;
+      const Feasibility rules = check_feasible(p.strategy, w.candidate.plan.params, p.workload, ranks);
+      w.candidate.reason = !rules.ok ? rules.reason : dtype_problem;
+      w.priced = w.candidate.reason.empty();
+      work.push_back(std::move(w));
+    }
+}
+
 std::vector<Work> enumerate_candidates(const Topology& topology, const Workload& workload, const SearchOptions& options,
                                        int ranks) {
   std::string dtype_problem = dtype_issue(topology.gpu(), workload.dtype);
@@ -133,6 +157,7 @@ std::vector<Work> enumerate_candidates(const Topology& topology, const Workload&
           work.push_back(std::move(w));
         }
       }
+  add_virtual_stages(work, options, ranks, dtype_problem);
   return work;
 }
 
@@ -153,6 +178,7 @@ std::string Candidate::describe_params() const {
   if (p.data_parallel > 1) text += fmt::format(" D={}", p.data_parallel);
   if (p.tensor_parallel > 1) text += fmt::format(" T={}", p.tensor_parallel);
   if (p.pipeline_parallel > 1) text += fmt::format(" P={}", p.pipeline_parallel);
+  if (p.virtual_stages > 1) text += fmt::format(" V={}", p.virtual_stages);
   if (plan.workload.microbatches > 1) text += fmt::format(" M={}", plan.workload.microbatches);
   if (chose_memory_settings)
     text += fmt::format(" Z{}/{}", plan.workload.zero_stage, to_string(plan.workload.checkpointing)[0]);

@@ -7,4 +7,5 @@ wallfacer_add_test(NAME test_search
           ${CMAKE_CURRENT_LIST_DIR}/symmetry_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/screen_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/explain_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/vpp_search_test.cpp
   LIBS wallfacer::search_internal wallfacer::planner)

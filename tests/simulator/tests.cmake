@@ -15,6 +15,7 @@ wallfacer_add_test(NAME test_simulator
           ${CMAKE_CURRENT_LIST_DIR}/plan_explain_cli_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/cancel_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/compose_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/interleaved_step_test.cpp
   LIBS wallfacer::simulator_internal wallfacer::planner fmt::fmt nlohmann_json::nlohmann_json)
 # cli_test.cpp runs build/bin/wallfacer.
 add_dependencies(test_simulator wallfacer)

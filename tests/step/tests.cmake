@@ -4,5 +4,6 @@ wallfacer_add_test(NAME test_step
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/step_build_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/tensor_parallel_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/pipeline_parallel_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/interleaved_pipeline_test.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/schedule/test_plans.cpp
   LIBS wallfacer::schedule_internal wallfacer::check wallfacer::planner)

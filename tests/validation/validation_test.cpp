@@ -124,9 +124,8 @@ std::vector<std::string> needs_of(const Entry& e) {
     if (is_null(e.key(key))) unstated.push_back(key);
   if (!unstated.empty()) needs.push_back(fmt::format("a stated layout ({})", fmt::join(unstated, ", ")));
   Workload w;
-  w.seq = t["seq"].as<int64_t>();
   if (std::find(models.begin(), models.end(), e.model) != models.end()) w = load_workload(e.model);
-  w.seq = t["seq"].as<int64_t>();
+  w.seq = e.key("seq").as<int64_t>();
   const std::string metric = e.measured["metric"].as<std::string>();
   if ((metric == "tflops_per_gpu" || metric == "mfu") && !flops_per_token(e, w)) {
     const YAML::Node& c = e.measured["flops_convention"];
@@ -167,6 +166,7 @@ std::string layout_of(const StrategyParams& p, const Workload& w) {
   std::string s = fmt::format("S={} D={}", p.sequence_parallel, p.data_parallel);
   if (p.tensor_parallel > 1) s += fmt::format(" T={}", p.tensor_parallel);
   if (p.pipeline_parallel > 1) s += fmt::format(" P={}", p.pipeline_parallel);
+  if (p.virtual_stages > 1) s += fmt::format(" V={}", p.virtual_stages);
   if (w.microbatches > 1) s += fmt::format(" M={}", w.microbatches);
   if (const auto* k = std::get_if<UspKnobs>(&p.knobs)) s += fmt::format(" u={} r={}", k->ulysses, k->ring);
   if (const auto* k = std::get_if<DoubleRingKnobs>(&p.knobs)) s += fmt::format(" u={} w={}", k->ulysses, k->window);
@@ -180,7 +180,7 @@ std::string layout_of(const StrategyParams& p, const Workload& w) {
 Workload published_workload(const Entry& e) {
   const YAML::Node& t = e.training;
   WorkloadOverrides o;
-  o.seq = t["seq"].as<int64_t>();
+  o.seq = e.key("seq").as<int64_t>();
   o.batch = e.key("batch").as<int>();
   o.dtype = t["dtype"].as<std::string>();
   o.zero_stage = e.key("zero").as<int>();
@@ -208,6 +208,8 @@ StrategyParams params_of(const Entry& e, StrategyKind kind) {
   params.data_parallel = t["D"].as<int>();
   params.tensor_parallel = t["tp"] ? t["tp"].as<int>() : 1;
   params.pipeline_parallel = t["pp"] ? t["pp"].as<int>() : 1;
+  // Virtual stages per pipeline rank (interleaved 1F1B), where the run used them.
+  if (!is_null(e.key("vpp"))) params.virtual_stages = e.key("vpp").as<int>();
   params.knobs = default_knobs(kind);
   if (const YAML::Node& k = t["knobs"]) {
     if (auto* u = std::get_if<UspKnobs>(&params.knobs)) {
@@ -265,7 +267,7 @@ Result predict(const Entry& e) {
   r.layout =
       (strategy == "none" ? std::string("no SP") : std::string(to_string(kind))) + " " + layout_of(params, r.workload);
   std::vector<std::string> assumed;
-  for (const char* key : {"batch", "zero", "checkpointing", "microbatches", "grad_comm_dtype"})
+  for (const char* key : {"seq", "batch", "zero", "checkpointing", "microbatches", "grad_comm_dtype", "vpp"})
     if (is_null(t[key]) && e.assumed && !is_null(e.assumed[key])) assumed.push_back(key);
   if (!assumed.empty()) r.layout += fmt::format(" (assumed: {})", fmt::join(assumed, ", "));
   if (!e.calibration.empty())

@@ -73,6 +73,9 @@ struct StrategyParams {
   // global rank g = ((p * D + d) * S + s) * T + t; stage p holds layers [p L / Pp, (p + 1) L / Pp)
   // and runs the 1F1B schedule over the workload's micro-batches. P = T * S * D * Pp.
   int pipeline_parallel = 1;
+  // v, virtual stages per pipeline rank (Megatron's interleaved 1F1B, docs/step.md "Interleaved
+  // 1F1B"): the layers split into Pp * v chunks, chunk c on stage c mod Pp; 1 = plain 1F1B.
+  int virtual_stages = 1;
   bool operator==(const StrategyParams&) const = default;
 };
 

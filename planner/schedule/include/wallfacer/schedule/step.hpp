@@ -9,9 +9,10 @@
 // prologue, F(0) .. F(n-1), head; its backward is gradient input, B(n-1) .. B(0), tail; the
 // epilogue runs once at the end. With pipeline parallelism a rank holds its stage's layers and
 // runs the micro-batches' forwards and backwards in 1F1B order (docs/step.md "Pipeline
-// parallelism"). A dependency of a layer op on another layer op is on the same layer's instance;
-// on any other section, on the instance that ran last; always within the same micro-batch, except
-// from the epilogue, which sees the last micro-batch. Each unrolled layer of each micro-batch has
+// parallelism"), with virtual stages as v chunks in interleaved 1F1B order. A dependency of a
+// layer op on another layer op is on the same layer's instance; on any other section, on the
+// instance of the same micro-batch and chunk, except from the epilogue, which sees the instance
+// that ran last. Each unrolled layer of each micro-batch has
 // its own copy of the layer's buffers, so a layer's backward reads what its own forward left.
 #pragma once
 
@@ -33,8 +34,17 @@ namespace wallfacer {
 //   [gradient_in_end, backward_end)   one layer's backward
 //   [backward_end, tail_end)          the embedding's backward, or the send of the input gradient back
 //   [tail_end, ops)                   epilogue: the optimizer and what follows it, once per step
+//
+// With virtual stages (interleaved 1F1B) the boundary stages' chunks differ: on the first stage
+// only chunk 0 embeds and back-propagates into the embedding, the later chunks receive from and
+// send back to the last stage; on the last stage only chunk v - 1 runs the head, the earlier ones
+// send to and receive from the first stage. Such a section ends with its variant, [*_variant,
+// section end), which the chunks after the rank's first (prologue, tail) or before its last (head,
+// gradient input) run instead of the section's main ops; *_variant is the section's end when it
+// has none.
 struct StepSections {
   uint32_t prologue_end = 0, forward_end = 0, head_end = 0, gradient_in_end = 0, backward_end = 0, tail_end = 0;
+  uint32_t prologue_variant = 0, head_variant = 0, gradient_in_variant = 0, tail_variant = 0;
 };
 
 struct StepTemplate {
@@ -43,7 +53,9 @@ struct StepTemplate {
   int layers = 1;                      // the rank's layer count (its stage's; what unroll(0) produces)
   int first_layer = 0;                 // the model layer of the stage's first (for buffer names)
   int microbatches = 1;                // M: forwards and backwards per step
-  int warmup = 0;                      // 1F1B: forwards before the first backward
+  int warmup = 0;                      // 1F1B: chunk forwards before the first backward
+  int chunks = 1;                      // v, virtual stages per rank: the layers run as v chunks
+  int stage = 0, stages = 1;           // the rank's pipeline stage and the stage count
   bool sync_every_microbatch = false;  // ZeRO 2/3 reduce-scatter every micro-batch; 0/1 the last only
   std::vector<bool> per_layer_buffer;  // by buffer: copied once per unrolled layer and micro-batch
   int64_t tokens = 0;                  // rows the rank's non-attention ops work on (tokens x micro-batch)

@@ -46,6 +46,10 @@ struct SearchOptions {
   // bubble, (Pp - 1) / (M + Pp - 1) of the step); otherwise the workload's micro-batches.
   std::vector<int> pipeline_degrees = {1};
   bool auto_microbatches = true;
+  // Virtual stages per pipeline rank to try with Pp > 1 (interleaved 1F1B, docs/step.md); a degree
+  // that does not divide the stage's layers, or whose Pp does not divide the micro-batches, is
+  // skipped. Without pipelining only 1.
+  std::vector<int> virtual_stages = {1};
   // Memory settings a whole-step search may choose per candidate (empty: the workload's only): for
   // each checkpointing mode, the lowest of these ZeRO stages whose step memory fits the budget.
   std::vector<int> zero_stages;
