@@ -337,7 +337,14 @@ std::vector<std::vector<double>> CostModel::order_durations(const Plan& plan, co
 }
 
 CostBreakdown CostModel::evaluate_times(const Plan& plan, const Schedule& schedule, Timing timing) const {
-  return evaluate_times(plan, PreparedTiming(plan, schedule, timing));
+  // Priced once: every op on its own (the reference the search's per-order pricing is tested against).
+  const PreparedTiming prepared(plan, schedule, timing);
+  detail::NetworkPricer network(topology_, plan, schedule.flow_sets, tree_prices_.get());
+  OpPricer pricer{schedule, network, ComputeTimer(topology_.gpu(), calibration_, plan.workload)};
+  std::vector<std::vector<double>> duration(schedule.ranks.size());
+  for (size_t p = 0; p < schedule.ranks.size(); ++p)
+    duration[p] = pricer.durations(schedule.ranks[p]);
+  return time_schedule(plan, prepared, duration, true);
 }
 
 CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& prepared, bool with_parts) const {
