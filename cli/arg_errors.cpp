@@ -83,7 +83,8 @@ std::string unknown_flag(const CLI::App& app, const CLI::App& command, const std
   for (const CLI::Option* option : command.get_options()) {
     const std::string flag = flag_name(*option);
     if (flag.rfind("--", 0) != 0) continue;
-    const size_t d = edit_distance(flag, what);
+    // A flag cut short (--zero for --zero-stage) is nearer than any few edits.
+    const size_t d = what.size() > 3 && flag.rfind(what, 0) == 0 ? 0 : edit_distance(flag, what);
     if (d < best_distance) best_distance = d, best = flag;
   }
   return fmt::format("{}: error: unknown argument '{}'{}\n  `{} --help` lists what it takes\n", name, what,
@@ -122,7 +123,10 @@ std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& err
           (option->get_lnames().empty() ? "" : flag_name(*option) + " ") +
               (option->get_description().find("Plan file") != std::string::npos ? std::string("plan.yaml")
                                                                                 : example_value(*option, {})));
-  if (!std::regex_search(text, m, std::regex("^(--[A-Za-z0-9-]+): (.*)$")))
+  // CLI11 words a value it cannot convert as "Could not convert: --seq = abc".
+  const std::string conversion = std::regex_replace(text, std::regex("^Could not convert: (--[A-Za-z0-9-]+) = (.*)$"),
+                                                    "$1: Could not convert: $2");
+  if (!std::regex_search(conversion, m, std::regex("^(--[A-Za-z0-9-]+): (.*)$")))
     return fmt::format("{}: error: {}\n", name, text);
   const CLI::Option* option = command.get_option_no_throw(m[1].str());
   if (option == nullptr) return fmt::format("{}: error: {}\n", name, text);

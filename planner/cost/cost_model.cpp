@@ -254,22 +254,112 @@ PreparedTiming::PreparedTiming(const Plan& plan, const Schedule& schedule, Timin
   shape_ = std::make_unique<detail::TimelineShape>(std::move(programs), mode);
 }
 
+// Compute durations depend on the workload alone and all-to-all slices on the programs alone, so
+// of each GPU order only the transfers and collectives are priced.
+struct PreparedTiming::OrderFree {
+  std::vector<std::vector<double>> duration;  // by program, op: compute durations, 0 for transfers
+  struct Transfer {
+    uint32_t program, op;
+    int32_t slices;  // all-to-all: index into `slices`, else -1
+  };
+  std::vector<Transfer> transfers;
+  std::vector<std::vector<std::pair<int, int64_t>>> slices;
+};
+
 PreparedTiming::~PreparedTiming() = default;
 
+namespace {
+
+// As OpPricer prices them: transfers and collectives on the network, everything else on the GPU.
+bool is_transfer(const Op& op) {
+  switch (op.kind) {
+    case OpKind::Send:
+    case OpKind::Recv:
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter:
+    case OpKind::AllToAll:
+    case OpKind::AllReduce:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<double>> CostModel::order_durations(const Plan& plan, const PreparedTiming& prepared,
+                                                            detail::NetworkPricer& network) const {
+  const Schedule& schedule = prepared.schedule_;
+  if (!prepared.order_free_) {
+    auto free = std::make_unique<PreparedTiming::OrderFree>();
+    ComputeTimer compute(topology_.gpu(), calibration_, plan.workload);
+    free->duration.resize(schedule.ranks.size());
+    for (size_t p = 0; p < schedule.ranks.size(); ++p) {
+      const RankProgram& program = schedule.ranks[p];
+      free->duration[p].assign(program.ops.size(), 0.0);
+      for (size_t i = 0; i < program.ops.size(); ++i) {
+        const Op& op = program.ops[i];
+        if (!is_transfer(op)) {
+          free->duration[p][i] = compute.seconds(op, schedule.tokens);
+          continue;
+        }
+        if (op.kind != OpKind::Send && op.kind != OpKind::Recv && op.coll < 0) continue;  // priced 0
+        int32_t slices = -1;
+        if (op.kind == OpKind::AllToAll) {
+          slices = int32_t(free->slices.size());
+          free->slices.push_back(network.all_to_all_slices(program, op, schedule.tokens, schedule.dims));
+        }
+        free->transfers.push_back({uint32_t(p), uint32_t(i), slices});
+      }
+    }
+    prepared.order_free_ = std::move(free);
+  }
+  const PreparedTiming::OrderFree& free = *prepared.order_free_;
+  std::vector<std::vector<double>> duration = free.duration;
+  for (const PreparedTiming::OrderFree::Transfer& t : free.transfers) {
+    const RankProgram& program = schedule.ranks[t.program];
+    const Op& op = program.ops[t.op];
+    double& seconds = duration[t.program][t.op];
+    switch (op.kind) {
+      case OpKind::Send:
+        seconds = network.p2p_seconds(op.flow_set, program.rank, op.peer, op.bytes);
+        break;
+      case OpKind::Recv:
+        seconds = network.p2p_seconds(op.flow_set, op.peer, program.rank, op.bytes);
+        break;
+      case OpKind::AllToAll:
+        seconds = network.all_to_all_seconds(program.collectives[size_t(op.coll)].group, free.slices[size_t(t.slices)]);
+        break;
+      default: {
+        const CollectiveSpec& spec = program.collectives[size_t(op.coll)];
+        if (op.kind == OpKind::AllReduce && spec.algorithm == AllReduceAlgorithm::Tree)
+          seconds = network.tree_all_reduce_seconds(spec.group, spec.elements * schedule.dims.grad_elem_bytes);
+        else
+          seconds = network.collective_seconds(op.kind, spec.group, op.bytes);
+      }
+    }
+  }
+  return duration;
+}
+
 CostBreakdown CostModel::evaluate_times(const Plan& plan, const Schedule& schedule, Timing timing) const {
-  return evaluate_times(plan, PreparedTiming(plan, schedule, timing));
+  // Priced once: every op on its own (the reference the search's per-order pricing is tested against).
+  const PreparedTiming prepared(plan, schedule, timing);
+  detail::NetworkPricer network(topology_, plan, schedule.flow_sets, tree_prices_.get());
+  OpPricer pricer{schedule, network, ComputeTimer(topology_.gpu(), calibration_, plan.workload)};
+  std::vector<std::vector<double>> duration(schedule.ranks.size());
+  for (size_t p = 0; p < schedule.ranks.size(); ++p)
+    duration[p] = pricer.durations(schedule.ranks[p]);
+  return time_schedule(plan, prepared, duration, true);
 }
 
 CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& prepared, bool with_parts) const {
   const Schedule& schedule = prepared.schedule_;
   detail::NetworkPricer network(topology_, plan, schedule.flow_sets, tree_prices_.get());
-  OpPricer pricer{schedule, network, ComputeTimer(topology_.gpu(), calibration_, plan.workload)};
-  std::vector<std::vector<double>> duration(schedule.ranks.size());
+  std::vector<std::vector<double>> duration = order_durations(plan, prepared, network);
   size_t doubles = 0;
-  for (size_t p = 0; p < schedule.ranks.size(); ++p) {
-    duration[p] = pricer.durations(schedule.ranks[p]);
-    doubles += duration[p].size();
-  }
+  for (const std::vector<double>& d : duration)
+    doubles += d.size();
   if (with_parts) return time_schedule(plan, prepared, duration, true);
   // The timeline is a function of the durations alone (and of the plan's workload and ranks, the
   // same for every order of one candidate): equal durations give equal times.

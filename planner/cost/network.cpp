@@ -344,13 +344,14 @@ double NetworkPricer::tree_all_reduce_seconds(int group, int64_t buffer_bytes) {
   return it->second;
 }
 
-double NetworkPricer::all_to_all_seconds(const RankProgram& program, const Op& op, const TokenSetPool& pool,
-                                         const ScheduleDims& dims) {
+std::vector<std::pair<int, int64_t>> NetworkPricer::all_to_all_slices(const RankProgram& program, const Op& op,
+                                                                      const TokenSetPool& pool,
+                                                                      const ScheduleDims& dims) {
   const CollectiveSpec& spec = program.collectives[size_t(op.coll)];
-  if (spec.group < 0 || spec.group >= int(plan_.groups.size())) return 0;
+  if (spec.group < 0 || spec.group >= int(plan_.groups.size())) return {};
   const int p = int(plan_.groups[size_t(spec.group)].ranks.size());
   const int me = member_index(spec.group, program.rank);
-  if (p < 2 || me < 0 || size_t(me) >= spec.in_tokens.size()) return 0;
+  if (p < 2 || me < 0 || size_t(me) >= spec.in_tokens.size()) return {};
   // Peers this member sends to, and the largest slice it sends.
   const TokenSet& in = pool.get(spec.in_tokens[size_t(me)]);
   const HeadRange in_heads = spec.in_heads[size_t(me)];
@@ -369,21 +370,31 @@ double NetworkPricer::all_to_all_seconds(const RankProgram& program, const Op& o
     if (tokens <= 0) continue;
     slices.emplace_back((j - me + p) % p, payload_bytes(dims, spec.fields, tokens, heads, batch, fp32));
   }
+  std::sort(slices.begin(), slices.end());
+  return slices;
+}
+
+double NetworkPricer::all_to_all_seconds(int group, const std::vector<std::pair<int, int64_t>>& slices) {
+  if (slices.empty()) return 0;
   // Pairwise, as the simulator runs it (and NCCL its grouped point-to-point calls): the member
   // sends to offset +1, then +2, ..., one peer at a time, each step at its latency and at the
   // share its flow gets among that step's flows of every group of the kind. Priced as if all
   // flows were in flight at once instead, a member whose peers sit behind links of different
   // speeds (NVLink inside a node, a NIC between nodes) would overlap its fast steps with its slow
   // ones, which it does not: a Ulysses group over two DGX H100 nodes came out 7.7 % under.
-  std::sort(slices.begin(), slices.end());
-  const GroupKind kind = plan_.groups[size_t(spec.group)].kind;
+  const GroupKind kind = plan_.groups[size_t(group)].kind;
   double seconds = 0;
   for (const auto& [offset, bytes] : slices) {
-    const GroupPrice price = group_price(pattern(kind, {offset}), spec.group);
+    const GroupPrice price = group_price(pattern(kind, {offset}), group);
     seconds +=
         price.latency_us * 1e-6 + (price.bandwidth_GBps < kInf ? double(bytes) / (price.bandwidth_GBps * 1e9) : 0);
   }
   return seconds;
+}
+
+double NetworkPricer::all_to_all_seconds(const RankProgram& program, const Op& op, const TokenSetPool& pool,
+                                         const ScheduleDims& dims) {
+  return all_to_all_seconds(program.collectives[size_t(op.coll)].group, all_to_all_slices(program, op, pool, dims));
 }
 
 }  // namespace wallfacer::detail

@@ -356,4 +356,17 @@ std::vector<int> NodeOrders::gpu_order(const std::vector<int>& local_order) cons
   return gpus;
 }
 
+void NodeOrders::place(Plan& plan, const std::vector<int>& identity_positions,
+                       const std::vector<int>& local_order) const {
+  const std::vector<int> gpus = gpu_order(local_order);
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    RankSlot& slot = plan.ranks[r];
+    slot.gpu = gpus[size_t(identity_positions[r])];
+    slot.node = topology_.node_of_gpu(slot.gpu);
+    slot.local_gpu = topology_.local_gpu(slot.gpu);
+    const int nic = topology_.nic_of_gpu(slot.gpu);
+    slot.nic = nic >= 0 ? topology_.devices()[size_t(nic)].name : std::string();
+  }
+}
+
 }  // namespace wallfacer::detail

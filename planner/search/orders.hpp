@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include <wallfacer/plan/plan.hpp>
 #include <wallfacer/topology/topology.hpp>
 
 namespace wallfacer::detail {
@@ -38,6 +39,10 @@ class NodeOrders {
   // The global GPU of each rank under a node-local order.
   std::vector<int> gpu_order(const std::vector<int>& local_order) const;
   std::vector<int> identity() const;
+  // Moves the ranks of `plan` onto the GPUs of `local_order`, given `identity_positions`: the GPU
+  // of each rank under the identity order. What make_plan gives for that order: groups and
+  // all-reduce algorithms depend on ranks and nodes alone, which node-local orders keep.
+  void place(Plan& plan, const std::vector<int>& identity_positions, const std::vector<int>& local_order) const;
   // The permutations of a node's local GPUs that are symmetries of the cluster, identity first
   // (identity only on clusters of more than kMaxSymmetryNodes nodes).
   const std::vector<std::vector<int>>& symmetries() const { return symmetries_; }

@@ -65,14 +65,18 @@ void price_orders(Work& work, const std::vector<std::vector<int>>& orders, const
   Candidate& c = work.candidate;
   double best = std::numeric_limits<double>::infinity();
   std::optional<PreparedTiming> prepared;  // the same for every order: built with the first
+  // One plan moved from order to order (make_plan per order rebuilt the same groups each time).
+  Plan plan = make_plan(c.plan.strategy, c.plan.params, c.plan.workload, topology, ranks, {}, all_reduce);
+  std::vector<int> positions;
+  for (const RankSlot& slot : plan.ranks)
+    positions.push_back(slot.gpu);
   for (const auto& order : orders) {
-    Plan plan = make_plan(c.plan.strategy, c.plan.params, c.plan.workload, topology, ranks,
-                          node_orders.gpu_order(order), all_reduce);
+    node_orders.place(plan, positions, order);
     if (!prepared) prepared.emplace(plan, work.schedule, timing);
     CostBreakdown cost = model.evaluate_times(plan, *prepared, /*with_parts=*/false);
     if (cost.step_ms < best) {
       best = cost.step_ms;
-      c.plan = std::move(plan);
+      c.plan = plan;
       c.cost = cost;
       c.local_order = order;
     }

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <set>
 
+#include <wallfacer/plan/workload.hpp>
+#include <wallfacer/schedule/strategy.hpp>
 #include <wallfacer/topology/topology.hpp>
 #include "orders.hpp"
 
@@ -67,6 +69,38 @@ TEST(NodeOrders, GpuOrderAppliesTheLocalOrderToEveryNode) {
   ASSERT_EQ(gpus.size(), 16u);
   for (int r = 0; r < 16; ++r)
     EXPECT_EQ(gpus[size_t(r)], (r / 8) * 8 + local[size_t(r % 8)]);
+}
+
+// The search moves one plan from order to order instead of making it anew: every field must be
+// what make_plan gives for that order (pipeline stages and tensor slices permute the positions).
+TEST(NodeOrders, PlacingAPlanGivesWhatMakePlanGives) {
+  const Topology t = Topology::load("pcie-8gpu", 2);
+  const detail::NodeOrders orders(t, 16);
+  const Workload w = load_workload("gpt-3b", {});
+  std::vector<std::pair<StrategyKind, StrategyParams>> cases;
+  for (StrategyKind kind : all_strategies())
+    for (StrategyParams params : enumerate_params(kind, w, 8)) {
+      params.pipeline_parallel = 2;
+      if (check_feasible(kind, params, w, 16).ok) cases.emplace_back(kind, params);
+    }
+  for (StrategyKind kind : {StrategyKind::Ring, StrategyKind::Usp})
+    for (StrategyParams params : enumerate_params(kind, w, 16))
+      if (check_feasible(kind, params, w, 16).ok) cases.emplace_back(kind, params);
+  ASSERT_GT(cases.size(), 4u);
+  const std::vector<std::vector<int>> all = orders.all_distinct(5040);
+  for (const auto& [kind, params] : cases) {
+    Plan placed = make_plan(kind, params, w, t, 16);
+    std::vector<int> positions;
+    for (const RankSlot& slot : placed.ranks)
+      positions.push_back(slot.gpu);
+    for (size_t o = 0; o < all.size(); o += 7) {
+      orders.place(placed, positions, all[o]);
+      const Plan made = make_plan(kind, params, w, t, 16, orders.gpu_order(all[o]));
+      ASSERT_EQ(placed.ranks, made.ranks) << to_string(kind) << " order " << o;
+      for (size_t g = 0; g < made.groups.size(); ++g)
+        ASSERT_EQ(placed.groups[g].all_reduce, made.groups[g].all_reduce);
+    }
+  }
 }
 
 }  // namespace

@@ -169,6 +169,12 @@ TEST_F(PlanExplain, ArgumentErrorsNameTheFlagWhatItAcceptsAndAnExample) {
             "wallfacer plan: error: --memory-fraction: expects a number from 0.01 to 1, got 2\n"
             "  --memory-fraction: Share of GPU memory a plan may use\n"
             "  example: wallfacer plan --memory-fraction 0.9\n");
+  const auto word = test::run_cli("plan --seq abc", "2>&1");
+  EXPECT_EQ(word.status, 2);
+  EXPECT_EQ(word.output.substr(0, word.output.find('\n')), "wallfacer plan: error: --seq: expects a number, got 'abc'");
+  const auto cut = test::run_cli("plan --zero 1", "2>&1");
+  EXPECT_EQ(cut.status, 2);
+  EXPECT_NE(cut.output.find("unknown argument '--zero'; did you mean --zero-stage?"), std::string::npos) << cut.output;
   const auto missing = test::run_cli("run", "2>&1");
   EXPECT_EQ(missing.status, 2);
   EXPECT_NE(missing.output.find("wallfacer run: error: --plan is required"), std::string::npos) << missing.output;

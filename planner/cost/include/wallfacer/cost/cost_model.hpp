@@ -104,6 +104,7 @@ enum class Timing {
 };
 
 namespace detail {
+class NetworkPricer;
 class TimelineShape;
 class TreePriceCache;
 }  // namespace detail
@@ -122,8 +123,11 @@ class PreparedTiming {
 
  private:
   friend class CostModel;
+  // What of the op durations does not depend on the GPU order, found when first priced.
+  struct OrderFree;
   const Schedule& schedule_;
   std::unique_ptr<detail::TimelineShape> shape_;
+  mutable std::unique_ptr<OrderFree> order_free_;
   struct Timed {
     std::vector<std::vector<double>> duration;
     CostBreakdown cost;
@@ -176,6 +180,10 @@ class CostModel {
   std::vector<int> timed_ranks(const Plan& plan) const;
 
  private:
+  // Durations of the prepared schedule's ops (by program, then op) on the plan's GPU order: the
+  // order-free part computed once per PreparedTiming, the transfers priced by `network`.
+  std::vector<std::vector<double>> order_durations(const Plan& plan, const PreparedTiming& prepared,
+                                                   detail::NetworkPricer& network) const;
   // Times a prepared schedule with its ops' durations (by program, then op).
   CostBreakdown time_schedule(const Plan& plan, const PreparedTiming& prepared,
                               const std::vector<std::vector<double>>& duration, bool with_parts) const;

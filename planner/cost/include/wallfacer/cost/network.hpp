@@ -87,6 +87,11 @@ class NetworkPricer {
   // offsets in group order (true of shifts and full exchanges), and so is every group of the kind.
   double all_to_all_seconds(const RankProgram& program, const Op& op, const TokenSetPool& pool,
                             const ScheduleDims& dims);
+  // The same in two parts: what the member sends to each peer offset (sorted by offset), which
+  // does not depend on the GPUs, and its seconds on this plan's GPUs.
+  std::vector<std::pair<int, int64_t>> all_to_all_slices(const RankProgram& program, const Op& op,
+                                                         const TokenSetPool& pool, const ScheduleDims& dims);
+  double all_to_all_seconds(int group, const std::vector<std::pair<int, int64_t>>& slices);
 
  private:
   struct GroupPrice {
