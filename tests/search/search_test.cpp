@@ -252,6 +252,8 @@ TEST(StepSearch, ChoosesTheLowestZeroStageThatFits) {
     Schedule attention;
     model.build_timed(c.plan, attention);
     if (!c.pruned) EXPECT_LE(c.cost.memory.total_GiB, budget);
+    // Listed as feasible, priced or pruned, means its step fits.
+    EXPECT_LE(step_memory(c.plan, attention).total_GiB, budget) << c.describe_params();
     chosen.insert({c.plan.workload.zero_stage, c.plan.workload.checkpointing});
     for (int lower = 0; lower < c.plan.workload.zero_stage; ++lower) {
       Plan p = c.plan;
@@ -261,6 +263,44 @@ TEST(StepSearch, ChoosesTheLowestZeroStageThatFits) {
   }
   EXPECT_GT(priced, 0);
   EXPECT_GT(chosen.size(), 1u) << "one setting for every candidate: the test does not exercise the choice";
+}
+
+// With a budget that only some candidates' steps fit, the rest are rejected with their memory, none
+// listed as feasible (a pruned candidate is never memory-checked by pricing, so the rejection must
+// come first), and the memory each rejection names is the step memory model's.
+TEST(StepSearch, CandidatesThatCannotFitAreRejectedNotPruned) {
+  const Topology topology = Topology::load("dgx-h100", 1);
+  Workload w = load_workload("llama-3-8b");
+  w.layers = 4;
+  w.seq = 65536;
+  w.batch = 1;
+  const CostModel model(topology, Calibration::defaults());
+  SearchOptions options;
+  options.scope = Scope::Step;
+  options.tensor_degrees = {1, 2, 4, 8};
+  options.zero_stages = {0, 1};
+  options.checkpointing_modes = {Checkpointing::None};
+  options.memory_budget_fraction = 0.2;
+  const SearchResult result = search_plans(topology, w, model, options);
+  const double budget = 0.2 * topology.gpu().memory_GiB;
+  int fit = 0, rejected = 0;
+  for (const Candidate& c : result.candidates) {
+    if (c.plan.ranks.empty() || !c.chose_memory_settings) continue;
+    Schedule attention;
+    model.build_timed(c.plan, attention);
+    const double GiB = step_memory(c.plan, attention).total_GiB;
+    if (c.feasible) {
+      ++fit;
+      EXPECT_LE(GiB, budget) << c.describe_params() << (c.pruned ? " (pruned)" : "");
+    } else {
+      ++rejected;
+      EXPECT_GT(GiB, budget) << c.describe_params() << ": " << c.reason;
+      EXPECT_NE(c.reason.find("GiB budget"), std::string::npos) << c.reason;
+      EXPECT_NEAR(c.cost.memory.total_GiB, GiB, 1e-9);
+    }
+  }
+  EXPECT_GT(fit, 0) << "no candidate fits: the test does not exercise the search";
+  EXPECT_GT(rejected, 0) << "every candidate fits: the test does not exercise the rejection";
 }
 
 }  // namespace

@@ -31,14 +31,16 @@ TEST(VirtualStageSearch, PricesEveryCountThatDividesAndInterleavingShortensTheSt
   options.pipeline_degrees = {2};
   options.virtual_stages = {1, 2, 4, 8};  // 8 does not divide a stage's 4 layers
   options.sequence_parallel = 8;
+  options.priced_top = 3;  // price the three counts in full: a bound would prune the slower ones
   const SearchResult result = search_plans(topology, w, model, options);
   std::map<int, double> step_by_v;
   for (const Candidate& c : result.candidates) {
     EXPECT_NE(c.plan.params.virtual_stages, 8) << c.describe_params();
     if (!c.feasible || c.pruned) continue;
     step_by_v[c.plan.params.virtual_stages] = c.cost.step_ms;
-    if (c.plan.params.virtual_stages > 1)
+    if (c.plan.params.virtual_stages > 1) {
       EXPECT_NE(c.describe_params().find(fmt::format("V={}", c.plan.params.virtual_stages)), std::string::npos);
+    }
   }
   ASSERT_EQ(step_by_v.size(), 3u);
   EXPECT_LT(step_by_v[2], step_by_v[1]);
