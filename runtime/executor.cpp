@@ -461,6 +461,27 @@ void Executor::finish(InFlight& flight) {
   flight = InFlight{};
 }
 
+void deliver(const std::vector<OutputSlice>& slices, int head_dim, const SliceSink& sink) {
+  for (const OutputSlice& slice : slices) {
+    const std::vector<int64_t> pos = detail::positions(slice.tokens);
+    const bool lse = slice.field == Field::Lse;
+    const int d_count = lse ? 1 : head_dim;
+    size_t v = 0;
+    for (int b = slice.batch_begin; b < slice.batch_end; ++b) {
+      if (lse) {
+        for (int h = slice.heads.begin; h < slice.heads.end; ++h)
+          for (int64_t t : pos)
+            sink(slice.field, b, t, h, 0, slice.values[v++]);
+        continue;
+      }
+      for (int64_t t : pos)
+        for (int h = slice.heads.begin; h < slice.heads.end; ++h)
+          for (int d = 0; d < d_count; ++d)
+            sink(slice.field, b, t, h, d, slice.values[v++]);
+    }
+  }
+}
+
 }  // namespace detail
 
 template <typename T>
@@ -505,27 +526,6 @@ int64_t forward_prefix(const RankProgram& program) {
   return first_backward;
 }
 
-void deliver(const std::vector<OutputSlice>& slices, int head_dim, const SliceSink& sink) {
-  for (const OutputSlice& slice : slices) {
-    const std::vector<int64_t> pos = detail::positions(slice.tokens);
-    const bool lse = slice.field == Field::Lse;
-    const int d_count = lse ? 1 : head_dim;
-    size_t v = 0;
-    for (int b = slice.batch_begin; b < slice.batch_end; ++b) {
-      if (lse) {
-        for (int h = slice.heads.begin; h < slice.heads.end; ++h)
-          for (int64_t t : pos)
-            sink(slice.field, b, t, h, 0, slice.values[v++]);
-        continue;
-      }
-      for (int64_t t : pos)
-        for (int h = slice.heads.begin; h < slice.heads.end; ++h)
-          for (int d = 0; d < d_count; ++d)
-            sink(slice.field, b, t, h, d, slice.values[v++]);
-    }
-  }
-}
-
 }  // namespace
 
 RankSession::RankSession(const Schedule& schedule, const RankProgram& program, const Plan& plan, Backend& backend,
@@ -544,7 +544,7 @@ void RankSession::forward(const SliceSource& source, const SliceSink& sink) {
           binding, [&](int b, int64_t t, int h, int d) { return source(binding.field, b, t, h, d); }, false);
   }
   executor_->run(forward_ops_);
-  deliver(executor_->collect_outputs(field_mask({Field::O, Field::Lse})), executor_->head_dim, sink);
+  detail::deliver(executor_->collect_outputs(field_mask({Field::O, Field::Lse})), executor_->head_dim, sink);
 }
 
 void RankSession::backward(const SliceSource& source, const SliceSink& sink) {
@@ -553,7 +553,7 @@ void RankSession::backward(const SliceSource& source, const SliceSink& sink) {
       executor_->bind_values(
           binding, [&](int b, int64_t t, int h, int d) { return source(binding.field, b, t, h, d); }, true);
   executor_->run();
-  deliver(executor_->collect_outputs(field_mask({Field::dQ, Field::dK, Field::dV})), executor_->head_dim, sink);
+  detail::deliver(executor_->collect_outputs(field_mask({Field::dQ, Field::dK, Field::dV})), executor_->head_dim, sink);
 }
 
 const ExecutionStats& RankSession::stats() const {

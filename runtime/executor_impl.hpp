@@ -190,4 +190,8 @@ class Executor {
   ExecutionStats stats_;
 };
 
+// Hands every value of the slices to the sink with its batch, global token, head and
+// head-dimension index (lse has one value per token and head).
+void deliver(const std::vector<OutputSlice>& slices, int head_dim, const SliceSink& sink);
+
 }  // namespace wallfacer::runtime::detail

@@ -105,23 +105,7 @@ void StepSession::bind(const Binding& binding, const SliceSource& source, bool i
 }
 
 void StepSession::collect(const Binding& binding, const SliceSink& sink) {
-  const OutputSlice slice = executor_->collect_output(binding);
-  const std::vector<int64_t> pos = detail::positions(slice.tokens);
-  const bool lse = slice.field == Field::Lse;
-  const int d_count = lse ? 1 : executor_->head_dim;
-  size_t v = 0;
-  for (int b = slice.batch_begin; b < slice.batch_end; ++b) {
-    if (lse) {
-      for (int h = slice.heads.begin; h < slice.heads.end; ++h)
-        for (int64_t t : pos)
-          sink(slice.field, b, t, h, 0, slice.values[v++]);
-      continue;
-    }
-    for (int64_t t : pos)
-      for (int h = slice.heads.begin; h < slice.heads.end; ++h)
-        for (int d = 0; d < d_count; ++d)
-          sink(slice.field, b, t, h, d, slice.values[v++]);
-  }
+  detail::deliver({executor_->collect_output(binding)}, executor_->head_dim, sink);
 }
 
 void StepSession::restart(int32_t buffer, FieldMask fields) {

@@ -20,12 +20,6 @@ namespace {
 
 using namespace flash;
 
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 template <typename T, int HD>
 struct BackwardSmem {
   static constexpr int BN = BackwardTiles<HD>::kBlockN, BQ = BackwardTiles<HD>::kBlockQ, S = BackwardTiles<HD>::kStages;

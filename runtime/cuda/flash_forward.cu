@@ -18,12 +18,6 @@ namespace {
 
 using namespace flash;
 
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // Masks (to -inf) the scores of one warp's 16 x kBlockN tile that fall outside the keys or the
 // causal mask; row_pos are the thread's two query positions.
 template <int BN>
