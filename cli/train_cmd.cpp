@@ -35,7 +35,7 @@ struct TrainFlags {
   uint64_t seed = 1, data_seed = 1;
   int64_t recall_pairs = 1, recall_key_len = 1, recall_value_len = 1, recall_min_distance = -1;
   int64_t recall_filler_symbols = train::kRecallFillerSymbols;
-  int64_t recall_curriculum_copies = 1, recall_curriculum_steps = 0;
+  int64_t recall_curriculum_copies = 1, recall_curriculum_steps = 0, recall_curriculum_length = 0;
   int log_every = 10;
   bool resume = false, json = false, fp64 = false;
 };
@@ -59,6 +59,7 @@ train::RecallTaskSpec recall_spec(const TrainFlags& flags, int64_t seq) {
   spec.filler_symbols = flags.recall_filler_symbols;
   spec.curriculum_copies = flags.recall_curriculum_copies;
   spec.curriculum_steps = flags.recall_curriculum_steps;
+  spec.curriculum_length = flags.recall_curriculum_length;
   train::validate(spec);
   return spec;
 }
@@ -267,6 +268,12 @@ void register_train_command(CLI::App& app) {
       ->check(at_least(1));
   cmd->add_option("--recall-curriculum-steps", flags->recall_curriculum_steps,
                   "Recall task: steps of the curriculum (0: none, every definition written once)")
+      ->capture_default_str()
+      ->check(at_least(0));
+  cmd->add_option("--recall-curriculum-length", flags->recall_curriculum_length,
+                  "Recall task: tokens the task spans at step 0 (its queries end there, the min distance scaled "
+                  "alike), growing geometrically to the sequence at --recall-curriculum-steps (0: the whole "
+                  "sequence from the start)")
       ->capture_default_str()
       ->check(at_least(0));
   cmd->add_option("--backend", flags->backend, "auto (MPI under mpirun, else threads), local or mpi")

@@ -163,6 +163,7 @@ RunReport run_typed(runtime::Backend& backend, const Plan& plan, const Schedule&
     record.step = step + 1;
     record.steps_total = settings.steps;
     record.loss = r.loss;
+    record.accuracy = r.accuracy;
     record.lr = r.lr;
     record.grad_norm = r.grad_norm;
     record.seconds = r.seconds;

@@ -34,15 +34,10 @@ std::string format_step_line(const StepRecord& r) {
 // nlohmann prints doubles in their shortest round-trip form, so a loss read back from the JSON is
 // the same double; non-finite values print as null.
 std::string step_record_json(const StepRecord& r) {
-  const nlohmann::ordered_json j = {{"step", r.step},
-                                    {"steps_total", r.steps_total},
-                                    {"loss", r.loss},
-                                    {"lr", r.lr},
-                                    {"grad_norm", r.grad_norm},
-                                    {"seconds", r.seconds},
-                                    {"tokens_per_s", r.tokens_per_s},
-                                    {"mfu", r.mfu},
-                                    {"seconds_left", r.seconds_left}};
+  const nlohmann::ordered_json j = {
+      {"step", r.step}, {"steps_total", r.steps_total},  {"loss", r.loss},       {"accuracy", r.accuracy},
+      {"lr", r.lr},     {"grad_norm", r.grad_norm},      {"seconds", r.seconds}, {"tokens_per_s", r.tokens_per_s},
+      {"mfu", r.mfu},   {"seconds_left", r.seconds_left}};
   return j.dump();
 }
 

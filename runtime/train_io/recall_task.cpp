@@ -48,6 +48,8 @@ void validate_fields(const RecallTaskSpec& spec) {
   if (spec.curriculum_copies < 1 || spec.curriculum_copies > spec.seq_len)
     bad_field("curriculum_copies", spec.curriculum_copies, "at least 1 (and below seq_len)");
   if (spec.curriculum_steps < 0) bad_field("curriculum_steps", spec.curriculum_steps, "0 or more");
+  if (spec.curriculum_length < 0 || spec.curriculum_length > spec.seq_len)
+    bad_field("curriculum_length", spec.curriculum_length, "0 (none) or 1 to seq_len");
   // Keys of a sample are distinct: 26^key_len must reach pairs.
   int64_t keys = 1;
   for (int64_t i = 0; i < spec.key_len && keys < spec.pairs; ++i)
@@ -57,12 +59,24 @@ void validate_fields(const RecallTaskSpec& spec) {
               fmt::format("at most {} distinct keys of {} letters (raise key_len)", keys, spec.key_len));
 }
 
-int64_t min_seq_len_of_valid_fields(const RecallTaskSpec& spec) {
+bool has_length_curriculum(const RecallTaskSpec& spec) {
+  return spec.curriculum_steps > 0 && spec.curriculum_length > 0;
+}
+
+// Tokens a task needs to hold `copies` definitions of every key and the queries after them, each
+// answer at least `distance` after its definition: the queries fill the tail (pairs blocks); the
+// definitions need pairs blocks (times their copies) before them, the last one starting at least
+// max(distance, block) before the first query.
+int64_t needed_len(const RecallTaskSpec& spec, int64_t copies, int64_t distance) {
   const int64_t block = block_len(spec);
-  // Queries fill the tail (pairs blocks); the definitions need pairs blocks (times their copies)
-  // before them, the last one starting at least max(min_distance, block) before the first query.
-  const int64_t copies = spec.curriculum_steps > 0 ? spec.curriculum_copies : 1;
-  return (copies + 1) * spec.pairs * block - block + std::max(spec.min_distance, block) - 1;
+  return (copies + 1) * spec.pairs * block - block + std::max(distance, block) - 1;
+}
+
+int64_t min_seq_len_of_valid_fields(const RecallTaskSpec& spec) {
+  // A length curriculum holds its copies in its first window (validate checks that), so the whole
+  // sequence only needs the plain task.
+  const int64_t copies = spec.curriculum_steps > 0 && !has_length_curriculum(spec) ? spec.curriculum_copies : 1;
+  return needed_len(spec, copies, spec.min_distance);
 }
 
 // Start positions of the definitions, ascending (definition i holds key i mod pairs): `count`
@@ -113,6 +127,15 @@ void validate(const RecallTaskSpec& spec) {
         "recall task: 'seq_len' is {}, expected at least {} for {} pairs of {}-letter keys and {}-digit values "
         "with min_distance {} (lower pairs or min_distance, or raise seq_len)",
         spec.seq_len, needed, spec.pairs, spec.key_len, spec.value_len, spec.min_distance));
+  if (!has_length_curriculum(spec)) return;
+  // Later windows are no harder: the copies only fall, and the window grows faster than the
+  // distance it keeps (recall_min_distance), so the first window is the one to check.
+  const int64_t first = needed_len(spec, recall_copies(spec, 0), recall_min_distance(spec, 0));
+  if (spec.curriculum_length < first)
+    throw InputError(fmt::format(
+        "recall task: 'curriculum_length' is {}, expected at least {}: the first window holds {} copies of {} pairs "
+        "and their queries with min_distance {} (raise curriculum_length or lower curriculum_copies)",
+        spec.curriculum_length, first, recall_copies(spec, 0), spec.pairs, recall_min_distance(spec, 0)));
 }
 
 int64_t recall_min_seq_len(const RecallTaskSpec& spec) {
@@ -140,11 +163,13 @@ TrainingSample recall_sample(const RecallTaskSpec& spec, uint64_t seed, int64_t 
     for (auto& c : v)
       c = static_cast<char>('0' + value_random.below(kRecallValueSymbols));
 
-  const int64_t first_query = length - spec.pairs * block;
+  // The task ends at token recall_task_len (the whole sample without a length curriculum).
+  const int64_t first_query = recall_task_len(spec, step) + 1 - spec.pairs * block;
   SampleRandom placement(seed, step, sample, kPlacementStream);
   const int64_t copies = recall_copies(spec, step);
+  const int64_t distance = recall_min_distance(spec, step);
   const std::vector<int64_t> starts =
-      definition_starts(spec, spec.pairs * copies, first_query - std::max(spec.min_distance, block), placement);
+      definition_starts(spec, spec.pairs * copies, first_query - std::max(distance, block), placement);
   for (size_t i = 0; i < starts.size(); ++i)
     put_block(result.tokens, starts[i], kRecallDefinitionMark, keys[i % keys.size()], values[i % keys.size()]);
 
@@ -169,6 +194,20 @@ int64_t recall_copies(const RecallTaskSpec& spec, int64_t step) {
   if (spec.curriculum_steps <= 0 || step >= spec.curriculum_steps || step < 0) return 1;
   const double exponent = 1.0 - double(step) / double(spec.curriculum_steps);
   return std::max<int64_t>(1, std::llround(std::pow(double(spec.curriculum_copies), exponent)));
+}
+
+int64_t recall_task_len(const RecallTaskSpec& spec, int64_t step) {
+  if (!has_length_curriculum(spec) || step < 0 || step >= spec.curriculum_steps) return spec.seq_len;
+  const double growth = double(spec.seq_len) / double(spec.curriculum_length);
+  const double len = double(spec.curriculum_length) * std::pow(growth, double(step) / double(spec.curriculum_steps));
+  return std::clamp<int64_t>(std::llround(len), spec.curriculum_length, spec.seq_len);
+}
+
+int64_t recall_min_distance(const RecallTaskSpec& spec, int64_t step) {
+  const int64_t len = recall_task_len(spec, step);
+  if (len == spec.seq_len) return spec.min_distance;
+  // Both factors are at most 2^40 (validate_fields), so the product fits in 128 bits.
+  return static_cast<int64_t>(static_cast<__int128>(spec.min_distance) * len / spec.seq_len);
 }
 
 double recall_chance_loss(const RecallTaskSpec& spec) {

@@ -35,16 +35,25 @@ TrainingSample TrainingSource::sample(uint64_t seed, int64_t step, int64_t sampl
   return text_->training_sample(seed, step, sample, seq_len_);
 }
 
+namespace {
+// ", curriculum 64 copies, lengths from 128, over 300 steps"
+std::string curriculum_text(const RecallTaskSpec& spec) {
+  std::string text = ", curriculum";
+  if (spec.curriculum_copies > 1) text += fmt::format(" {} copies", spec.curriculum_copies);
+  if (spec.curriculum_length > 0)
+    text += fmt::format("{} lengths from {}", spec.curriculum_copies > 1 ? "," : "", spec.curriculum_length);
+  return text + fmt::format(" over {} steps", spec.curriculum_steps);
+}
+}  // namespace
+
 std::string TrainingSource::describe() const {
   if (recall_)
-    return fmt::format(
-        "recall task: {} pairs, keys of {} letters, values of {} digits, min distance {}, seq {}{}{}", recall_->pairs,
-        recall_->key_len, recall_->value_len, recall_->min_distance, seq_len_,
-        recall_->filler_symbols == kRecallFillerSymbols ? ""
-                                                        : fmt::format(", {} filler symbols", recall_->filler_symbols),
-        recall_->curriculum_steps == 0 ? ""
-                                       : fmt::format(", curriculum {} copies over {} steps", recall_->curriculum_copies,
-                                                     recall_->curriculum_steps));
+    return fmt::format("recall task: {} pairs, keys of {} letters, values of {} digits, min distance {}, seq {}{}{}",
+                       recall_->pairs, recall_->key_len, recall_->value_len, recall_->min_distance, seq_len_,
+                       recall_->filler_symbols == kRecallFillerSymbols
+                           ? ""
+                           : fmt::format(", {} filler symbols", recall_->filler_symbols),
+                       recall_->curriculum_steps == 0 ? "" : curriculum_text(*recall_));
   return fmt::format("text: {} ({} bytes), seq {}", text_->path(), text_->size_bytes(), seq_len_);
 }
 

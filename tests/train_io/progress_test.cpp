@@ -15,6 +15,7 @@ StepRecord record(int64_t step, int64_t total) {
   return StepRecord{.step = step,
                     .steps_total = total,
                     .loss = 1.0 / 3.0 + static_cast<double>(step) * 0.1,
+                    .accuracy = static_cast<double>(step) / 7.0,
                     .lr = 3e-4 * static_cast<double>(step) / static_cast<double>(total),
                     .grad_norm = 0.1 + 0.2,
                     .seconds = 0.25,
@@ -46,6 +47,7 @@ TEST(Progress, JsonHasOneRecordPerStepThatReadsBackExactly) {
     EXPECT_EQ(j.at("step").get<int64_t>(), step);
     EXPECT_EQ(j.at("steps_total").get<int64_t>(), 7);
     EXPECT_EQ(j.at("loss").get<double>(), r.loss);  // exact, not near
+    EXPECT_EQ(j.at("accuracy").get<double>(), r.accuracy);
     EXPECT_EQ(j.at("lr").get<double>(), r.lr);
     EXPECT_EQ(j.at("grad_norm").get<double>(), r.grad_norm);
     EXPECT_EQ(j.at("tokens_per_s").get<double>(), r.tokens_per_s);

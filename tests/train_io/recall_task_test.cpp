@@ -88,7 +88,7 @@ void check_sample(const RecallTaskSpec& spec, uint64_t seed, int64_t step, int64
       EXPECT_EQ(q.value, d.value) << "key " << q.key;
       EXPECT_LT(d.start, q.start);
       // Answer token j at q.start + 2 + key_len + j copies the definition's token at d.start + 2 + key_len + j.
-      EXPECT_GE(q.start - d.start, spec.min_distance) << "key " << q.key;
+      EXPECT_GE(q.start - d.start, recall_min_distance(spec, step)) << "key " << q.key;
     }
     for (int64_t j = 0; j < spec.value_len; ++j)
       expected_mask[q.start + 1 + spec.key_len + j] = 1;
@@ -98,8 +98,9 @@ void check_sample(const RecallTaskSpec& spec, uint64_t seed, int64_t step, int64
   for (uint8_t m : s.loss_mask)
     ones += m;
   EXPECT_EQ(ones, recall_answer_tokens(spec));
-  // The queries fill the end of the sequence; every definition precedes every query.
-  EXPECT_EQ(p.queries.back().start + 2 + spec.key_len + spec.value_len, spec.seq_len + 1);
+  // The queries fill the end of the task (of the sequence without a length curriculum); every
+  // definition precedes every query.
+  EXPECT_EQ(p.queries.back().start + 2 + spec.key_len + spec.value_len, recall_task_len(spec, step) + 1);
   for (const Block& d : p.definitions)
     EXPECT_LT(d.start, p.queries.front().start);
 }
@@ -162,12 +163,77 @@ TEST(RecallTask, FillerDrawsFromItsFirstSymbols) {
   EXPECT_EQ(a, 65 - 2 * 4);
 }
 
-TEST(RecallTask, UnusedPlaceholder) {
-  const std::vector<RecallTaskSpec> specs;
-  for (const auto& spec : specs)
-    for (int64_t step = 0; step < 12; ++step)
-      for (int64_t sample = 0; sample < 3; ++sample)
-        check_sample(spec, 1234, step, sample);
+// The length curriculum: the task spans round(L0 (seq_len / L0)^(s/S)) tokens at step s < S, its
+// distance scaled alike; filler follows it; from step S on it is the plain task, sample for sample.
+TEST(RecallTask, LengthCurriculumGrowsTheTaskGeometricallyToTheSequence) {
+  const RecallTaskSpec spec{.seq_len = 2048,
+                            .pairs = 1,
+                            .key_len = 1,
+                            .value_len = 1,
+                            .min_distance = 1024,
+                            .curriculum_steps = 100,
+                            .curriculum_length = 64};
+  EXPECT_EQ(recall_task_len(spec, 0), 64);
+  EXPECT_EQ(recall_task_len(spec, 1), 66);    // 64 * 32^0.01 = 66.26
+  EXPECT_EQ(recall_task_len(spec, 50), 362);  // 64 * 32^0.5 = 362.04
+  EXPECT_EQ(recall_task_len(spec, 99), 1978);
+  EXPECT_EQ(recall_task_len(spec, 100), 2048);
+  EXPECT_EQ(recall_task_len(spec, 5000), 2048);
+  EXPECT_EQ(recall_min_distance(spec, 0), 32);
+  EXPECT_EQ(recall_min_distance(spec, 50), 181);  // 1024 * 362 / 2048
+  EXPECT_EQ(recall_min_distance(spec, 100), 1024);
+  for (int64_t step : {0, 1, 25, 50, 99, 100, 140})
+    for (int64_t sample = 0; sample < 3; ++sample)
+      check_sample(spec, 42, step, sample);
+  // Every answer lies inside the window, nothing of the task after it.
+  const TrainingSample early = recall_sample(spec, 42, 0, 0);
+  for (size_t t = 64; t < early.loss_mask.size(); ++t)
+    ASSERT_EQ(early.loss_mask[t], 0) << t;
+  // After the curriculum, and with it switched off, the samples are the plain task's.
+  RecallTaskSpec plain = spec;
+  plain.curriculum_length = 0;
+  for (int64_t step : {100, 101, 3000}) {
+    EXPECT_EQ(recall_sample(spec, 7, step, 1).tokens, recall_sample(plain, 7, step, 1).tokens);
+    EXPECT_EQ(recall_sample(spec, 7, step, 1).loss_mask, recall_sample(plain, 7, step, 1).loss_mask);
+  }
+  EXPECT_EQ(recall_task_len(plain, 0), 2048);
+  RecallTaskSpec no_steps = spec;
+  no_steps.curriculum_steps = 0;
+  EXPECT_EQ(recall_task_len(no_steps, 0), 2048);
+  // Copies and lengths together: every copy fits the first window.
+  RecallTaskSpec both = spec;
+  both.pairs = 4;
+  both.curriculum_copies = 4;
+  both.curriculum_length = 160;  // distance 80: needs 5 * 16 - 4 + 80 - 1 = 155
+  for (int64_t step : {0, 10, 60, 100})
+    check_sample(both, 5, step, 0);
+}
+
+TEST(RecallTask, LengthCurriculumMustHoldItsFirstWindow) {
+  RecallTaskSpec spec{.seq_len = 512,
+                      .pairs = 4,
+                      .key_len = 1,
+                      .value_len = 1,
+                      .min_distance = 256,
+                      .curriculum_steps = 10,
+                      .curriculum_length = 600};
+  EXPECT_THROW(validate(spec), InputError);  // longer than the sequence
+  // 4 pairs of 4-token blocks with 8 copies: 9 * 16 - 4 + 32 - 1 = 171 tokens at min distance 32.
+  spec.curriculum_copies = 8;
+  spec.curriculum_length = 64;
+  try {
+    validate(spec);
+    ADD_FAILURE() << "accepted a first window that cannot hold the copies";
+  } catch (const InputError& e) {
+    EXPECT_NE(e.message().find("'curriculum_length' is 64"), std::string::npos) << e.what();
+  }
+  spec.curriculum_length = 171;  // min distance 256 * 171 / 512 = 85: needs 9 * 16 - 4 + 85 - 1 = 224
+  EXPECT_THROW(validate(spec), InputError);
+  spec.curriculum_length = 224;  // distance 112: needs 251
+  EXPECT_THROW(validate(spec), InputError);
+  spec.curriculum_length = 280;  // distance 140: needs 279
+  EXPECT_NO_THROW(validate(spec));
+  check_sample(spec, 1, 0, 0);
 }
 
 TEST(RecallTask, MinimalSeqLenIsExact) {
@@ -247,6 +313,7 @@ TEST(RecallTask, ImpossibleSpecsNameTheirField) {
   expect_field_error({.seq_len = 1000, .pairs = 27, .key_len = 1}, "pairs");  // 26 distinct one-letter keys
   expect_field_error({.seq_len = 100, .pairs = 8}, "seq_len");                // 8 pairs need 159
   expect_field_error({.seq_len = 1000, .pairs = 2, .min_distance = 995}, "seq_len");
+  expect_field_error({.seq_len = 1000, .curriculum_length = -1}, "curriculum_length");
   try {
     validate({.seq_len = 100, .pairs = 8});
   } catch (const InputError& e) {

@@ -13,6 +13,7 @@ struct StepRecord {
   int64_t step = 0;         // 1-based: steps completed
   int64_t steps_total = 0;  // of the whole run
   double loss = 0;
+  double accuracy = 0;  // share of the counted targets predicted (the recall task's answer accuracy)
   double lr = 0;
   double grad_norm = 0;
   double seconds = 0;  // of this step

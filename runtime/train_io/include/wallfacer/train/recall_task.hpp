@@ -23,7 +23,12 @@ namespace wallfacer::train {
 // A curriculum (curriculum_steps > 0) writes every definition several times in the early steps,
 // curriculum_copies at step 0 falling geometrically to 1 at step curriculum_steps (recall_copies),
 // every copy as far from the queries as min_distance asks: the same retrieval with more of the
-// attention's mass on the answer at first. From curriculum_steps on the task is the plain one.
+// attention's mass on the answer at first. A length curriculum (curriculum_length > 0) confines
+// the task to the first recall_task_len tokens, curriculum_length at step 0 growing geometrically
+// to seq_len at step curriculum_steps, with min_distance scaled in proportion (recall_min_distance):
+// the queries then sit at the end of that window, the filler after it is never attended to by an
+// answer (the mask is causal), so at first each answer competes with few keys, as in progressive
+// sequence-length training. From curriculum_steps on the task is the plain one.
 // InputError naming the field for a spec that breaks these or does not fit in seq_len.
 struct RecallTaskSpec {
   int64_t seq_len = 0;
@@ -34,6 +39,7 @@ struct RecallTaskSpec {
   int64_t filler_symbols = 27;
   int64_t curriculum_copies = 1;
   int64_t curriculum_steps = 0;
+  int64_t curriculum_length = 0;  // 0: the task spans the whole sequence from step 0
 };
 
 // The alphabet of the task (ASCII, so a sample prints as text).
@@ -51,6 +57,14 @@ void validate(const RecallTaskSpec& spec);
 int64_t recall_min_seq_len(const RecallTaskSpec& spec);
 
 TrainingSample recall_sample(const RecallTaskSpec& spec, uint64_t seed, int64_t step, int64_t sample);
+
+// Tokens the task spans at `step` (its queries end at token recall_task_len, the sample holding
+// seq_len + 1): round(curriculum_length * (seq_len / curriculum_length)^(step / curriculum_steps))
+// during a length curriculum, seq_len otherwise.
+int64_t recall_task_len(const RecallTaskSpec& spec, int64_t step);
+// The distance every answer keeps from its definition at `step`: min_distance * recall_task_len /
+// seq_len, rounded down (min_distance itself once the task spans the sequence).
+int64_t recall_min_distance(const RecallTaskSpec& spec, int64_t step);
 
 // Copies of each definition at `step`: round(curriculum_copies^(1 - step / curriculum_steps)) before
 // curriculum_steps, 1 from then on (and without a curriculum).
