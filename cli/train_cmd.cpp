@@ -32,6 +32,7 @@ struct TrainFlags {
   std::string plan, data, task, backend = "auto", positions = "rotary", checkpoint;
   int64_t steps = 100, warmup = 10, checkpoint_every = 0;
   double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, clip = 1.0, peak_gflops = 0;
+  double rotary_base = train::kDefaultRotaryBase;
   uint64_t seed = 1, data_seed = 1;
   int64_t recall_pairs = 1, recall_key_len = 1, recall_value_len = 1, recall_min_distance = -1;
   int64_t recall_filler_symbols = train::kRecallFillerSymbols;
@@ -78,7 +79,7 @@ std::unique_ptr<Prepared> prepare(const TrainFlags& flags, int launched_ranks, i
                      fmt::format("workload vocab {} is below 256, the byte-level tokens need 256", w.vocab));
   try {  // what the trainer refuses, blamed on the plan file
     train::check_trainable(p->plan);
-    train::model_shape(w, train::parse_positions(flags.positions));
+    train::model_shape(w, train::parse_positions(flags.positions), flags.rotary_base);
   } catch (const InputError& e) {
     throw InputError(flags.plan, 0, e.message());
   }
@@ -95,6 +96,7 @@ std::unique_ptr<Prepared> prepare(const TrainFlags& flags, int launched_ranks, i
   s.steps = flags.steps;
   s.fp64 = flags.fp64;
   s.trainer.positions = train::parse_positions(flags.positions);
+  s.trainer.rotary_base = flags.rotary_base;
   s.trainer.seed = flags.seed;
   s.trainer.total_steps = flags.steps;
   s.trainer.optimizer.lr = flags.lr;
@@ -230,6 +232,11 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--positions", flags->positions, "Position encoding: rotary or learned")
       ->capture_default_str()
       ->check(CLI::IsMember({"rotary", "learned"}));
+  cmd->add_option("--rotary-base", flags->rotary_base,
+                  "Rotary positions: pair i of a head turns by position * base^(-2i/head_dim); a larger base keeps "
+                  "more pairs for matching on content over long distances")
+      ->capture_default_str()
+      ->check(finite_at_least(1, false));
   cmd->add_option("--checkpoint", flags->checkpoint, "Directory of the run's checkpoints");
   cmd->add_option("--checkpoint-every", flags->checkpoint_every,
                   "Steps between checkpoints (0: only after the last step)")

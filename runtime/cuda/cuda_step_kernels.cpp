@@ -71,9 +71,10 @@ class CudaStepKernels final : public StepKernels<T> {
     launch_rms_norm_backward<T>(x, gain, rstd, dy, dx, dgain, rows, width, stream_);
   }
   void rotary(T* x, const int64_t* positions, int64_t rows_per_batch, int64_t rows, int heads, int head_dim,
-              bool inverse) override {
+              double base, bool inverse) override {
     Staged st(backend_);
-    launch_rotary<T>(x, st.put(positions, rows_per_batch), rows_per_batch, rows, heads, head_dim, inverse, stream_);
+    launch_rotary<T>(x, st.put(positions, rows_per_batch), rows_per_batch, rows, heads, head_dim, base, inverse,
+                     stream_);
   }
   void add(const T* a, const T* b, T* out, int64_t count) override { launch_add<T>(a, b, out, count, stream_); }
   void gelu_forward(const T* u, T* h, int64_t count) override { launch_gelu_forward<T>(u, h, count, stream_); }

@@ -26,7 +26,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr double kNormEps = 1e-5;
-constexpr double kRotaryBase = 10000.0;
 constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2 / pi)
 constexpr double kGeluCubic = 0.044715;
 
@@ -120,13 +119,13 @@ __global__ void rms_norm_backward_gain_kernel(const T* x, const T* rstd, const T
 
 template <typename T>
 __global__ void rotary_kernel(T* x, const int64_t* positions, int64_t rows_per_batch, int64_t rows, int heads,
-                              int head_dim, bool inverse) {
+                              int head_dim, double base, bool inverse) {
   const int pairs = head_dim / 2;
   WF_GRID_STRIDE(i, rows * heads * pairs) {
     const int p = int(i % pairs);
     const int64_t rh = i / pairs;  // row * heads + head
     const int64_t r = rh / heads;
-    const double angle = double(positions[r % rows_per_batch]) * pow(kRotaryBase, -2.0 * p / head_dim);
+    const double angle = double(positions[r % rows_per_batch]) * pow(base, -2.0 * p / head_dim);
     const T c = T(cos(angle)), s = T(inverse ? -sin(angle) : sin(angle));
     T* q = x + rh * head_dim + 2 * p;
     const T a = q[0], b = q[1];
@@ -298,11 +297,11 @@ void launch_rms_norm_backward(const T* x, const T* gain, const T* rstd, const T*
 
 template <typename T>
 void launch_rotary(T* x, const int64_t* positions, int64_t rows_per_batch, int64_t rows, int heads, int head_dim,
-                   bool inverse, cudaStream_t stream) {
+                   double base, bool inverse, cudaStream_t stream) {
   const int64_t count = rows * heads * (head_dim / 2);
   if (count == 0) return;
   rotary_kernel<T>
-      <<<blocks_for(count), kThreads, 0, stream>>>(x, positions, rows_per_batch, rows, heads, head_dim, inverse);
+      <<<blocks_for(count), kThreads, 0, stream>>>(x, positions, rows_per_batch, rows, heads, head_dim, base, inverse);
   WF_STEP_LAUNCHED("rotary");
 }
 
@@ -354,7 +353,7 @@ void launch_adamw(T* params, const T* grads, T* m, T* v, int64_t count, double l
   template void launch_rms_norm_forward<T>(const T*, const T*, T*, T*, int64_t, int64_t, cudaStream_t);                \
   template void launch_rms_norm_backward<T>(const T*, const T*, const T*, const T*, T*, T*, int64_t, int64_t,          \
                                             cudaStream_t);                                                             \
-  template void launch_rotary<T>(T*, const int64_t*, int64_t, int64_t, int, int, bool, cudaStream_t);                  \
+  template void launch_rotary<T>(T*, const int64_t*, int64_t, int64_t, int, int, double, bool, cudaStream_t);          \
   template void launch_add<T>(const T*, const T*, T*, int64_t, cudaStream_t);                                          \
   template void launch_gelu_forward<T>(const T*, T*, int64_t, cudaStream_t);                                           \
   template void launch_gelu_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);                                \

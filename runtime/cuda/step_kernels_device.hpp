@@ -27,7 +27,7 @@ void launch_rms_norm_backward(const T* x, const T* gain, const T* rstd, const T*
                               int64_t width, cudaStream_t stream);
 template <typename T>
 void launch_rotary(T* x, const int64_t* positions, int64_t rows_per_batch, int64_t rows, int heads, int head_dim,
-                   bool inverse, cudaStream_t stream);
+                   double base, bool inverse, cudaStream_t stream);
 template <typename T>
 void launch_add(const T* a, const T* b, T* out, int64_t count, cudaStream_t stream);
 template <typename T>

@@ -53,9 +53,9 @@ class CpuStepKernels final : public runtime::StepKernels<T> {
   }
 
   void rotary(T* x, const int64_t* positions, int64_t rows_per_batch, int64_t rows, int heads, int head_dim,
-              bool inverse) override {
+              double base, bool inverse) override {
     const std::vector<int64_t> pos(positions, positions + rows_per_batch);
-    train::rotary(x, pos, rows_per_batch, rows, heads, head_dim, inverse);
+    train::rotary(x, pos, rows_per_batch, rows, heads, head_dim, base, inverse);
   }
 
   void add(const T* a, const T* b, T* out, int64_t count) override {

@@ -10,7 +10,6 @@ namespace wallfacer::train {
 namespace {
 
 constexpr double kNormEps = 1e-5;
-constexpr double kRotaryBase = 10000.0;
 
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c) {
@@ -81,11 +80,11 @@ void rms_norm_backward(const T* x, const T* gain, const T* rstd, const T* dy, T*
 
 template <typename T>
 void rotary(T* x, const std::vector<int64_t>& positions, int64_t rows_per_batch, int64_t rows, int heads, int head_dim,
-            bool inverse) {
+            double base, bool inverse) {
   const int pairs = head_dim / 2;
   std::vector<double> freq(static_cast<size_t>(pairs));
   for (int i = 0; i < pairs; ++i)
-    freq[size_t(i)] = std::pow(kRotaryBase, -2.0 * i / head_dim);
+    freq[size_t(i)] = std::pow(base, -2.0 * i / head_dim);
   for (int64_t r = 0; r < rows; ++r) {
     const double pos = double(positions[size_t(r % rows_per_batch)]);
     for (int i = 0; i < pairs; ++i) {
@@ -178,7 +177,7 @@ double cross_entropy(const T* logits, const int32_t* targets, const uint8_t* mas
   template void matmul<T>(const T*, bool, const T*, bool, T*, int64_t, int64_t, int64_t, bool);         \
   template void rms_norm_forward<T>(const T*, const T*, T*, T*, int64_t, int64_t);                      \
   template void rms_norm_backward<T>(const T*, const T*, const T*, const T*, T*, T*, int64_t, int64_t); \
-  template void rotary<T>(T*, const std::vector<int64_t>&, int64_t, int64_t, int, int, bool);           \
+  template void rotary<T>(T*, const std::vector<int64_t>&, int64_t, int64_t, int, int, double, bool);   \
   template void gelu_forward<T>(const T*, T*, int64_t);                                                 \
   template void gelu_backward<T>(const T*, const T*, T*, int64_t);                                      \
   template void swiglu_forward<T>(const T*, const T*, T*, int64_t);                                     \

@@ -18,10 +18,12 @@ Positions parse_positions(const std::string& name) {
   throw InputError(fmt::format("positions must be rotary or learned, got '{}'", name));
 }
 
-ModelShape model_shape(const Workload& w, Positions positions) {
+ModelShape model_shape(const Workload& w, Positions positions, double rotary_base) {
   if (!w.causal) throw InputError("the workload's mask is full (causal: false); a decoder trains with a causal mask");
   if (positions == Positions::Rotary && w.head_dim % 2 != 0)
     throw InputError(fmt::format("rotary positions need an even head_dim, the workload has {}", w.head_dim));
+  if (!(rotary_base > 1) || !std::isfinite(rotary_base))
+    throw InputError(fmt::format("the rotary base must be a finite number above 1, got {}", rotary_base));
   ModelShape s;
   s.layers = w.layers;
   s.hidden = w.hidden;
@@ -33,6 +35,7 @@ ModelShape model_shape(const Workload& w, Positions positions) {
   s.gated_ffn = w.gated_ffn;
   s.seq = w.seq;
   s.positions = positions;
+  s.rotary_base = rotary_base;
   return s;
 }
 

@@ -141,7 +141,7 @@ Trainer<T>::Impl::Impl(const Plan& plan_, Backend& backend_, const TrainerOption
     : plan(trainable(plan_)),
       backend(backend_),
       options(options_),
-      shape(model_shape(plan_.workload, options_.positions)),
+      shape(model_shape(plan_.workload, options_.positions, options_.rotary_base)),
       layout(shape),
       groups(gradient_groups(plan_, backend_.rank())),
       step(rank_step_program(plan_, backend_.rank())),

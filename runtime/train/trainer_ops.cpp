@@ -82,18 +82,23 @@ void Trainer<T>::Impl::layer_forward(Role role, int l, bool recompute) {
       return gemm(A.a, false, w + o.wk, false, A.k, rows, kw, h, false);
     case Role::RopeQ:
       if (keep_pre) A.q_pre = A.q;
-      if (rotary) kernels->rotary(A.q.data(), own.positions.data(), n, rows, shape.heads, shape.head_dim, false);
+      if (rotary)
+        kernels->rotary(A.q.data(), own.positions.data(), n, rows, shape.heads, shape.head_dim, shape.rotary_base,
+                        false);
       return bind_attention(l, Field::Q, A.q, qw);
     case Role::RopeK:
       if (keep_pre) A.k_pre = A.k;
-      if (rotary) kernels->rotary(A.k.data(), own.positions.data(), n, rows, shape.kv_heads, shape.head_dim, false);
+      if (rotary)
+        kernels->rotary(A.k.data(), own.positions.data(), n, rows, shape.kv_heads, shape.head_dim, shape.rotary_base,
+                        false);
       return bind_attention(l, Field::K, A.k, kw);
     case Role::RopeQK:  // selective: the rotated Q and K again, from the projections' outputs
       A.q = A.q_pre;
       A.k = A.k_pre;
       if (!rotary) return;
-      kernels->rotary(A.q.data(), own.positions.data(), n, rows, shape.heads, shape.head_dim, false);
-      return kernels->rotary(A.k.data(), own.positions.data(), n, rows, shape.kv_heads, shape.head_dim, false);
+      kernels->rotary(A.q.data(), own.positions.data(), n, rows, shape.heads, shape.head_dim, shape.rotary_base, false);
+      return kernels->rotary(A.k.data(), own.positions.data(), n, rows, shape.kv_heads, shape.head_dim,
+                             shape.rotary_base, false);
     case Role::VProj:
       gemm(A.a, false, w + o.wv, false, A.v, rows, kw, h, false);
       return bind_attention(l, Field::V, A.v, kw);
@@ -191,8 +196,9 @@ void Trainer<T>::Impl::layer_backward(Role role, int l) {
     case Role::RopeBackward:
       collect_attention(l, field_mask({Field::dQ, Field::dK, Field::dV}));
       if (shape.positions != Positions::Rotary) return;
-      kernels->rotary(dq.data(), own.positions.data(), n, rows, shape.heads, shape.head_dim, true);
-      return kernels->rotary(dk.data(), own.positions.data(), n, rows, shape.kv_heads, shape.head_dim, true);
+      kernels->rotary(dq.data(), own.positions.data(), n, rows, shape.heads, shape.head_dim, shape.rotary_base, true);
+      return kernels->rotary(dk.data(), own.positions.data(), n, rows, shape.kv_heads, shape.head_dim,
+                             shape.rotary_base, true);
     case Role::QWeight:
       return gemm_into(A.a, true, dq, g + o.wq, h, qw, rows);
     case Role::KWeight:

@@ -1,14 +1,16 @@
 // The decoder's backward against finite differences (fp64, one rank: every layer the trainer
 // writes, the attention kernels' backward included), the data x sequence parallel gradients of
 // every strategy against the single-process gradient, and gradients that do not depend on the
-// activation checkpointing mode.
+// activation checkpointing mode; the rotary kernel against its closed form for several bases.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include <fmt/format.h>
 
+#include <wallfacer/core/errors.hpp>
 #include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/train/cpu_step_kernels.hpp>
 #include "train/train_fixtures.hpp"
 
 namespace wallfacer::test {
@@ -48,6 +50,7 @@ struct ModelVariant {
   const char* name;
   bool gated;
   Positions positions;
+  double rotary_base = train::kDefaultRotaryBase;
 };
 
 class FiniteDifferences : public ::testing::TestWithParam<ModelVariant> {};
@@ -57,6 +60,7 @@ TEST_P(FiniteDifferences, EveryTensorMatchesCentralDifferences) {
   const Plan plan = tiny_plan(StrategyKind::Ring, {}, tiny_decoder(24, 2, variant.gated));
   TrainerOptions options;
   options.positions = variant.positions;
+  options.rotary_base = variant.rotary_base;
   options.seed = 5;
   on_every_rank<double>(plan, options, [&](Trainer<double>& trainer, runtime::Backend&) {
     auto batches = pseudo_text_batches(plan.workload.seq);
@@ -89,8 +93,40 @@ TEST_P(FiniteDifferences, EveryTensorMatchesCentralDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, FiniteDifferences,
                          ::testing::Values(ModelVariant{"gelu_rotary", false, Positions::Rotary},
-                                           ModelVariant{"swiglu_learned", true, Positions::Learned}),
+                                           ModelVariant{"swiglu_learned", true, Positions::Learned},
+                                           ModelVariant{"swiglu_rotary_base_7", true, Positions::Rotary, 7.0}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// The CPU kernel turns pair i of every head at position p by the angle p * base^(-2i / head_dim),
+// checked against that rotation of unit vectors in closed form, and its inverse turns back.
+TEST(Rotary, TurnsEachPairByPositionTimesAPowerOfTheBase) {
+  const auto kernels = train::make_cpu_step_kernels<double>();
+  const int heads = 2, head_dim = 8;
+  const std::vector<int64_t> positions = {0, 3, 1500, 4095};
+  for (const double base : {10000.0, 1e6, 7.0}) {
+    const int64_t rows = 2 * int64_t(positions.size());  // two sequences
+    std::vector<double> x(size_t(rows * heads * head_dim));
+    for (size_t k = 0; k < x.size(); k += 2)
+      x[k] = 1.0;  // every pair starts as (1, 0)
+    std::vector<double> turned = x;
+    kernels->rotary(turned.data(), positions.data(), int64_t(positions.size()), rows, heads, head_dim, base, false);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int h = 0; h < heads; ++h)
+        for (int i = 0; i < head_dim / 2; ++i) {
+          const double angle = double(positions[size_t(r) % positions.size()]) * std::pow(base, -2.0 * i / head_dim);
+          const size_t at = size_t((r * heads + h) * head_dim + 2 * i);
+          EXPECT_NEAR(turned[at], std::cos(angle), 1e-12) << "base " << base << " row " << r << " pair " << i;
+          EXPECT_NEAR(turned[at + 1], std::sin(angle), 1e-12) << "base " << base << " row " << r << " pair " << i;
+        }
+    kernels->rotary(turned.data(), positions.data(), int64_t(positions.size()), rows, heads, head_dim, base, true);
+    for (size_t k = 0; k < x.size(); ++k)
+      EXPECT_NEAR(turned[k], x[k], 1e-12);
+  }
+  const Workload w = tiny_decoder(24, 2, true);
+  EXPECT_EQ(train::model_shape(w, Positions::Rotary, 5e5).rotary_base, 5e5);
+  for (const double bad : {1.0, 0.5, -3.0, std::nan(""), HUGE_VAL})
+    EXPECT_THROW(train::model_shape(w, Positions::Rotary, bad), InputError) << bad;
+}
 
 struct ParallelCase {
   StrategyKind kind;

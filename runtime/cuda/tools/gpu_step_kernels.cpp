@@ -110,7 +110,8 @@ void check_pointwise(Checker& c) {
     for (float* p : {dX, dG, dY, dR, dDy, dDx, dDg})
       c.backend.release(p);
   }
-  {  // rotary over two sequences of 20 unsorted positions, forward then inverse
+  for (const double base :
+       {10000.0, 1e6}) {  // rotary over two sequences of 20 unsorted positions, forward then inverse
     const int heads = 4, head_dim = 64;
     const int64_t per_batch = 20, r = 40;
     std::vector<int64_t> positions(static_cast<size_t>(per_batch));
@@ -118,11 +119,11 @@ void check_pointwise(Checker& c) {
       positions[size_t(i)] = (i * 7919) % 4096;
     const Vec x = c.random(size_t(r * heads * head_dim));
     Vec cpu_x = x;
-    c.cpu.rotary(cpu_x.data(), positions.data(), per_batch, r, heads, head_dim, false);
+    c.cpu.rotary(cpu_x.data(), positions.data(), per_batch, r, heads, head_dim, base, false);
     float* dx = c.device(x);
-    c.gpu.rotary(dx, positions.data(), per_batch, r, heads, head_dim, false);
+    c.gpu.rotary(dx, positions.data(), per_batch, r, heads, head_dim, base, false);
     c.compare("rotary", cpu_x, c.host(dx, x.size()), tol);
-    c.gpu.rotary(dx, positions.data(), per_batch, r, heads, head_dim, true);
+    c.gpu.rotary(dx, positions.data(), per_batch, r, heads, head_dim, base, true);
     c.compare("rotary inverse", x, c.host(dx, x.size()), tol);
     c.backend.release(dx);
   }

@@ -72,10 +72,10 @@ class StagedKernels final : public StepKernels<float> {
     k_->rms_norm_backward(s.in(x, rows * width), s.in(gain, width), s.in(rstd, rows), s.in(dy, rows * width),
                           s.inout(dx, rows * width), s.inout(dgain, width), rows, width);
   }
-  void rotary(float* x, const int64_t* positions, int64_t per_batch, int64_t rows, int heads, int head_dim,
+  void rotary(float* x, const int64_t* positions, int64_t per_batch, int64_t rows, int heads, int head_dim, double base,
               bool inverse) override {
     Call s(gpu_);
-    k_->rotary(s.inout(x, rows * heads * head_dim), positions, per_batch, rows, heads, head_dim, inverse);
+    k_->rotary(s.inout(x, rows * heads * head_dim), positions, per_batch, rows, heads, head_dim, base, inverse);
   }
   void add(const float* a, const float* b, float* out, int64_t count) override {
     Call s(gpu_);

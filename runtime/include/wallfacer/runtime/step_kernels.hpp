@@ -58,9 +58,10 @@ class StepKernels {
   virtual void rms_norm_backward(const T* x, const T* gain, const T* rstd, const T* dy, T* dx, T* dgain, int64_t rows,
                                  int64_t width) = 0;
   // In place on x [rows][heads][head_dim]: rotates pairs (2i, 2i+1) of every head by
-  // position * 10000^(-2i/head_dim); inverse rotates back (the rotation's backward).
+  // position * base^(-2i/head_dim) (base: the model's rotary base, 10000 by default); inverse
+  // rotates back (the rotation's backward).
   virtual void rotary(T* x, const int64_t* positions, int64_t rows_per_batch, int64_t rows, int heads, int head_dim,
-                      bool inverse) = 0;
+                      double base, bool inverse) = 0;
   // out = a + b elementwise (the residual adds, and the sum of two gradients); out may be a or b.
   virtual void add(const T* a, const T* b, T* out, int64_t count) = 0;
   // h = gelu(u) (tanh form); du = dh * gelu'(u).

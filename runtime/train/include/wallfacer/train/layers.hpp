@@ -44,7 +44,7 @@ void rms_norm_backward(const T* x, const T* gain, const T* rstd, const T* dy, T*
 // (the backward of the rotation is its inverse). x: [rows][heads][head_dim].
 template <typename T>
 void rotary(T* x, const std::vector<int64_t>& positions, int64_t rows_per_batch, int64_t rows, int heads, int head_dim,
-            bool inverse);
+            double base, bool inverse);
 
 // GELU (tanh approximation) and its backward: du = dh * gelu'(u).
 template <typename T>

@@ -14,6 +14,7 @@
 namespace wallfacer::train {
 
 enum class Positions { Rotary, Learned };
+inline constexpr double kDefaultRotaryBase = 10000.0;  // RoFormer's, GPT-NeoX's, Llama 2's
 const char* to_string(Positions positions);
 Positions parse_positions(const std::string& name);  // throws InputError
 
@@ -26,13 +27,16 @@ struct ModelShape {
   bool gated_ffn = false;
   int64_t seq = 0;  // positions of a learned position table
   Positions positions = Positions::Rotary;
+  // Rotary positions turn pair i of a head by position * rotary_base^(-2i / head_dim): a larger base
+  // leaves more pairs nearly unturned over long distances, where attention can match on content.
+  double rotary_base = kDefaultRotaryBase;
   int64_t q_width() const { return int64_t(heads) * head_dim; }
   int64_t kv_width() const { return int64_t(kv_heads) * head_dim; }
 };
 
 // The model of a workload. Throws InputError when the workload cannot be trained here (a
-// non-causal mask, an odd head_dim under rotary positions).
-ModelShape model_shape(const Workload& workload, Positions positions);
+// non-causal mask, an odd head_dim under rotary positions) or the rotary base is not above 1.
+ModelShape model_shape(const Workload& workload, Positions positions, double rotary_base = kDefaultRotaryBase);
 
 struct ParameterTensor {
   std::string name;  // "embed", "pos_embed", "layer3.wq", "final_norm", "lm_head"

@@ -34,7 +34,8 @@ using BatchSource = std::function<TrainingSample(int64_t step, int sample)>;
 
 struct TrainerOptions {
   Positions positions = Positions::Rotary;
-  uint64_t seed = 1;  // parameter initialisation
+  double rotary_base = kDefaultRotaryBase;  // ModelShape::rotary_base
+  uint64_t seed = 1;                        // parameter initialisation
   OptimizerSettings optimizer;
   int64_t total_steps = 100;  // for the learning-rate schedule
   runtime::ExecutorOptions executor;
