@@ -133,9 +133,11 @@ void validate(const RecallTaskSpec& spec) {
   const int64_t first = needed_len(spec, recall_copies(spec, 0), recall_min_distance(spec, 0));
   if (spec.curriculum_length < first)
     throw InputError(fmt::format(
-        "recall task: 'curriculum_length' is {}, expected at least {}: the first window holds {} copies of {} pairs "
-        "and their queries with min_distance {} (raise curriculum_length or lower curriculum_copies)",
-        spec.curriculum_length, first, recall_copies(spec, 0), spec.pairs, recall_min_distance(spec, 0)));
+        "recall task: 'curriculum_length' is {}, expected at least {}: the first window holds {} definitions ({} "
+        "pairs, {} copies each) and their queries with min_distance {} (raise curriculum_length or lower "
+        "curriculum_copies)",
+        spec.curriculum_length, first, spec.pairs * recall_copies(spec, 0), spec.pairs, recall_copies(spec, 0),
+        recall_min_distance(spec, 0)));
 }
 
 int64_t recall_min_seq_len(const RecallTaskSpec& spec) {

@@ -39,6 +39,11 @@ if(TARGET wallfacer)
                            ${_wf} train --plan ${_train_dir}/zigzag2.yaml --data ${_train_dir}/no_such_file.txt)
   wallfacer_train_cli_test(train_cli_recall_too_short train_plan_zigzag2 2 "recall task: 'seq_len' is 128"
                            ${_wf} train --plan ${_train_dir}/zigzag2.yaml --recall-pairs 20 --recall-key-len 3)
+  wallfacer_train_cli_test(train_cli_recall_curriculum_window train_plan_zigzag2 2 "'curriculum_length' is 16"
+                           ${_wf} train --plan ${_train_dir}/zigzag2.yaml --recall-curriculum-length 16
+                           --recall-curriculum-copies 8 --recall-curriculum-steps 10)
+  wallfacer_train_cli_test(train_cli_rotary_base_refused train_plan_zigzag2 2 "--rotary-base"
+                           ${_wf} train --plan ${_train_dir}/zigzag2.yaml --rotary-base 1)
   wallfacer_train_cli_test(train_cli_resume_local train_plan_zigzag2 0 "resumed losses equal"
                            ${CMAKE_CURRENT_LIST_DIR}/resume_cli.sh ${_train_dir}/resume_local
                            ${_train_dir}/zigzag2.yaml ${_text} ${_wf})
