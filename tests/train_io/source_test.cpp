@@ -18,6 +18,20 @@ TEST(TrainingSource, RecallAndTextGiveTheirSamples) {
   EXPECT_EQ(recall.describe(),
             "recall task: 2 pairs, keys of 4 letters, values of 4 digits, min distance 100, seq 300");
   EXPECT_THROW(TrainingSource::recall({.seq_len = 10}), InputError);
+  RecallTaskSpec curriculum = spec;
+  curriculum.curriculum_steps = 100;
+  curriculum.curriculum_copies = 2;
+  EXPECT_EQ(TrainingSource::recall(curriculum).describe(),
+            "recall task: 2 pairs, keys of 4 letters, values of 4 digits, min distance 100, seq 300, curriculum 2 "
+            "copies over 100 steps");
+  curriculum.curriculum_length = 150;
+  EXPECT_EQ(TrainingSource::recall(curriculum).describe(),
+            "recall task: 2 pairs, keys of 4 letters, values of 4 digits, min distance 100, seq 300, curriculum 2 "
+            "copies, lengths from 150 over 100 steps");
+  curriculum.curriculum_copies = 1;
+  EXPECT_EQ(TrainingSource::recall(curriculum).describe(),
+            "recall task: 2 pairs, keys of 4 letters, values of 4 digits, min distance 100, seq 300, curriculum "
+            "lengths from 150 over 100 steps");
 
   std::vector<uint8_t> bytes(1000);
   for (size_t i = 0; i < bytes.size(); ++i)
