@@ -87,6 +87,10 @@ class Executor {
   // One input binding, element (batch, token, head, d) from `value`. in_place: the buffer must
   // already hold the binding's tokens (a binding made after the forward ran).
   void bind_values(const Binding& binding, const std::function<double(int, int64_t, int, int)>& value, bool in_place);
+  // The same from a caller's tensor in backend memory (StepSession::bind_rows), and its
+  // counterpart for an output binding, which returns the elements written.
+  void bind_rows(const Binding& binding, const RowTensor& source, bool in_place);
+  int64_t collect_rows(const Binding& binding, const RowTensor& sink);
   // WeightGrad: the weight_grad_value contributions, or zeros with options.skip_weight_grad.
   void bind_weight_grad(const Binding& binding);
   // Runs ops [0, op_limit) (all ops by default); may be called again with a larger limit.

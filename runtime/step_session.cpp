@@ -73,6 +73,74 @@ void Executor::flat_finish(InFlight& flight) {
   if (hooks->finished) hooks->finished(flight.op);
 }
 
+namespace {
+
+// The caller's tensor as a Storage of one field: every head of the field's class, rows_per_batch
+// rows per sequence.
+Storage row_tensor_storage(const RowTensor& tensor, Field field, int heads_total, int batches, int head_dim, int group,
+                           ElemType type) {
+  Storage s;
+  s.fields = field_bit(field);
+  s.heads = HeadRange{0, heads_total};
+  s.heads_are_query = is_query_class(field);
+  s.batches = batches;
+  s.capacity = tensor.rows_per_batch;
+  s.head_dim = head_dim;
+  s.group = group;
+  s.type = type;
+  s.base[size_t(field)] = static_cast<char*>(tensor.data);
+  return s;
+}
+
+// The rows of `set`'s tokens (in set order) in the caller's tensor, consecutive rows merged.
+RowRuns row_tensor_runs(const RowTensor& tensor, const TokenSet& set) {
+  RowRuns runs;
+  for (int64_t t : positions(set)) {
+    const int32_t row = t < int64_t(tensor.row_of->size()) ? (*tensor.row_of)[size_t(t)] : -1;
+    if (row < 0 || row >= tensor.rows_per_batch)
+      throw ScheduleError(fmt::format("token {} has no row in the caller's tensor", t));
+    if (!runs.empty() && runs.back().row + runs.back().count == row)
+      ++runs.back().count;
+    else
+      runs.push_back({row, 1});
+  }
+  return runs;
+}
+
+}  // namespace
+
+void Executor::bind_rows(const Binding& binding, const RowTensor& source, bool in_place) {
+  BufferState& buf = buffer(binding.buf, -1);
+  const bool query = is_query_class(binding.field);
+  const int heads_total = query ? schedule.dims.heads : schedule.dims.kv_heads;
+  const TokenSet& set = tokens(binding.tokens, -1);
+  if (binding.heads.begin < 0 || binding.heads.end > heads_total)
+    throw ScheduleError(fmt::format("{}: input {} out of range", where(-1), describe(binding.heads)));
+  const bool holds_data = std::any_of(buf.valid.begin(), buf.valid.end(), [](bool v) { return v; });
+  if (in_place && holds_data && !map_rows(buf.tokens, set))
+    throw ScheduleError(fmt::format("{}: {} binds tokens {} into buffer '{}', which holds {} after the forward",
+                                    where(-1), to_string(binding.field), describe(set), buf.name,
+                                    describe(buf.tokens)));
+  const Storage src = row_tensor_storage(source, binding.field, heads_total, batches, head_dim, group, type);
+  const RowRuns src_runs = row_tensor_runs(source, set);
+  const RowRuns runs = prepare_write(buf, set, field_bit(binding.field), nullptr, -1);
+  copy_rows(backend, src, src_runs, buf.storage, runs, field_bit(binding.field), binding.heads, query);
+}
+
+int64_t Executor::collect_rows(const Binding& binding, const RowTensor& sink) {
+  if (binding.field == Field::WeightGrad || is_per_row_scalar(binding.field))
+    throw ScheduleError(fmt::format("{}: {} is not a [token][head][d] field", where(-1), to_string(binding.field)));
+  const BufferState& buf = buffer(binding.buf, -1);
+  const bool query = is_query_class(binding.field);
+  const int heads_total = query ? schedule.dims.heads : schedule.dims.kv_heads;
+  const TokenSet& set = tokens(binding.tokens, -1);
+  const RowRuns runs = readable(buf, set, field_bit(binding.field), -1);
+  const Storage dst = row_tensor_storage(sink, binding.field, heads_total, batches, head_dim, group, type);
+  copy_rows(backend, buf.storage, runs, dst, row_tensor_runs(sink, set), field_bit(binding.field), binding.heads,
+            query);
+  return int64_t(batches) * token_count(set) * binding.heads.size() * head_dim;
+}
+
 }  // namespace detail
 
 namespace {
@@ -106,6 +174,14 @@ void StepSession::bind(const Binding& binding, const SliceSource& source, bool i
 
 void StepSession::collect(const Binding& binding, const SliceSink& sink) {
   detail::deliver({executor_->collect_output(binding)}, executor_->head_dim, sink);
+}
+
+void StepSession::bind_rows(const Binding& binding, const RowTensor& source, bool in_place) {
+  executor_->bind_rows(binding, source, in_place);
+}
+
+int64_t StepSession::collect_rows(const Binding& binding, const RowTensor& sink) {
+  return executor_->collect_rows(binding, sink);
 }
 
 void StepSession::restart(int32_t buffer, FieldMask fields) {

@@ -71,9 +71,9 @@ CheckpointState capture_state(Trainer<T>& trainer, int64_t steps_done, int rank,
   state.rank = rank;
   state.world_size = world_size;
   state.plan_hash = plan_hash;
-  const std::vector<T>& params = trainer.parameters();
+  const std::vector<T> params = trainer.parameters_to_host();
   state.tensors.push_back({"parameters", to_floats(params.data(), int64_t(params.size()))});
-  AdamState<T>& adam = trainer.adam();
+  const AdamState<T> adam = trainer.adam_to_host();
   state.tensors.push_back({"adam.m", to_floats(adam.m.data(), int64_t(adam.m.size()))});
   state.tensors.push_back({"adam.v", to_floats(adam.v.data(), int64_t(adam.v.size()))});
   // Nothing else is random: the data is a function of (seed, step, sample), the weights of the seed.
@@ -99,15 +99,17 @@ void restore_state(Trainer<T>& trainer, const CheckpointState& state, const std:
                                       sizeof(T) == 8 ? "fp64" : "fp32"));
   if (int64_t(state.rng_state[1]) != trainer.shard_begin() || int64_t(state.rng_state[2]) != trainer.shard_end())
     throw CheckpointError(file, CheckpointProblem::Malformed, "the optimizer shard differs from this run's");
-  std::vector<T>& params = trainer.parameters();
+  std::vector<T> params(size_t(trainer.layout().size()));
   from_floats(find_tensor(state, "parameters", file), params.data(), int64_t(params.size()), file);
-  AdamState<T>& adam = trainer.adam();
+  AdamState<T> adam;
   const int64_t shard = trainer.shard_end() - trainer.shard_begin();
   adam.m.assign(size_t(shard), T(0));
   adam.v.assign(size_t(shard), T(0));
   adam.steps = int64_t(state.rng_state[0]);
   from_floats(find_tensor(state, "adam.m", file), adam.m.data(), adam.steps > 0 ? shard : 0, file);
   from_floats(find_tensor(state, "adam.v", file), adam.v.data(), adam.steps > 0 ? shard : 0, file);
+  trainer.parameters_from_host(params);
+  trainer.adam_from_host(adam);
 }
 
 std::optional<CheckpointState> read_resume_state(const std::string& dir, const Plan& plan, int rank, int world_size,

@@ -147,7 +147,30 @@ Trainer<T>::Impl::Impl(const Plan& plan_, Backend& backend_, const TrainerOption
       step(rank_step_program(plan_, backend_.rank())),
       own(own_tokens(step.schedule, step.program())),
       roles(step_roles(step.step, step.program(), step.origin, layout, shape, groups, plan_)),
-      kernels(make_kernels(options_, backend_, T{})) {
+      kernels(make_kernels(options_, backend_, T{})),
+      params(backend_),
+      grads(backend_),
+      adam_m(backend_),
+      adam_v(backend_),
+      shard_grad(backend_),
+      shard_params(backend_),
+      x(backend_),
+      dx(backend_),
+      f(backend_),
+      rstd_f(backend_),
+      logits(backend_),
+      dlogits(backend_),
+      df(backend_),
+      d_act(backend_),
+      d_gate(backend_),
+      d_up(backend_),
+      dc(backend_),
+      dn(backend_),
+      d_o(backend_),
+      dq(backend_),
+      dk(backend_),
+      dv(backend_),
+      da(backend_) {
   if (backend.size() != plan.num_ranks())
     throw InputError(fmt::format("the plan has {} ranks but {} were launched", plan.num_ranks(), backend.size()));
   if (shape.vocab < 1 || shape.vocab > (int64_t(1) << 30)) throw InputError("the workload's vocab is out of range");
@@ -163,8 +186,8 @@ Trainer<T>::Impl::Impl(const Plan& plan_, Backend& backend_, const TrainerOption
     layer_outputs.at(size_t(layer_of_buffer(program.buffers[size_t(program.outputs[i].buf)]))).push_back(int32_t(i));
   if (roles.optimizer_op < 0) throw ScheduleError("the step program has no Optimizer op");
   const std::vector<double> init = initial_parameters(layout, options.seed);
-  params.assign(init.begin(), init.end());
-  grads.assign(size_t(layout.size()), T(0));
+  params.upload(std::vector<T>(init.begin(), init.end()));
+  grads.assign(layout.size(), T(0));
   backend.set_groups(plan.groups);
   setup_shards();
 }
@@ -200,8 +223,11 @@ void Trainer<T>::Impl::prepare_batch(int64_t index, const BatchSource& batch) {
 
 template <typename T>
 void Trainer<T>::Impl::run_program(int64_t op_limit) {
-  std::fill(grads.begin(), grads.end(), T(0));
-  acts.assign(size_t(shape.layers), LayerActs<T>{});
+  host_to_backend();
+  grads.assign(layout.size(), T(0));
+  acts.clear();
+  for (int l = 0; l < shape.layers; ++l)
+    acts.emplace_back(backend);
   restarted.assign(step.program().buffers.size(), 0);
   trace.clear();
   loss_sum = 0;
@@ -222,6 +248,25 @@ void Trainer<T>::Impl::run_program(int64_t op_limit) {
   }
   session = nullptr;
   acts.clear();
+  backend_to_host();
+}
+
+template <typename T>
+void Trainer<T>::Impl::host_to_backend() {
+  if (params_on_host) params.upload(host_params);
+  if (adam_on_host) {
+    adam_m.upload(adam.m);
+    adam_v.upload(adam.v);
+  }
+}
+
+template <typename T>
+void Trainer<T>::Impl::backend_to_host() {
+  if (params_on_host) params.download(host_params);
+  if (adam_on_host) {
+    adam_m.download(adam.m);
+    adam_v.download(adam.v);
+  }
 }
 
 template <typename T>
@@ -271,15 +316,33 @@ const ParameterLayout& Trainer<T>::layout() const {
 }
 template <typename T>
 const std::vector<T>& Trainer<T>::parameters() const {
-  return impl_->params;
+  if (!impl_->params_on_host) impl_->params.download(impl_->host_params);
+  return impl_->host_params;
 }
 template <typename T>
 std::vector<T>& Trainer<T>::parameters() {
-  return impl_->params;
+  if (!impl_->params_on_host) impl_->params.download(impl_->host_params);
+  impl_->params_on_host = true;
+  return impl_->host_params;
+}
+template <typename T>
+std::vector<T> Trainer<T>::parameters_to_host() const {
+  if (impl_->params_on_host) return impl_->host_params;
+  std::vector<T> out;
+  impl_->params.download(out);
+  return out;
+}
+template <typename T>
+void Trainer<T>::parameters_from_host(const std::vector<T>& values) {
+  if (int64_t(values.size()) != impl_->layout.size())
+    throw InputError(fmt::format("{} parameter values for a model of {}", values.size(), impl_->layout.size()));
+  impl_->params.upload(values);
+  if (impl_->params_on_host) impl_->host_params = values;
 }
 template <typename T>
 const std::vector<T>& Trainer<T>::gradient() const {
-  return impl_->sharded ? impl_->shard_grad : impl_->grads;
+  (impl_->sharded ? impl_->shard_grad : impl_->grads).download(impl_->host_grad);
+  return impl_->host_grad;
 }
 template <typename T>
 int64_t Trainer<T>::shard_begin() const {
@@ -291,7 +354,35 @@ int64_t Trainer<T>::shard_end() const {
 }
 template <typename T>
 AdamState<T>& Trainer<T>::adam() {
+  if (!impl_->adam_on_host) {
+    impl_->adam_m.download(impl_->adam.m);
+    impl_->adam_v.download(impl_->adam.v);
+  }
+  impl_->adam_on_host = true;
   return impl_->adam;
+}
+template <typename T>
+AdamState<T> Trainer<T>::adam_to_host() const {
+  AdamState<T> out;
+  out.steps = impl_->adam.steps;
+  if (impl_->adam_on_host) return impl_->adam;
+  impl_->adam_m.download(out.m);
+  impl_->adam_v.download(out.v);
+  return out;
+}
+template <typename T>
+void Trainer<T>::adam_from_host(const AdamState<T>& state) {
+  const int64_t shard = shard_end() - shard_begin();
+  if (int64_t(state.m.size()) != shard || int64_t(state.v.size()) != shard)
+    throw InputError(
+        fmt::format("optimizer moments of {} and {} values for a shard of {}", state.m.size(), state.v.size(), shard));
+  impl_->adam_m.upload(state.m);
+  impl_->adam_v.upload(state.v);
+  impl_->adam.steps = state.steps;
+  if (impl_->adam_on_host) {
+    impl_->adam.m = state.m;
+    impl_->adam.v = state.v;
+  }
 }
 template <typename T>
 const OwnTokens& Trainer<T>::tokens() const {

@@ -12,16 +12,16 @@
 namespace wallfacer::train {
 
 template <typename T>
-void Trainer<T>::Impl::gemm(const std::vector<T>& a, bool ta, const T* b, bool tb, std::vector<T>& c, int64_t m,
+void Trainer<T>::Impl::gemm(const BackendArray<T>& a, bool ta, const T* b, bool tb, BackendArray<T>& c, int64_t m,
                             int64_t n, int64_t k, bool accumulate) {
-  if (!accumulate) c.resize(size_t(m * n));
+  if (!accumulate) c.resize(m * n);
   kernels->gemm(a.data(), ta, b, tb, c.data(), m, n, k, accumulate);
 }
 
 // A weight gradient: c (a gradient tensor) += a^T b.
 template <typename T>
-void Trainer<T>::Impl::gemm_into(const std::vector<T>& a, bool ta, const std::vector<T>& b, T* c, int64_t m, int64_t n,
-                                 int64_t k) {
+void Trainer<T>::Impl::gemm_into(const BackendArray<T>& a, bool ta, const BackendArray<T>& b, T* c, int64_t m,
+                                 int64_t n, int64_t k) {
   kernels->gemm(a.data(), ta, b.data(), false, c, m, n, k, true);
 }
 
@@ -31,7 +31,7 @@ void Trainer<T>::Impl::compute(int32_t op) {
   const int64_t rows = own.rows(), h = shape.hidden, n = int64_t(own.positions.size());
   switch (role.role) {
     case Role::Embed:
-      x.resize(size_t(rows * h));
+      x.resize(rows * h);
       kernels->embedding_forward(params.data() + layout.embed(),
                                  layout.pos_embed() >= 0 ? params.data() + layout.pos_embed() : nullptr, inputs.data(),
                                  own.positions.data(), n, x.data(), rows, h);
@@ -72,58 +72,58 @@ void Trainer<T>::Impl::layer_forward(Role role, int l, bool recompute) {
   const bool keep_pre = plan.workload.checkpointing == Checkpointing::Selective;
   switch (role) {
     case Role::Norm1:
-      if (!recompute) A.x = x;
-      A.a.resize(size_t(rows * h));
-      A.rstd1.resize(size_t(rows));
+      if (!recompute) A.x.copy_from(x);
+      A.a.resize(rows * h);
+      A.rstd1.resize(rows);
       return kernels->rms_norm_forward(A.x.data(), w + o.norm1, A.a.data(), A.rstd1.data(), rows, h);
     case Role::QProj:
       return gemm(A.a, false, w + o.wq, false, A.q, rows, qw, h, false);
     case Role::KProj:
       return gemm(A.a, false, w + o.wk, false, A.k, rows, kw, h, false);
     case Role::RopeQ:
-      if (keep_pre) A.q_pre = A.q;
+      if (keep_pre) A.q_pre.copy_from(A.q);
       if (rotary)
         kernels->rotary(A.q.data(), own.positions.data(), n, rows, shape.heads, shape.head_dim, shape.rotary_base,
                         false);
-      return bind_attention(l, Field::Q, A.q, qw);
+      return bind_attention(l, Field::Q, A.q);
     case Role::RopeK:
-      if (keep_pre) A.k_pre = A.k;
+      if (keep_pre) A.k_pre.copy_from(A.k);
       if (rotary)
         kernels->rotary(A.k.data(), own.positions.data(), n, rows, shape.kv_heads, shape.head_dim, shape.rotary_base,
                         false);
-      return bind_attention(l, Field::K, A.k, kw);
+      return bind_attention(l, Field::K, A.k);
     case Role::RopeQK:  // selective: the rotated Q and K again, from the projections' outputs
-      A.q = A.q_pre;
-      A.k = A.k_pre;
+      A.q.copy_from(A.q_pre);
+      A.k.copy_from(A.k_pre);
       if (!rotary) return;
       kernels->rotary(A.q.data(), own.positions.data(), n, rows, shape.heads, shape.head_dim, shape.rotary_base, false);
       return kernels->rotary(A.k.data(), own.positions.data(), n, rows, shape.kv_heads, shape.head_dim,
                              shape.rotary_base, false);
     case Role::VProj:
       gemm(A.a, false, w + o.wv, false, A.v, rows, kw, h, false);
-      return bind_attention(l, Field::V, A.v, kw);
+      return bind_attention(l, Field::V, A.v);
     case Role::OutProj:
       collect_attention(l, field_bit(Field::O));
       return gemm(A.o, false, w + o.wo, false, A.proj, rows, h, qw, false);
     case Role::Residual1:
-      A.x1.resize(size_t(rows * h));
+      A.x1.resize(rows * h);
       return kernels->add(A.x.data(), A.proj.data(), A.x1.data(), rows * h);
     case Role::Norm2:
-      A.c.resize(size_t(rows * h));
-      A.rstd2.resize(size_t(rows));
+      A.c.resize(rows * h);
+      A.rstd2.resize(rows);
       return kernels->rms_norm_forward(A.x1.data(), w + o.norm2, A.c.data(), A.rstd2.data(), rows, h);
     case Role::Gate:
       return gemm(A.c, false, w + o.w_gate, false, A.gate, rows, F, h, false);
     case Role::Up:
       return gemm(A.c, false, w + o.w_up, false, A.up, rows, F, h, false);
     case Role::Act:
-      A.act.resize(size_t(rows * F));
+      A.act.resize(rows * F);
       if (shape.gated_ffn) return kernels->swiglu_forward(A.gate.data(), A.up.data(), A.act.data(), rows * F);
       return kernels->gelu_forward(A.up.data(), A.act.data(), rows * F);
     case Role::Down:
       return gemm(A.act, false, w + o.w_down, false, A.mlp, rows, h, F, false);
     case Role::Residual2:
-      x.resize(size_t(rows * h));
+      x.resize(rows * h);
       kernels->add(A.x1.data(), A.mlp.data(), x.data(), rows * h);
       return drop_after_forward(A);
     default:
@@ -146,11 +146,7 @@ void Trainer<T>::Impl::drop_after_forward(LayerActs<T>& A) const {
     A.c.clear();
     A.act.clear();
   }
-  if (mode == Checkpointing::Full) {
-    std::vector<T> input = std::move(A.x);
-    A = LayerActs<T>{};
-    A.x = std::move(input);
-  }
+  if (mode == Checkpointing::Full) A.clear_except(&A.x);
 }
 
 template <typename T>
@@ -167,9 +163,9 @@ void Trainer<T>::Impl::layer_backward(Role role, int l) {
     case Role::DownWeight:
       return gemm_into(A.act, true, dx, g + o.w_down, F, h, rows);
     case Role::ActBackward:
-      d_up.resize(size_t(rows * F));
+      d_up.resize(rows * F);
       if (!shape.gated_ffn) return kernels->gelu_backward(A.up.data(), d_act.data(), d_up.data(), rows * F);
-      d_gate.resize(size_t(rows * F));
+      d_gate.resize(rows * F);
       return kernels->swiglu_backward(A.gate.data(), A.up.data(), d_act.data(), d_gate.data(), d_up.data(), rows * F);
     case Role::GateData:
       return gemm(d_gate, false, w + o.w_gate, true, dc, rows, h, F, false);
@@ -180,17 +176,17 @@ void Trainer<T>::Impl::layer_backward(Role role, int l) {
     case Role::UpWeight:
       return gemm_into(A.c, true, d_up, g + o.w_up, h, F, rows);
     case Role::Norm2Backward:
-      dn.assign(size_t(rows * h), T(0));
+      dn.assign(rows * h, T(0));
       return kernels->rms_norm_backward(A.x1.data(), w + o.norm2, A.rstd2.data(), dc.data(), dn.data(), g + o.norm2,
                                         rows, h);
     case Role::Residual2Backward:
     case Role::Residual1Backward:
       kernels->add(dx.data(), dn.data(), dx.data(), rows * h);
-      if (role == Role::Residual1Backward) A = LayerActs<T>{};
+      if (role == Role::Residual1Backward) A.clear_except();
       return;
     case Role::OutProjData:
       gemm(dx, false, w + o.wo, true, d_o, rows, qw, h, false);
-      return bind_attention(l, Field::dO, d_o, qw);
+      return bind_attention(l, Field::dO, d_o);
     case Role::OutProjWeight:
       return gemm_into(A.o, true, dx, g + o.wo, qw, h, rows);
     case Role::RopeBackward:
@@ -212,7 +208,7 @@ void Trainer<T>::Impl::layer_backward(Role role, int l) {
     case Role::VData:
       return gemm(dv, false, w + o.wv, true, da, rows, h, kw, true);
     case Role::Norm1Backward:
-      dn.assign(size_t(rows * h), T(0));
+      dn.assign(rows * h, T(0));
       return kernels->rms_norm_backward(A.x.data(), w + o.norm1, A.rstd1.data(), da.data(), dn.data(), g + o.norm1,
                                         rows, h);
     default:
@@ -227,13 +223,13 @@ void Trainer<T>::Impl::head(Role role) {
   T* g = grads.data();
   switch (role) {
     case Role::FinalNorm:
-      f.resize(size_t(rows * h));
-      rstd_f.resize(size_t(rows));
+      f.resize(rows * h);
+      rstd_f.resize(rows);
       return kernels->rms_norm_forward(x.data(), w + layout.final_norm(), f.data(), rstd_f.data(), rows, h);
     case Role::LmHead:
       return gemm(f, false, w + layout.lm_head(), false, logits, rows, v, h, false);
     case Role::Loss:
-      dlogits.resize(size_t(rows * v));
+      dlogits.resize(rows * v);
       loss_sum = kernels->cross_entropy(logits.data(), targets.data(), mask.data(),
                                         counted > 0 ? 1.0 / double(counted) : 0.0, dlogits.data(), rows, v, correct);
       return;
@@ -242,7 +238,7 @@ void Trainer<T>::Impl::head(Role role) {
     case Role::LmHeadWeight:
       return gemm_into(f, true, dlogits, g + layout.lm_head(), h, v, rows);
     case Role::FinalNormBackward:
-      dx.assign(size_t(rows * h), T(0));
+      dx.assign(rows * h, T(0));
       return kernels->rms_norm_backward(x.data(), w + layout.final_norm(), rstd_f.data(), df.data(), dx.data(),
                                         g + layout.final_norm(), rows, h);
     default:
@@ -250,20 +246,15 @@ void Trainer<T>::Impl::head(Role role) {
   }
 }
 
-// Writes `field` of layer l's attention from `values` ([rows][width], heads of head_dim).
+// Writes `field` of layer l's attention from `values` ([rows][heads][head_dim]), by copies in the
+// backend's memory.
 template <typename T>
-void Trainer<T>::Impl::bind_attention(int l, Field field, const std::vector<T>& values, int64_t width) {
+void Trainer<T>::Impl::bind_attention(int l, Field field, BackendArray<T>& values) {
   const RankProgram& program = step.program();
-  const int d = shape.head_dim;
+  const runtime::RowTensor source{values.data(), int64_t(own.positions.size()), &own.row_of};
   for (int32_t i : layer_inputs[size_t(l)]) {
     const Binding& b = program.inputs[size_t(i)];
-    if (b.field != field) continue;
-    session->bind(
-        b,
-        [&](Field, int batch, int64_t t, int head, int e) -> double {
-          return values[size_t(own.row(batch, t) * width + head * d + e)];
-        },
-        field == Field::dO);
+    if (b.field == field) session->bind_rows(b, source, field == Field::dO);
   }
 }
 
@@ -272,26 +263,20 @@ void Trainer<T>::Impl::bind_attention(int l, Field field, const std::vector<T>& 
 template <typename T>
 void Trainer<T>::Impl::collect_attention(int l, FieldMask fields) {
   const RankProgram& program = step.program();
-  const int d = shape.head_dim;
   const int64_t rows = own.rows(), qw = shape.q_width(), kw = shape.kv_width();
   LayerActs<T>& A = acts[size_t(l)];
-  if (fields & field_bit(Field::O)) A.o.assign(size_t(rows * qw), T(0));
+  if (fields & field_bit(Field::O)) A.o.assign(rows * qw, T(0));
   if (fields & field_bit(Field::dQ)) {
-    dq.assign(size_t(rows * qw), T(0));
-    dk.assign(size_t(rows * kw), T(0));
-    dv.assign(size_t(rows * kw), T(0));
+    dq.assign(rows * qw, T(0));
+    dk.assign(rows * kw, T(0));
+    dv.assign(rows * kw, T(0));
   }
   int64_t delivered = 0, expected = 0;
   for (int32_t i : layer_outputs[size_t(l)]) {
     const Binding& b = program.outputs[size_t(i)];
     if (!(fields & field_bit(b.field))) continue;
-    session->collect(b, [&](Field field, int batch, int64_t t, int head, int e, double value) {
-      const int64_t row = own.row(batch, t);
-      std::vector<T>& out = field == Field::O ? A.o : field == Field::dQ ? dq : field == Field::dK ? dk : dv;
-      const int64_t width = field == Field::O || field == Field::dQ ? qw : kw;
-      out[size_t(row * width + head * d + e)] = T(value);
-      ++delivered;
-    });
+    BackendArray<T>& out = b.field == Field::O ? A.o : b.field == Field::dQ ? dq : b.field == Field::dK ? dk : dv;
+    delivered += session->collect_rows(b, {out.data(), int64_t(own.positions.size()), &own.row_of});
   }
   if (fields & field_bit(Field::O)) expected += rows * qw;
   if (fields & field_bit(Field::dQ)) expected += rows * (qw + 2 * kw);

@@ -53,8 +53,8 @@ void Trainer<T>::Impl::setup_shards() {
     product *= group_sizes.back();
   }
   if (!sharded) {
-    adam.m.assign(size_t(layout.size()), T(0));
-    adam.v.assign(size_t(layout.size()), T(0));
+    adam_m.assign(layout.size(), T(0));
+    adam_v.assign(layout.size(), T(0));
     return;
   }
   piece_start.assign(size_t(plan.num_ranks()), {});
@@ -76,11 +76,14 @@ void Trainer<T>::Impl::setup_shards() {
     }
   }
   gather_order_of(plan, backend.rank(), 0, gather_order);
-  shard_grad.assign(size_t(shard_size), T(0));
-  shard_params.assign(size_t(shard_size), T(0));
-  adam.m.assign(size_t(shard_size), T(0));
-  adam.v.assign(size_t(shard_size), T(0));
-  scratch.assign(roles.buckets.size() + size_t(roles.gather_buckets), std::vector<std::vector<T>>(groups.size() + 1));
+  shard_grad.assign(shard_size, T(0));
+  shard_params.assign(shard_size, T(0));
+  adam_m.assign(shard_size, T(0));
+  adam_v.assign(shard_size, T(0));
+  scratch.resize(roles.buckets.size() + size_t(roles.gather_buckets));
+  for (std::vector<BackendArray<T>>& levels : scratch)
+    for (size_t k = 0; k <= groups.size(); ++k)
+      levels.emplace_back(backend);
 }
 
 template <typename T>
@@ -97,11 +100,11 @@ runtime::FlatCall Trainer<T>::Impl::grad_sync(const OpRole& role) {
   const GradBucket& bucket = roles.buckets.at(size_t(role.bucket));
   if (!sharded) return {grads.data() + bucket.offset, nullptr, bucket.count, {}};
   const ShardPiece& p = pieces[size_t(role.bucket)];
-  std::vector<std::vector<T>>& sc = scratch[size_t(role.bucket)];
+  std::vector<BackendArray<T>>& sc = scratch[size_t(role.bucket)];
   const size_t k = size_t(role.level);
   if (k == 0) {
-    sc[0].assign(size_t(p.padded), T(0));
-    std::copy(grads.begin() + bucket.offset, grads.begin() + bucket.offset + bucket.count, sc[0].begin());
+    sc[0].assign(p.padded, T(0));
+    sc[0].copy(sc[0].data(), grads.data() + bucket.offset, bucket.count);
   }
   int64_t in = p.padded;
   for (size_t j = 0; j < k; ++j)
@@ -109,7 +112,7 @@ runtime::FlatCall Trainer<T>::Impl::grad_sync(const OpRole& role) {
   const int64_t out = in / group_sizes[k];
   T* recv = shard_grad.data() + p.at;
   if (k + 1 < groups.size()) {
-    sc[k + 1].assign(size_t(out), T(0));
+    sc[k + 1].assign(out, T(0));
     recv = sc[k + 1].data();
   }
   return {sc[k].data(), recv, in, Counts(size_t(group_sizes[k]), out)};
@@ -119,13 +122,13 @@ template <typename T>
 runtime::FlatCall Trainer<T>::Impl::param_gather(const OpRole& role) {
   const int64_t K = roles.gather_buckets, kb = role.bucket;
   const int64_t chunk = shard_size * (kb + 1) / K - shard_size * kb / K;
-  std::vector<std::vector<T>>& sc = scratch[roles.buckets.size() + size_t(kb)];
+  std::vector<BackendArray<T>>& sc = scratch[roles.buckets.size() + size_t(kb)];
   const size_t level = size_t(role.level);
   int64_t count = chunk;
   for (size_t j = level + 1; j < groups.size(); ++j)
     count *= group_sizes[j];
   T* send = level + 1 == groups.size() ? shard_params.data() + shard_size * kb / K : sc[level + 1].data();
-  sc[level].assign(size_t(count * group_sizes[level]), T(0));
+  sc[level].assign(count * group_sizes[level], T(0));
   return {send, sc[level].data(), count, Counts(size_t(group_sizes[level]), count)};
 }
 
@@ -136,23 +139,31 @@ void Trainer<T>::Impl::flat_finished(int32_t op) {
   if (role.role != Role::ParamGather || role.level != 0) return;
   const int64_t K = roles.gather_buckets, kb = role.bucket;
   const int64_t lo = shard_size * kb / K, hi = shard_size * (kb + 1) / K;
-  const std::vector<T>& all = scratch[roles.buckets.size() + size_t(kb)][0];
-  size_t b = 0;
-  for (int64_t s = lo; s < hi; ++s) {
-    while (s >= pieces[b].at + pieces[b].length)
-      ++b;
+  const BackendArray<T>& all = scratch[roles.buckets.size() + size_t(kb)][0];
+  // Element s of the chunk, from rank gather_order[p], is parameter piece_start + (s - piece's
+  // start) where that falls before the bucket's end (the padding does not): consecutive elements
+  // of one piece are consecutive parameters, so each (piece, rank) is one copy.
+  for (size_t b = 0; b < pieces.size(); ++b) {
+    const int64_t s0 = std::max(lo, pieces[b].at), s1 = std::min(hi, pieces[b].at + pieces[b].length);
+    if (s0 >= s1) continue;
     const int64_t end = roles.buckets[b].offset + roles.buckets[b].count;
     for (size_t p = 0; p < gather_order.size(); ++p) {
-      const int64_t index = piece_start[size_t(gather_order[p])][b] + (s - pieces[b].at);
-      if (index < end) params[size_t(index)] = all[p * size_t(hi - lo) + size_t(s - lo)];
+      const int64_t index = piece_start[size_t(gather_order[p])][b] + (s0 - pieces[b].at);
+      const int64_t n = std::clamp<int64_t>(end - index, 0, s1 - s0);
+      params.copy(params.data() + index, all.data() + int64_t(p) * (hi - lo) + (s0 - lo), n);
     }
   }
 }
 
+// Through the backend's memory, where its collectives work.
 template <typename T>
 void Trainer<T>::Impl::all_reduce_scalars(std::vector<double>& values) {
+  if (groups.empty()) return;
+  BackendArray<double> sums(backend);
+  sums.upload(values);
   for (int g : groups)
-    wait(backend, backend.iallreduce(g, values.data(), int64_t(values.size()), runtime::ElemType::F64));
+    wait(backend, backend.iallreduce(g, sums.data(), sums.size(), runtime::ElemType::F64));
+  sums.download(values);
 }
 
 // The step's loss, accuracy and (with_norm) the shards' summed squares, over every rank.
@@ -179,8 +190,8 @@ void Trainer<T>::Impl::optimizer() {
                        ++adam.steps};
   if (!sharded) {
     for (const ParameterTensor& t : layout.tensors())
-      kernels->adamw(a, t.decay, params.data() + t.offset, grads.data() + t.offset, adam.m.data() + t.offset,
-                     adam.v.data() + t.offset, t.numel());
+      kernels->adamw(a, t.decay, params.data() + t.offset, grads.data() + t.offset, adam_m.data() + t.offset,
+                     adam_v.data() + t.offset, t.numel());
     return;
   }
   const int me = backend.rank();
@@ -192,11 +203,12 @@ void Trainer<T>::Impl::optimizer() {
       const int64_t lo = std::max(p0, t.offset), hi = std::min(p0 + valid, t.offset + t.numel());
       if (lo >= hi) continue;
       const int64_t i = at + lo - p0;
-      kernels->adamw(a, t.decay, params.data() + lo, shard_grad.data() + i, adam.m.data() + i, adam.v.data() + i,
+      kernels->adamw(a, t.decay, params.data() + lo, shard_grad.data() + i, adam_m.data() + i, adam_v.data() + i,
                      hi - lo);
     }
-    for (int64_t j = 0; j < pieces[b].length; ++j)
-      shard_params[size_t(at + j)] = j < valid ? params[size_t(p0 + j)] : T(0);
+    shard_params.copy(shard_params.data() + at, params.data() + p0, valid);
+    if (valid < pieces[b].length)
+      backend.fill(shard_params.data() + at + valid, runtime::elem_type_of<T>(), size_t(pieces[b].length - valid), 0.0);
   }
 }
 

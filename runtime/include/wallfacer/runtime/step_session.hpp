@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include <wallfacer/runtime/executor.hpp>
 
@@ -26,6 +27,16 @@ struct FlatCall {
   void* recv = nullptr;
   int64_t count = 0;
   Counts recv_counts;
+};
+
+// A tensor of the caller's in backend memory laid out as the trainer keeps its activations:
+// [sequence][row][heads][head_dim] with every head of the field's class (query heads for Q, O,
+// dO, dQ; kv heads for K, V, dK, dV), `rows_per_batch` rows per sequence of the rank, and the
+// row of every global token position in `row_of` (-1: not held).
+struct RowTensor {
+  void* data = nullptr;
+  int64_t rows_per_batch = 0;
+  const std::vector<int32_t>* row_of = nullptr;
 };
 
 struct StepHooks {
@@ -52,6 +63,11 @@ class StepSession {
   void bind(const Binding& binding, const SliceSource& source, bool in_place);
   // Hands the values of output binding `binding` to `sink`.
   void collect(const Binding& binding, const SliceSink& sink);
+  // The same two from and into a tensor in backend memory, by device copies alone (a device
+  // backend's memory is not the host's): bind_rows writes the binding's tokens and heads from
+  // `source`; collect_rows writes them into `sink` and returns the elements it wrote.
+  void bind_rows(const Binding& binding, const RowTensor& source, bool in_place);
+  int64_t collect_rows(const Binding& binding, const RowTensor& sink);
   // Marks `fields` of buffer `buffer` as never written: the next accumulation into them starts
   // from their identity (a recomputation's attention starting its accumulators over).
   void restart(int32_t buffer, FieldMask fields);

@@ -112,14 +112,24 @@ class Trainer {
   StepResult step(int64_t step, const BatchSource& batch);
 
   const ParameterLayout& layout() const;
-  const std::vector<T>& parameters() const;  // every parameter, on every rank
+  // The trainer keeps its tensors in the backend's memory (device memory for a GPU backend).
+  // These copy them to and from the host: parameters (every parameter, on every rank) and the
+  // AdamW state of the rank's shard, for checkpoints.
+  std::vector<T> parameters_to_host() const;
+  void parameters_from_host(const std::vector<T>& values);
+  AdamState<T> adam_to_host() const;
+  void adam_from_host(const AdamState<T>& state);
+  // Host views for tests: the parameters, and (mutable) a mirror that steps read before they run
+  // and refresh after, so that writes through the reference reach the next step. Each step then
+  // copies the parameters both ways; training loops use the copies above.
+  const std::vector<T>& parameters() const;
   std::vector<T>& parameters();
-  const std::vector<T>& gradient() const;  // see compute_gradients
+  const std::vector<T>& gradient() const;  // see compute_gradients (a host copy)
   // ZeRO 0: [0, parameters). ZeRO 1 and 2: the offset of the shard's first piece, and that plus
   // the shard's length (its pieces of every bucket, padding included).
   int64_t shard_begin() const;
   int64_t shard_end() const;
-  AdamState<T>& adam();  // of the shard (ZeRO 0: every parameter), in gradient() order
+  AdamState<T>& adam();  // of the shard (ZeRO 0: every parameter), in gradient() order; a mirror as above
   // This rank's whole-step program, and the ops the last step ran, in the order they started.
   const RankProgram& program() const;
   const std::vector<int32_t>& executed_ops() const;
