@@ -10,6 +10,13 @@ wallfacer_add_test(NAME test_train
           ${CMAKE_CURRENT_LIST_DIR}/step_program_test.cpp
   LIBS wallfacer::train wallfacer::planner fmt::fmt)
 
+# The trainer on a backend whose memory the host cannot touch (as a GPU's), against host memory.
+wallfacer_add_test(NAME test_train_device_memory
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/train_fixtures.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/shadow_backend.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/device_memory_test.cpp
+  LIBS wallfacer::train wallfacer::planner fmt::fmt)
+
 # ---- `wallfacer train` end to end ---------------------------------------------------------------
 if(TARGET wallfacer)
   set(_train_dir ${CMAKE_CURRENT_BINARY_DIR}/train_cli)
