@@ -15,6 +15,10 @@
 #ifdef WALLFACER_WITH_MPI
 #include <wallfacer/runtime/mpi/mpi_runner.hpp>
 #endif
+#ifdef WALLFACER_WITH_CUDA
+#include <wallfacer/core/log.hpp>
+#include <wallfacer/runtime/cuda/cuda_backend.hpp>
+#endif
 
 namespace wallfacer::cli {
 
@@ -269,6 +273,18 @@ bool use_mpi_backend(const std::string& backend) {
   if (backend == "mpi")
     throw InputError("--backend mpi: this build has no MPI support (configure with -DWALLFACER_MPI=ON)");
   return false;
+#endif
+}
+
+void require_gpu() {
+#ifdef WALLFACER_WITH_CUDA
+  const runtime::CudaDeviceInfo info = runtime::cuda_device_info(0);
+  if (!info.available) throw InputError("--backend cuda: no usable CUDA device here: " + info.description);
+  WF_LOG_INFO("cli", "GPU: {}", info.description);
+#else
+  throw InputError(
+      "--backend cuda: this build has no CUDA support (configure with -DWALLFACER_CUDA=ON where nvcc and NCCL are "
+      "installed)");
 #endif
 }
 

@@ -71,4 +71,9 @@ void print_json(const nlohmann::json& value, std::ostream& out = std::cout);
 // mpi, or auto under mpirun. InputError for mpi in a build without MPI.
 bool use_mpi_backend(const std::string& backend);
 
+// --backend cuda: the GPU this process would use must exist before anything else happens, an
+// exit-2 message naming the problem ("this build has no CUDA support", "no usable CUDA device
+// here: ...") rather than a failure in the middle of the run.
+void require_gpu();
+
 }  // namespace wallfacer::cli

@@ -250,14 +250,6 @@ void read_fault_injection(runtime::MpiBackendOptions& options) {
 #endif
 
 #ifdef WALLFACER_WITH_CUDA
-// The GPU this process would use must exist before anything else happens: an exit-2 message
-// naming the problem, not a failure in the middle of the run.
-void require_gpu() {
-  const runtime::CudaDeviceInfo info = runtime::cuda_device_info(0);
-  if (!info.available) throw InputError("--backend cuda: no usable CUDA device here: " + info.description);
-  WF_LOG_INFO("cli", "GPU: {}", info.description);
-}
-
 // The GPU memory of the ranks this process puts on its GPU, against the GPU's free memory.
 void check_gpu_memory(const RunFlags& flags, const Prepared& p, bool all_ranks_here, int device) {
   const auto estimate = runtime::estimate_device_memory(p.plan, p.schedule, flags.fp64, all_ranks_here);
@@ -319,9 +311,7 @@ int run_command(const RunFlags& flags) {
 #ifdef WALLFACER_WITH_CUDA
     return run_cuda(flags);
 #else
-    throw InputError(
-        "--backend cuda: this build has no CUDA support (configure with -DWALLFACER_CUDA=ON where nvcc and NCCL are "
-        "installed)");
+    require_gpu();  // throws: no CUDA in this build
 #endif
   }
   if (!use_mpi_backend(flags.backend)) return run_local(flags);

@@ -1,8 +1,10 @@
 // `wallfacer train`: trains the GPT-style decoder of a plan's workload on byte-level text or the
 // shipped long-range recall task, every attention layer running the plan's attention program
 // (docs/training.md). Under mpirun each process is one rank (MPI backend); otherwise all ranks
-// run as threads here. Every input problem (plan, data, task, checkpoint) is reported before the
-// first step with exit status 2.
+// run as threads here. `--backend cuda` trains on a GPU: every rank a thread with its own streams
+// on GPU 0 (the CUDA backend's local transport), the tensors in device memory and the step's
+// kernels on the device (docs/cuda.md). Every input problem (plan, data, task, checkpoint) is
+// reported before the first step with exit status 2.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,10 +21,14 @@
 #include <wallfacer/train/recall_task.hpp>
 #include <wallfacer/train/run.hpp>
 #include <wallfacer/train/source.hpp>
+#include "bootstrap.hpp"
 #include "commands.hpp"
 #include "common.hpp"
 #ifdef WALLFACER_WITH_MPI
 #include <wallfacer/runtime/mpi/mpi_runner.hpp>
+#endif
+#ifdef WALLFACER_WITH_CUDA
+#include <wallfacer/runtime/cuda/cuda_backend.hpp>
 #endif
 
 namespace wallfacer::cli {
@@ -38,7 +44,7 @@ struct TrainFlags {
   int64_t recall_filler_symbols = train::kRecallFillerSymbols;
   int64_t recall_curriculum_copies = 1, recall_curriculum_steps = 0, recall_curriculum_length = 0;
   int log_every = 10;
-  bool resume = false, json = false, fp64 = false;
+  bool resume = false, json = false, fp64 = false, bf16_gemm = false;
 };
 
 struct Prepared {
@@ -179,7 +185,39 @@ int run_local(const TrainFlags& flags) {
   return status;
 }
 
+#ifdef WALLFACER_WITH_CUDA
+// Every rank of the plan as a thread on GPU 0, the trainer's tensors in device memory and its
+// Gemm, Pointwise and Optimizer ops on the CUDA step kernels.
+int run_cuda(const TrainFlags& flags) {
+  if (resolve_bootstrap(BootstrapFlags{}) != Bootstrap::None)
+    throw InputError(
+        "--backend cuda: train runs every rank of the plan on one GPU in this version (start it without mpirun or "
+        "srun); one process per GPU over NCCL is not supported by train yet");
+  auto p = prepare(flags, 0);
+  runtime::CudaStepKernelsOptions kernels;
+  kernels.bf16_gemm = flags.bf16_gemm;
+  p->settings.trainer.kernels_f32 = [kernels](runtime::Backend& b) {
+    return runtime::make_cuda_step_kernels<float>(b, kernels);
+  };
+  p->settings.trainer.kernels_f64 = [](runtime::Backend& b) { return runtime::make_cuda_step_kernels<double>(b); };
+  int status = 0;
+  runtime::run_cuda_local_ranks(p->plan.num_ranks(), [&](runtime::Backend& backend) {
+    const int s = train_on(backend, flags, *p);
+    if (backend.rank() == 0) status = s;
+  });
+  return status;
+}
+#endif
+
 int train_command(const TrainFlags& flags) {
+  if (flags.bf16_gemm && (flags.backend != "cuda" || flags.fp64))
+    throw InputError("--bf16-gemm: only with --backend cuda, in fp32 training");
+  if (flags.backend == "cuda") {
+    require_gpu();  // exit 2 without CUDA or a GPU
+#ifdef WALLFACER_WITH_CUDA
+    return run_cuda(flags);
+#endif
+  }
   if (!use_mpi_backend(flags.backend)) return run_local(flags);
 #ifdef WALLFACER_WITH_MPI
   std::unique_ptr<Prepared> prepared;
@@ -283,9 +321,13 @@ void register_train_command(CLI::App& app) {
                   "sequence from the start)")
       ->capture_default_str()
       ->check(at_least(0));
-  cmd->add_option("--backend", flags->backend, "auto (MPI under mpirun, else threads), local or mpi")
+  cmd->add_option("--backend", flags->backend,
+                  "auto (MPI under mpirun, else threads), local, mpi, or cuda (every rank a thread on GPU 0, tensors "
+                  "and kernels on the device)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "local", "mpi"}));
+      ->check(CLI::IsMember({"auto", "local", "mpi", "cuda"}));
+  cmd->add_flag("--bf16-gemm", flags->bf16_gemm,
+                "--backend cuda, fp32: GEMM inputs rounded to bf16 (fp32 accumulation and outputs)");
   cmd->callback([flags] { exit_code() = train_command(*flags); });
 }
 

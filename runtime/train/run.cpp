@@ -8,6 +8,7 @@
 
 #include <wallfacer/train/layers.hpp>
 #include <wallfacer/train/source.hpp>
+#include "backend_array.hpp"
 
 namespace wallfacer::train {
 
@@ -61,6 +62,24 @@ const NamedTensor& find_tensor(const CheckpointState& state, const std::string& 
 
 double measure_peak_flops(bool fp64) {
   return fp64 ? measure_gemm<double>(256, 8) : measure_gemm<float>(256, 16);
+}
+
+template <typename T>
+double measure_kernel_flops(runtime::Backend& backend, const runtime::StepKernelsFactory<T>& factory, int64_t n,
+                            int repeats) {
+  const std::unique_ptr<runtime::StepKernels<T>> kernels = factory(backend);
+  BackendArray<T> a(backend), b(backend), c(backend);
+  a.assign(n * n, T(0.5));
+  b.assign(n * n, T(0.25));
+  c.resize(n * n);
+  kernels->gemm(a.data(), false, b.data(), false, c.data(), n, n, n, false);  // warm up
+  backend.synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < repeats; ++i)
+    kernels->gemm(a.data(), false, b.data(), false, c.data(), n, n, n, i > 0);
+  backend.synchronize();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return 2.0 * double(n * n * n) * repeats / std::max(s, 1e-9);
 }
 
 template <typename T>
@@ -129,6 +148,16 @@ std::optional<CheckpointState> read_resume_state(const std::string& dir, const P
 
 namespace {
 
+// The CPU GEMM's rate, or with the caller's kernels (a GPU's) theirs, on the backend's memory.
+double measure_peak(runtime::Backend& backend, const RunSettings& settings, float) {
+  return settings.trainer.kernels_f32 ? measure_kernel_flops<float>(backend, settings.trainer.kernels_f32, 2048, 20)
+                                      : measure_peak_flops(false);
+}
+double measure_peak(runtime::Backend& backend, const RunSettings& settings, double) {
+  return settings.trainer.kernels_f64 ? measure_kernel_flops<double>(backend, settings.trainer.kernels_f64, 2048, 10)
+                                      : measure_peak_flops(true);
+}
+
 template <typename T>
 RunReport run_typed(runtime::Backend& backend, const Plan& plan, const Schedule& attention, const BatchSource& batches,
                     const RunSettings& settings, const std::function<void(const StepRecord&)>& on_step) {
@@ -151,7 +180,7 @@ RunReport run_typed(runtime::Backend& backend, const Plan& plan, const Schedule&
   }
   report.peak_flops_per_rank = settings.peak_flops_per_rank > 0
                                    ? settings.peak_flops_per_rank
-                                   : backend.max_over_ranks(measure_peak_flops(settings.fp64));
+                                   : backend.max_over_ranks(measure_peak(backend, settings, T{}));
   report.model_flops_per_step = trainer.model_flops_per_step();
   const double peak = report.peak_flops_per_rank * backend.size();
   const std::string meta = fmt::format(R"({{"strategy":"{}","precision":"{}","data":"{}"}})", to_string(plan.strategy),
@@ -207,6 +236,9 @@ template CheckpointState capture_state<float>(Trainer<float>&, int64_t, int, int
 template CheckpointState capture_state<double>(Trainer<double>&, int64_t, int, int, const std::string&, uint64_t,
                                                const std::string&);
 template void restore_state<float>(Trainer<float>&, const CheckpointState&, const std::string&, uint64_t);
+template double measure_kernel_flops<float>(runtime::Backend&, const runtime::StepKernelsFactory<float>&, int64_t, int);
+template double measure_kernel_flops<double>(runtime::Backend&, const runtime::StepKernelsFactory<double>&, int64_t,
+                                             int);
 template void restore_state<double>(Trainer<double>&, const CheckpointState&, const std::string&, uint64_t);
 
 }  // namespace wallfacer::train

@@ -304,6 +304,7 @@ StepResult Trainer<T>::step(int64_t step, const BatchSource& batch) {
   m.prepare_batch(step, batch);
   m.result = StepResult{};
   m.run_program(INT64_MAX);
+  m.backend.synchronize();  // a device backend's queued work (the last gathers) belongs to the step
   StepResult r = m.result;
   r.seconds = m.backend.max_over_ranks(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   r.tokens = int64_t(m.plan.workload.batch) * m.shape.seq;

@@ -1,13 +1,19 @@
-# The CUDA backend where a GPU is not needed: `wallfacer run --backend cuda` fails cleanly (exit 2)
+# The CUDA backend where a GPU is not needed: `wallfacer run --backend cuda` and `wallfacer train
+# --backend cuda` fail cleanly (exit 2)
 # in builds without CUDA and on machines without a GPU, and, in CUDA builds, the gpu-check bundle
 # builds and every library its binaries need resolves inside it (apart from glibc, CUDA and the
 # driver); a bundle missing a library is refused; its gpu-check stops with status 2 where there is no
 # GPU. The GPU checks themselves are scripts/gpu-check.
 if(TARGET wallfacer AND TARGET runtime_test_plan)
   set(_cuda_dir ${CMAKE_CURRENT_BINARY_DIR}/cuda_cli)
+  file(MAKE_DIRECTORY ${_cuda_dir})
   add_test(NAME cuda_plan_ring4
            COMMAND runtime_test_plan plan ring 4 ${_cuda_dir}/ring4.yaml)
   set_tests_properties(cuda_plan_ring4 PROPERTIES FIXTURES_SETUP cuda_plan_ring4)
+  add_test(NAME cuda_plan_train_zigzag2
+           COMMAND $<TARGET_FILE:wallfacer> plan --model gpt-tiny --seq 128 --batch 2 --tp 1 --pp 1 --strategy zigzag
+                   --gpus 2 --dp 1 --out ${_cuda_dir}/train_zigzag2.yaml)
+  set_tests_properties(cuda_plan_train_zigzag2 PROPERTIES FIXTURES_SETUP cuda_plan_train_zigzag2)
   if(WALLFACER_CUDA_ENABLED)
     # With a GPU the run must pass its checks; without one it must say so and exit 2.
     add_test(NAME cuda_run_ring4
@@ -15,6 +21,14 @@ if(TARGET wallfacer AND TARGET runtime_test_plan)
                      --plan ${_cuda_dir}/ring4.yaml --check --backend cuda)
     set_tests_properties(cuda_run_ring4 PROPERTIES FIXTURES_REQUIRED cuda_plan_ring4 PASS_REGULAR_EXPRESSION
                          "(backend cuda-local.*all checks passed.*exit status 0|no usable CUDA device here: .*exit status 2)")
+
+    # Training on the GPU (2 ranks on one GPU): with a GPU, 20 steps' losses within 1e-3 of the
+    # CPU run's; without one, exit 2 naming the missing GPU.
+    add_test(NAME cuda_train_zigzag2
+             COMMAND ${CMAKE_CURRENT_LIST_DIR}/train_cuda.sh $<TARGET_FILE:wallfacer> ${_cuda_dir}/train_zigzag2.yaml 20
+                     1e-3 ${_cuda_dir}/train_zigzag2)
+    set_tests_properties(cuda_train_zigzag2 PROPERTIES FIXTURES_REQUIRED cuda_plan_train_zigzag2 PASS_REGULAR_EXPRESSION
+                         "(cuda and cpu losses agree.*exit status 0|no usable CUDA device here: .*exit status 2)")
 
     set(_bundle ${CMAKE_CURRENT_BINARY_DIR}/gpu-bundle)
     add_test(NAME cuda_gpu_check_bundle
@@ -50,6 +64,11 @@ if(TARGET wallfacer AND TARGET runtime_test_plan)
                      --plan ${_cuda_dir}/ring4.yaml --backend cuda)
     set_tests_properties(cuda_run_without_cuda PROPERTIES FIXTURES_REQUIRED cuda_plan_ring4 PASS_REGULAR_EXPRESSION
                          "this build has no CUDA support.*exit status 2")
+    add_test(NAME cuda_train_without_cuda
+             COMMAND sh -c "\"$@\" 2>&1; echo \"exit status $?\"" sh $<TARGET_FILE:wallfacer> train
+                     --plan ${_cuda_dir}/train_zigzag2.yaml --steps 1 --backend cuda)
+    set_tests_properties(cuda_train_without_cuda PROPERTIES FIXTURES_REQUIRED cuda_plan_train_zigzag2
+                         PASS_REGULAR_EXPRESSION "this build has no CUDA support.*exit status 2")
   endif()
 endif()
 

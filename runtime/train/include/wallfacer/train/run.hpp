@@ -27,7 +27,7 @@ struct RunSettings {
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only after the last step)
   bool resume = false;           // continue from checkpoint_dir's latest checkpoint, when there is one
   // Dense fp32 (fp64 with fp64) FLOP/s one rank can reach, the MFU's denominator; <= 0: measured
-  // at start (measure_peak_flops).
+  // at start (measure_peak_flops, or measure_kernel_flops when the trainer has its own kernels).
   double peak_flops_per_rank = 0;
   // Extra text kept in each checkpoint's metadata (the data source, the task).
   std::string data_description;
@@ -63,6 +63,11 @@ std::string plan_fingerprint(const Plan& plan);
 // Dense GEMM FLOP/s of one core in the training precision (a few 256 x 256 x 256 products):
 // the peak the MFU is relative to on CPUs.
 double measure_peak_flops(bool fp64);
+// The same through `factory`'s kernels on `backend`'s memory (n x n GEMMs, timed after the
+// backend has finished them): the MFU's denominator when the trainer runs other kernels (a GPU's).
+template <typename T>
+double measure_kernel_flops(runtime::Backend& backend, const runtime::StepKernelsFactory<T>& factory, int64_t n,
+                            int repeats);
 
 // The checkpoint of a trainer after `steps_done` steps, and its restoration (the plan and world
 // size are checked by check_resumable before). Throws CheckpointError when a tensor is missing or
