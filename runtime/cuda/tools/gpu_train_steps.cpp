@@ -1,9 +1,10 @@
 // The training half of wallfacer_gpu_step_kernels: 20 steps of the gpt-tiny decoder with the
 // whole-step kernels on the GPU beside the same 20 steps with the CPU kernels, losses compared
-// step by step. The trainer keeps its tensors in host memory in this version, so the GPU kernels
-// run behind a staging adapter: each call uploads its inputs, runs on the GPU and downloads its
-// outputs. Attention and communication stay with the (one-rank) CPU backend; what this checks is
-// the GEMMs, the pointwise kernels and AdamW inside a real training run.
+// step by step. The trainer runs on the (one-rank) CPU backend with host tensors, and the GPU
+// kernels behind a staging adapter: each call uploads its inputs, runs on the GPU and downloads
+// its outputs. What this isolates is the GEMMs, the pointwise kernels and AdamW inside a real
+// training run, apart from the device-resident path (device tensors, bindings, collectives) that
+// `wallfacer train --backend cuda` adds, which scripts/gpu-check runs beside it.
 #include "gpu_train_steps.hpp"
 
 #include <algorithm>
