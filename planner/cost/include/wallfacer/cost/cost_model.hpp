@@ -180,8 +180,10 @@ class CostModel {
   std::vector<int> timed_ranks(const Plan& plan) const;
 
  private:
+  // What of a prepared schedule's op durations does not depend on the GPU order (OrderFree).
+  void prepare_order_free(const Plan& plan, const PreparedTiming& prepared, detail::NetworkPricer& network) const;
   // Durations of the prepared schedule's ops (by program, then op) on the plan's GPU order: the
-  // order-free part computed once per PreparedTiming, the transfers priced by `network`.
+  // order-free part computed once per PreparedTiming, the distinct transfers priced by `network`.
   std::vector<std::vector<double>> order_durations(const Plan& plan, const PreparedTiming& prepared,
                                                    detail::NetworkPricer& network) const;
   // Times a prepared schedule with its ops' durations (by program, then op).
