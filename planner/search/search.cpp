@@ -342,8 +342,10 @@ struct Searcher {
       return;
     }
     c.feasible = true;
-    // A whole-step search checks the step's memory once the step is priced (price_steps).
+    // A whole-step search checks the step's memory before it prices steps (price_steps), from the
+    // timed ranks' attention programs at hand now when they are all built.
     if (options.scope != Scope::Step) check_memory(c, budget_GiB);
+    if (options.scope == Scope::Step && !c.pruned) w.step_memory = step_memory(c.plan, w.schedule);
     if (c.feasible && !c.pruned) best_step = std::min(best_step, c.cost.step_ms);
     w.schedule = Schedule{};  // release the programs
   }
