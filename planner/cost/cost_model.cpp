@@ -242,16 +242,8 @@ PreparedTiming::PreparedTiming(const Plan& plan, const Schedule& schedule, Timin
   // With every rank at hand each message waits for its real other end; a sample assumes
   // symmetric partners; the bound waits for nothing but the other ends of pipeline stage messages,
   // which it holds when it times whole pipeline columns (timeline.hpp).
-  std::vector<const RankProgram*> programs;
-  std::set<int> distinct;
-  for (const RankProgram& program : schedule.ranks) {
-    programs.push_back(&program);
-    distinct.insert(program.rank);
-  }
-  const bool every_rank = int(distinct.size()) == plan.num_ranks() && distinct.size() == programs.size();
-  const detail::PairMode mode = timing == Timing::LowerBound ? detail::PairMode::StagesOnly
-                                : every_rank                 ? detail::PairMode::Matched
-                                                             : detail::PairMode::Symmetric;
+  std::vector<detail::ProgramView> programs(schedule.ranks.begin(), schedule.ranks.end());
+  const detail::PairMode mode = detail::pair_mode_for(plan.num_ranks(), programs, timing == Timing::LowerBound);
   shape_ = std::make_unique<detail::TimelineShape>(std::move(programs), mode);
 }
 
@@ -396,7 +388,7 @@ CostBreakdown CostModel::evaluate_times(const Plan& plan, const Schedule& schedu
   std::vector<std::vector<double>> duration(schedule.ranks.size());
   for (size_t p = 0; p < schedule.ranks.size(); ++p)
     duration[p] = pricer.durations(schedule.ranks[p]);
-  return time_schedule(plan, prepared, duration, true);
+  return time_schedule(plan, *prepared.shape_, duration, true);
 }
 
 CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& prepared, bool with_parts) const {
@@ -406,12 +398,12 @@ CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& 
   size_t doubles = 0;
   for (const std::vector<double>& d : duration)
     doubles += d.size();
-  if (with_parts) return time_schedule(plan, prepared, duration, true);
+  if (with_parts) return time_schedule(plan, *prepared.shape_, duration, true);
   // The timeline is a function of the durations alone (and of the plan's workload and ranks, the
   // same for every order of one candidate): equal durations give equal times.
   for (const PreparedTiming::Timed& t : prepared.timed_)
     if (t.duration == duration) return t.cost;
-  CostBreakdown cost = time_schedule(plan, prepared, duration, false);
+  CostBreakdown cost = time_schedule(plan, *prepared.shape_, duration, false);
   if (prepared.timed_doubles_ + doubles <= PreparedTiming::kMaxTimedDoubles) {
     prepared.timed_doubles_ += doubles;
     prepared.timed_.push_back({std::move(duration), cost});
@@ -421,29 +413,28 @@ CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& 
 
 std::vector<std::vector<double>> CostModel::template_durations(
     const Plan& plan, const Schedule& step, const std::vector<const RankProgram*>& templates,
-    const std::vector<std::vector<uint32_t>>& origins) const {
+    const std::vector<const std::vector<uint32_t>*>& origins) const {
   detail::NetworkPricer network(topology_, plan, step.flow_sets, tree_prices_.get());
   OpPricer pricer{step, network, ComputeTimer(topology_.gpu(), calibration_, plan.workload)};
   std::vector<std::vector<double>> duration(templates.size());
   for (size_t p = 0; p < templates.size(); ++p) {
     const std::vector<double> once = pricer.durations(*templates[p]);
-    duration[p].reserve(origins[p].size());
-    for (uint32_t op : origins[p])
+    duration[p].reserve(origins[p]->size());
+    for (uint32_t op : *origins[p])
       duration[p].push_back(once[op]);
   }
   return duration;
 }
 
-CostBreakdown CostModel::time_schedule(const Plan& plan, const PreparedTiming& prepared,
+CostBreakdown CostModel::time_schedule(const Plan& plan, const detail::TimelineShape& shape,
                                        const std::vector<std::vector<double>>& duration, bool with_parts) const {
-  const Schedule& schedule = prepared.schedule_;
-  WF_ASSERT(prepared.shape_->size() == schedule.ranks.size(), "the schedule changed after its timing was prepared");
+  WF_ASSERT(shape.size() == duration.size(), "durations of other programs than the timeline's");
   const double peak = kernel_peak_tflops(topology_.gpu(), plan.workload.dtype);
   CostBreakdown cost;
   double forward_s = 0, step_s = 0, critical_compute = 0, busiest_compute = 0, total_compute = 0;
   size_t critical = 0;
   std::vector<std::vector<double>> ends;
-  const std::vector<detail::RankTiming> timings = prepared.shape_->run(duration, with_parts ? &ends : nullptr);
+  const std::vector<detail::RankTiming> timings = shape.run(duration, with_parts ? &ends : nullptr);
   // Forward ends with the last forward op of any rank, the step with the last op (as simulated).
   for (size_t p = 0; p < timings.size(); ++p) {
     const detail::RankTiming& t = timings[p];
@@ -459,7 +450,7 @@ CostBreakdown CostModel::time_schedule(const Plan& plan, const PreparedTiming& p
   }
   if (with_parts && !timings.empty()) {
     detail::TierClassifier tiers(topology_, plan);
-    cost.parts = detail::step_parts(schedule.ranks[critical], duration[critical], ends[critical], step_s,
+    cost.parts = detail::step_parts(shape.program(critical), duration[critical], ends[critical], step_s,
                                     total_compute / double(timings.size()), busiest_compute, tiers);
   }
   cost.forward_ms = forward_s * 1e3;

@@ -14,6 +14,7 @@
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include "step_parts.hpp"
+#include "timeline.hpp"
 
 namespace wallfacer {
 namespace {
@@ -108,32 +109,41 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   // Every layer of every micro-batch is timed: a few timed layers extended linearly were tried,
   // and the per-layer increment of the list schedule keeps changing for many layers where the
   // backward's gradient buckets queue up behind the strategy's collectives (docs/cost-model.md).
-  Schedule step;
+  Schedule step;  // the step programs' dims, flow sets and token sets
   step.dims = builder.dims();
   step.flow_sets = builder.flow_sets();
   std::vector<StepTemplate> templates;
-  std::vector<std::vector<uint32_t>> origins(attention.ranks.size());
   templates.reserve(attention.ranks.size());
-  for (size_t p = 0; p < attention.ranks.size(); ++p) {
-    templates.push_back(builder.build_template(attention.ranks[p].rank, step.tokens));
-    step.ranks.push_back(unroll(templates.back(), 0, options_.step_shortcuts ? &origins[p] : nullptr));
-  }
+  for (const RankProgram& program : attention.ranks)
+    templates.push_back(builder.build_template(program.rank, step.tokens));
   CostBreakdown cost;
   if (options_.step_shortcuts) {
+    // Each template op priced once for its unrolled copies, which are timed through their
+    // templates without being copied (FlatStep).
+    std::vector<FlatStep> flats;
+    flats.reserve(templates.size());
+    for (const StepTemplate& t : templates)
+      flats.push_back(unroll_flat(t));
     std::vector<const RankProgram*> programs;
+    std::vector<const std::vector<uint32_t>*> origins;
     std::vector<std::vector<uint32_t>> copies;
+    std::vector<detail::ProgramView> views;
     for (size_t p = 0; p < templates.size(); ++p) {
       programs.push_back(&templates[p].program);
-      copies.push_back(copies_of(origins[p], templates[p].program.ops.size()));
+      origins.push_back(&flats[p].origin);
+      copies.push_back(copies_of(flats[p].origin, templates[p].program.ops.size()));
+      views.emplace_back(templates[p].program, flats[p]);
     }
     {
-      const PreparedTiming prepared(plan, step);
-      cost = time_schedule(plan, prepared, template_durations(plan, step, programs, origins), true);
+      const detail::TimelineShape shape(views, detail::pair_mode_for(plan.num_ranks(), views, false));
+      cost = time_schedule(plan, shape, template_durations(plan, step, programs, origins), true);
     }
-    step = Schedule{};  // release the unrolled programs before the rest is read off the templates
+    flats.clear();  // release the unrolled order before the rest is read off the templates
     cost.volume = template_volume(programs, copies);
     template_transfers(topology_, plan, programs, copies, cost.parts);
   } else {
+    for (const StepTemplate& t : templates)
+      step.ranks.push_back(unroll(t));
     cost = evaluate_times(plan, step);
     cost.volume = comm_volume(step);
     count_transfers(topology_, plan, step, cost.parts);
@@ -217,22 +227,28 @@ double CostModel::step_lower_bound_ms(const Plan& plan, int rank) const {
   WF_ASSERT(plan.scope == Scope::Step, "step_lower_bound_ms needs a plan of step scope");
   if (rank < 0) step_compute_bound_ms(plan, &rank);
   StepBuilder builder(plan);
-  Schedule step;
+  Schedule step;  // the column's dims, flow sets and token sets
   step.dims = builder.dims();
   step.flow_sets = builder.flow_sets();
   const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp;
   std::vector<StepTemplate> templates;
-  std::vector<std::vector<uint32_t>> origins(static_cast<size_t>(Pp));
-  std::vector<const RankProgram*> programs;
+  std::vector<FlatStep> flats;
   templates.reserve(size_t(Pp));
+  flats.reserve(size_t(Pp));
   for (int p = 0; p < Pp; ++p) {
     templates.push_back(builder.build_template(p * W + rank % W, step.tokens));
-    step.ranks.push_back(unroll(templates.back(), 0, &origins[size_t(p)]));
+    flats.push_back(unroll_flat(templates.back()));
   }
-  for (const StepTemplate& t : templates)
-    programs.push_back(&t.program);
-  const PreparedTiming prepared(plan, step, Timing::LowerBound);
-  return time_schedule(plan, prepared, template_durations(plan, step, programs, origins), false).step_ms;
+  std::vector<const RankProgram*> programs;
+  std::vector<const std::vector<uint32_t>*> origins;
+  std::vector<detail::ProgramView> views;
+  for (size_t p = 0; p < templates.size(); ++p) {
+    programs.push_back(&templates[p].program);
+    origins.push_back(&flats[p].origin);
+    views.emplace_back(templates[p].program, flats[p]);
+  }
+  const detail::TimelineShape shape(views, detail::PairMode::StagesOnly);
+  return time_schedule(plan, shape, template_durations(plan, step, programs, origins), false).step_ms;
 }
 
 }  // namespace wallfacer

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <set>
 #include <unordered_map>
 #include <utility>
 
@@ -45,12 +46,12 @@ struct TimelineShape::Impl {
     std::vector<uint8_t> kind;              // by op: kCompute | kForward (what the totals read)
   };
   static constexpr uint8_t kCompute = 1, kForward = 2;
-  std::vector<const RankProgram*> programs;
+  std::vector<ProgramView> programs;
   std::vector<Lanes> lanes;
   std::vector<OpRef> meet_ops;             // every meeting's ops, one meeting after another
   std::vector<uint32_t> meet_begin = {0};  // meeting m: meet_ops[begin[m], begin[m + 1])
 
-  void add_lanes(const RankProgram& program);
+  void add_lanes(const ProgramView& program);
   void add_meet(const OpRef* begin, const OpRef* end) {
     const auto index = int32_t(meet_begin.size() - 1);
     for (const OpRef* ref = begin; ref != end; ++ref) {
@@ -62,9 +63,9 @@ struct TimelineShape::Impl {
   void pair_messages(std::vector<Keyed>& ends);
   size_t message_ends() const {
     size_t count = 0;
-    for (const RankProgram* program : programs)
-      for (const Op& op : program->ops)
-        count += op.kind == OpKind::Send || op.kind == OpKind::Recv ? 1 : 0;
+    for (const ProgramView& program : programs)
+      for (size_t i = 0; i < program.size(); ++i)
+        count += program.op(i).kind == OpKind::Send || program.op(i).kind == OpKind::Recv ? 1 : 0;
     return count;
   }
   void pair_matched(bool stage_only);
@@ -72,8 +73,8 @@ struct TimelineShape::Impl {
   void meet_collectives();
 };
 
-void TimelineShape::Impl::add_lanes(const RankProgram& program) {
-  const size_t n = program.ops.size();
+void TimelineShape::Impl::add_lanes(const ProgramView& program) {
+  const size_t n = program.size();
   Lanes& l = lanes.emplace_back();
   l.waiting.assign(n, 0);
   l.meet.assign(n, -1);
@@ -82,7 +83,7 @@ void TimelineShape::Impl::add_lanes(const RankProgram& program) {
   l.kind.assign(n, 0);
   int32_t last[kNumStreams] = {-1, -1, -1, -1};
   for (size_t i = 0; i < n; ++i) {
-    const Op& op = program.ops[i];
+    const Op& op = program.op(i);
     l.kind[i] = uint8_t((op.stream == Stream::Compute ? kCompute : 0) | (op.phase == Phase::Forward ? kForward : 0));
     int32_t& previous = last[int(op.stream)];
     if (previous >= 0) {
@@ -90,8 +91,8 @@ void TimelineShape::Impl::add_lanes(const RankProgram& program) {
       ++l.waiting[i];
     }
     previous = int32_t(i);
-    l.waiting[i] += op.dep_count;
-    for (const int32_t* d = program.deps_begin(op); d != program.deps_end(op); ++d)
+    l.waiting[i] += int32_t(program.deps_end(i) - program.deps_begin(i));
+    for (const int32_t* d = program.deps_begin(i); d != program.deps_end(i); ++d)
       ++l.first_dependent[size_t(*d) + 1];
   }
   for (size_t i = 0; i < n; ++i)
@@ -99,7 +100,7 @@ void TimelineShape::Impl::add_lanes(const RankProgram& program) {
   l.dependents.resize(l.first_dependent[n]);
   std::vector<uint32_t> fill(l.first_dependent.begin(), l.first_dependent.end() - 1);
   for (size_t i = 0; i < n; ++i)
-    for (const int32_t* d = program.deps_begin(program.ops[i]); d != program.deps_end(program.ops[i]); ++d)
+    for (const int32_t* d = program.deps_begin(i); d != program.deps_end(i); ++d)
       l.dependents[fill[size_t(*d)]++] = int32_t(i);
 }
 
@@ -153,9 +154,9 @@ void TimelineShape::Impl::pair_matched(bool stage_only) {
   std::vector<Keyed> ends;
   ends.reserve(message_ends());
   for (size_t p = 0; p < programs.size(); ++p)
-    for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
-      const Op& op = programs[p]->ops[i];
-      const int32_t rank = programs[p]->rank;
+    for (size_t i = 0; i < programs[p].size(); ++i) {
+      const Op& op = programs[p].op(i);
+      const int32_t rank = programs[p].rank();
       if (stage_only && !is_stage_message(op)) continue;
       if (op.kind == OpKind::Send)
         ends.emplace_back(rank, op.peer, op.tag, 0, OpRef{int32_t(p), int32_t(i)});
@@ -170,8 +171,8 @@ void TimelineShape::Impl::pair_symmetric() {
   std::vector<Keyed> ends;
   ends.reserve(message_ends());
   for (size_t p = 0; p < programs.size(); ++p)
-    for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
-      const Op& op = programs[p]->ops[i];
+    for (size_t i = 0; i < programs[p].size(); ++i) {
+      const Op& op = programs[p].op(i);
       if ((op.kind == OpKind::Send || op.kind == OpKind::Recv) && !is_stage_message(op))
         ends.emplace_back(int32_t(p), op.tag, 0, op.kind == OpKind::Send ? 0 : 1, OpRef{int32_t(p), int32_t(i)});
     }
@@ -185,10 +186,10 @@ void TimelineShape::Impl::meet_collectives() {
   std::unordered_map<int32_t, int32_t> seen;  // group -> collectives of it so far, per program
   for (size_t p = 0; p < programs.size(); ++p) {
     seen.clear();
-    for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
-      const Op& op = programs[p]->ops[i];
+    for (size_t i = 0; i < programs[p].size(); ++i) {
+      const Op& op = programs[p].op(i);
       if (op.stream != Stream::Collective || op.coll < 0) continue;
-      const int32_t group = programs[p]->collectives[size_t(op.coll)].group;
+      const int32_t group = programs[p].program().collectives[size_t(op.coll)].group;
       ops.emplace_back(group, seen[group]++, 0, 0, OpRef{int32_t(p), int32_t(i)});
     }
   }
@@ -207,11 +208,26 @@ void TimelineShape::Impl::meet_collectives() {
     if (begin[k + 1] - begin[k] > 1) add_meet(members.data() + begin[k], members.data() + begin[k + 1]);
 }
 
-TimelineShape::TimelineShape(std::vector<const RankProgram*> programs, PairMode mode) : impl_(new Impl) {
+namespace {
+
+std::vector<ProgramView> views_of(const std::vector<const RankProgram*>& programs) {
+  std::vector<ProgramView> views;
+  views.reserve(programs.size());
+  for (const RankProgram* program : programs)
+    views.emplace_back(*program);
+  return views;
+}
+
+}  // namespace
+
+TimelineShape::TimelineShape(const std::vector<const RankProgram*>& programs, PairMode mode)
+    : TimelineShape(views_of(programs), mode) {}
+
+TimelineShape::TimelineShape(std::vector<ProgramView> programs, PairMode mode) : impl_(new Impl) {
   impl_->programs = std::move(programs);
   impl_->lanes.reserve(impl_->programs.size());
-  for (const RankProgram* program : impl_->programs)
-    impl_->add_lanes(*program);
+  for (const ProgramView& program : impl_->programs)
+    impl_->add_lanes(program);
   if (mode == PairMode::Matched) {
     impl_->pair_matched(false);
     impl_->meet_collectives();
@@ -229,6 +245,10 @@ TimelineShape& TimelineShape::operator=(TimelineShape&&) noexcept = default;
 
 size_t TimelineShape::size() const {
   return impl_->programs.size();
+}
+
+const ProgramView& TimelineShape::program(size_t p) const {
+  return impl_->programs[p];
 }
 
 namespace {
@@ -345,7 +365,7 @@ std::vector<RankTiming> TimelineRun::run() {
 
   std::vector<RankTiming> times(state_.size());
   for (size_t p = 0; p < state_.size(); ++p)
-    for (size_t i = 0; i < shape_.programs[p]->ops.size(); ++i) {
+    for (size_t i = 0; i < shape_.programs[p].size(); ++i) {
       const uint8_t kind = shape_.lanes[p].kind[i];
       const bool forward = (kind & TimelineShape::Impl::kForward) != 0;
       if (kind & TimelineShape::Impl::kCompute)
@@ -364,6 +384,15 @@ std::vector<RankTiming> TimelineShape::run(const std::vector<std::vector<double>
   std::vector<RankTiming> times = timeline.run();
   if (op_ends) *op_ends = timeline.take_ends();
   return times;
+}
+
+PairMode pair_mode_for(int plan_ranks, const std::vector<ProgramView>& programs, bool lower_bound) {
+  if (lower_bound) return PairMode::StagesOnly;
+  std::set<int> distinct;
+  for (const ProgramView& program : programs)
+    distinct.insert(program.rank());
+  const bool every_rank = int(distinct.size()) == plan_ranks && distinct.size() == programs.size();
+  return every_rank ? PairMode::Matched : PairMode::Symmetric;
 }
 
 std::vector<RankTiming> time_programs(const std::vector<const RankProgram*>& programs,

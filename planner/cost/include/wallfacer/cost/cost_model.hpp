@@ -186,14 +186,14 @@ class CostModel {
   // order-free part computed once per PreparedTiming, the distinct transfers priced by `network`.
   std::vector<std::vector<double>> order_durations(const Plan& plan, const PreparedTiming& prepared,
                                                    detail::NetworkPricer& network) const;
-  // Times a prepared schedule with its ops' durations (by program, then op).
-  CostBreakdown time_schedule(const Plan& plan, const PreparedTiming& prepared,
+  // Times the programs of a timeline shape with their ops' durations (by program, then op).
+  CostBreakdown time_schedule(const Plan& plan, const detail::TimelineShape& shape,
                               const std::vector<std::vector<double>>& duration, bool with_parts) const;
   // Durations of unrolled programs priced on their templates: op i of program p lasts as long as
   // template op origins[p][i] of templates[p], priced within `step`'s flow sets and tokens.
   std::vector<std::vector<double>> template_durations(const Plan& plan, const Schedule& step,
                                                       const std::vector<const RankProgram*>& templates,
-                                                      const std::vector<std::vector<uint32_t>>& origins) const;
+                                                      const std::vector<const std::vector<uint32_t>*>& origins) const;
 
   const Topology& topology_;
   Calibration calibration_;
