@@ -129,7 +129,8 @@ CostModel::CostModel(const Topology& topology, Calibration calibration, CostOpti
     : topology_(topology),
       calibration_(std::move(calibration)),
       options_(options),
-      tree_prices_(std::make_shared<detail::TreePriceCache>()) {}
+      tree_prices_(std::make_shared<detail::TreePriceCache>()),
+      flow_prices_(std::make_shared<detail::FlowPriceCache>()) {}
 CostModel::~CostModel() = default;
 
 namespace {
@@ -383,7 +384,7 @@ std::vector<std::vector<double>> CostModel::order_durations(const Plan& plan, co
 CostBreakdown CostModel::evaluate_times(const Plan& plan, const Schedule& schedule, Timing timing) const {
   // Priced once: every op on its own (the reference the search's per-order pricing is tested against).
   const PreparedTiming prepared(plan, schedule, timing);
-  detail::NetworkPricer network(topology_, plan, schedule.flow_sets, tree_prices_.get());
+  detail::NetworkPricer network(topology_, plan, schedule.flow_sets, tree_prices_.get(), flow_prices_.get());
   OpPricer pricer{schedule, network, ComputeTimer(topology_.gpu(), calibration_, plan.workload)};
   std::vector<std::vector<double>> duration(schedule.ranks.size());
   for (size_t p = 0; p < schedule.ranks.size(); ++p)
@@ -393,7 +394,7 @@ CostBreakdown CostModel::evaluate_times(const Plan& plan, const Schedule& schedu
 
 CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& prepared, bool with_parts) const {
   const Schedule& schedule = prepared.schedule_;
-  detail::NetworkPricer network(topology_, plan, schedule.flow_sets, tree_prices_.get());
+  detail::NetworkPricer network(topology_, plan, schedule.flow_sets, tree_prices_.get(), flow_prices_.get());
   std::vector<std::vector<double>> duration = order_durations(plan, prepared, network);
   size_t doubles = 0;
   for (const std::vector<double>& d : duration)
@@ -414,7 +415,7 @@ CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& 
 std::vector<std::vector<double>> CostModel::template_durations(
     const Plan& plan, const Schedule& step, const std::vector<const RankProgram*>& templates,
     const std::vector<const std::vector<uint32_t>*>& origins) const {
-  detail::NetworkPricer network(topology_, plan, step.flow_sets, tree_prices_.get());
+  detail::NetworkPricer network(topology_, plan, step.flow_sets, tree_prices_.get(), flow_prices_.get());
   OpPricer pricer{step, network, ComputeTimer(topology_.gpu(), calibration_, plan.workload)};
   std::vector<std::vector<double>> duration(templates.size());
   for (size_t p = 0; p < templates.size(); ++p) {

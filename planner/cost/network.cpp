@@ -64,9 +64,34 @@ void TreePriceCache::store(const std::vector<int>& gpus, int64_t buffer_bytes, d
   seconds_.emplace(std::make_pair(buffer_bytes, gpus), seconds);
 }
 
+size_t FlowPriceCache::KeyHash::operator()(const std::vector<int32_t>& key) const {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ key.size();
+  for (int32_t v : key)
+    h = (h ^ uint32_t(v)) * 0x100000001B3ull;
+  return size_t(h ^ (h >> 29));
+}
+
+FlowPriceCache::Prices FlowPriceCache::find(const std::vector<int32_t>& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = prices_.find(key);
+  return it == prices_.end() ? nullptr : it->second;
+}
+
+void FlowPriceCache::store(std::vector<int32_t> key, Prices prices) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t ints = key.size() + 4 * prices->size();
+  if (ints_ + ints > kMaxInts) prices_.clear(), ints_ = 0;
+  if (prices_.emplace(std::move(key), std::move(prices)).second) ints_ += ints;
+}
+
 NetworkPricer::NetworkPricer(const Topology& topology, const Plan& plan, const std::vector<FlowSet>& flow_sets,
-                             TreePriceCache* tree_prices)
-    : topology_(topology), plan_(plan), flow_sets_(flow_sets), counter_(topology), tree_prices_(tree_prices) {}
+                             TreePriceCache* tree_prices, FlowPriceCache* flow_prices)
+    : topology_(topology),
+      plan_(plan),
+      flow_sets_(flow_sets),
+      counter_(topology),
+      tree_prices_(tree_prices),
+      flow_prices_(flow_prices) {}
 
 // ---- point-to-point ------------------------------------------------------------------------
 
@@ -76,12 +101,24 @@ NetworkPricer::SetIndex& NetworkPricer::set_index(int flow_set) {
   if (!fresh) return index;
   const auto& flows = flow_sets_[size_t(flow_set)].flows;
   if (flows.size() <= kExactFlows) {
-    // Count first, then price: a flow's share depends on every flow of the set.
+    // Every flow's price depends on the GPUs of the set's flows alone.
+    std::vector<int32_t> key{1};
     for (const auto& [src, dst] : flows)
-      counter_.add(gpu_of(src), gpu_of(dst));
-    for (const auto& [src, dst] : flows)
-      index.prices.emplace(pair_key(src, dst), counter_.price(gpu_of(src), gpu_of(dst)));
-    counter_.clear();
+      key.insert(key.end(), {gpu_of(src), gpu_of(dst)});
+    FlowPriceCache::Prices prices = flow_prices_ ? flow_prices_->find(key) : nullptr;
+    if (!prices) {
+      // Count first, then price: a flow's share depends on every flow of the set.
+      for (const auto& [src, dst] : flows)
+        counter_.add(gpu_of(src), gpu_of(dst));
+      auto computed = std::make_shared<std::vector<FlowPrice>>();
+      for (const auto& [src, dst] : flows)
+        computed->push_back(counter_.price(gpu_of(src), gpu_of(dst)));
+      counter_.clear();
+      prices = computed;
+      if (flow_prices_) flow_prices_->store(std::move(key), prices);
+    }
+    for (size_t f = 0; f < flows.size(); ++f)
+      index.prices.emplace(pair_key(flows[f].first, flows[f].second), (*prices)[f]);
     return index;
   }
   for (size_t f = 0; f < flows.size(); ++f) {
@@ -143,6 +180,36 @@ NetworkPricer::Pattern& NetworkPricer::pattern(GroupKind kind, const std::vector
   for (const CommGroup& group : plan_.groups)
     if (group.kind == kind && group.ranks.size() > 1) p.flows += group.ranks.size() * offsets.size();
   if (p.flows > kExactFlows) return p;
+  // Every group's price depends on the offsets and the GPUs of the kind's groups alone.
+  std::vector<int32_t> key{2, int32_t(offsets.size())};
+  key.insert(key.end(), offsets.begin(), offsets.end());
+  std::vector<int> groups;
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    if (plan_.groups[g].kind != kind) continue;
+    groups.push_back(int(g));
+    key.push_back(int32_t(plan_.groups[g].ranks.size()));
+    for (int rank : plan_.groups[g].ranks)
+      key.push_back(gpu_of(rank));
+  }
+  if (FlowPriceCache::Prices known = flow_prices_ ? flow_prices_->find(key) : nullptr) {
+    for (size_t k = 0; k < groups.size(); ++k)
+      p.prices.emplace(groups[k], GroupPrice{(*known)[k].bandwidth_GBps, (*known)[k].latency_us});
+    return p;
+  }
+  price_pattern(p);
+  if (flow_prices_) {
+    auto prices = std::make_shared<std::vector<FlowPrice>>();
+    for (int g : groups)
+      prices->push_back({p.prices.at(g).bandwidth_GBps, p.prices.at(g).latency_us});
+    flow_prices_->store(std::move(key), std::move(prices));
+  }
+  return p;
+}
+
+// Small patterns: every group priced against every flow of its kind that can run at the same time.
+void NetworkPricer::price_pattern(Pattern& p) {
+  const GroupKind kind = p.kind;
+  const std::vector<int>& offsets = p.offsets;
   // Small: price every group against every flow of its kind that can run at the same time. A
   // rank runs one collective at a time, so another group's flows that start at one of this
   // group's members are not concurrent with it (e.g. two groups over the same ranks).
@@ -184,7 +251,6 @@ NetworkPricer::Pattern& NetworkPricer::pattern(GroupKind kind, const std::vector
     for_each_foreign_flow([&](int a, int b) { counter_.add(gpu_of(a), gpu_of(b)); });
   }
   counter_.clear();
-  return p;
 }
 
 void NetworkPricer::index_kind(GroupKind kind) {

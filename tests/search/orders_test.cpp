@@ -150,5 +150,37 @@ TEST(NodeOrders, PricingDistinctTransfersOncePerOrderEqualsPricingEveryOp) {
   EXPECT_GT(priced, 200);
 }
 
+// A cost model keeps the prices of flows that run together by the GPUs they connect and hands them
+// to every later pricer (FlowPriceCache): one model pricing many candidates under many orders, the
+// whole step included, gives each exactly what a fresh model gives it.
+TEST(NodeOrders, FlowPricesKeptAcrossPlansEqualPricesComputedAfresh) {
+  const Topology t = Topology::load("pcie-8gpu", 2);
+  const detail::NodeOrders orders(t, 16);
+  Workload w = load_workload("gpt-3b", {});
+  w.layers = 2;
+  const CostModel shared(t, Calibration::defaults());
+  const std::vector<std::vector<int>> all = orders.all_distinct(5040);
+  int compared = 0;
+  for (StrategyKind kind : all_strategies())
+    for (int T : {1, 2})
+      for (StrategyParams params : enumerate_params(kind, w, 16 / T)) {
+        params.tensor_parallel = T;
+        if (!check_feasible(kind, params, w, 16).ok) continue;
+        for (size_t o = 0; o < all.size(); o += 53) {
+          Plan plan = make_plan(kind, params, w, t, 16, orders.gpu_order(all[o]));
+          const CostModel fresh(t, Calibration::defaults());
+          ASSERT_EQ(shared.evaluate(plan).step_ms, fresh.evaluate(plan).step_ms) << to_string(kind) << " order " << o;
+          if (o % 159 != 0) continue;
+          plan.scope = Scope::Step;
+          const CostModel fresh_step(t, Calibration::defaults());
+          const CostBreakdown a = shared.evaluate_step(plan), b = fresh_step.evaluate_step(plan);
+          ASSERT_EQ(a.step_ms, b.step_ms) << to_string(kind) << " order " << o;
+          ASSERT_EQ(a.attention_ms, b.attention_ms) << to_string(kind) << " order " << o;
+          ++compared;
+        }
+      }
+  EXPECT_GT(compared, 40);
+}
+
 }  // namespace
 }  // namespace wallfacer

@@ -107,6 +107,7 @@ namespace detail {
 class NetworkPricer;
 class TimelineShape;
 class TreePriceCache;
+class FlowPriceCache;
 }  // namespace detail
 
 // How the ops of a schedule wait for each other (which message ends and collectives start
@@ -199,6 +200,7 @@ class CostModel {
   Calibration calibration_;
   CostOptions options_;
   std::shared_ptr<detail::TreePriceCache> tree_prices_;  // shared by copies: a search prices many plans
+  std::shared_ptr<detail::FlowPriceCache> flow_prices_;  // likewise
 };
 
 // Dense peak used for MFU and the fallback efficiency: BF16 or FP16 by dtype; FP32 the device's

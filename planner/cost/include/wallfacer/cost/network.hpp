@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -65,10 +66,31 @@ class TreePriceCache {
   std::map<std::pair<int64_t, std::vector<int>>, double> seconds_;
 };
 
+// Prices of flows that run together (every flow of a small flow set, every group of a kind under
+// one collective pattern) by the GPUs those flows connect: a pricer's answers depend on nothing
+// else, so every plan that puts them on the same GPUs (each pricer of one candidate, candidates
+// with equal groups) gets them from here after the first. Keys are the GPU lists themselves, so
+// equal keys mean equal prices. Bounded; thread-safe.
+class FlowPriceCache {
+ public:
+  using Prices = std::shared_ptr<const std::vector<FlowPrice>>;
+  Prices find(const std::vector<int32_t>& key) const;
+  void store(std::vector<int32_t> key, Prices prices);
+
+ private:
+  struct KeyHash {
+    size_t operator()(const std::vector<int32_t>& key) const;
+  };
+  static constexpr size_t kMaxInts = size_t(1) << 24;  // keys and prices, about 64 MiB
+  mutable std::mutex mutex_;
+  std::unordered_map<std::vector<int32_t>, Prices, KeyHash> prices_;
+  size_t ints_ = 0;
+};
+
 class NetworkPricer {
  public:
   NetworkPricer(const Topology& topology, const Plan& plan, const std::vector<FlowSet>& flow_sets,
-                TreePriceCache* tree_prices = nullptr);
+                TreePriceCache* tree_prices = nullptr, FlowPriceCache* flow_prices = nullptr);
   // Seconds a Send/Recv of `bytes` from src_rank to dst_rank takes inside flow set `flow_set`
   // (-1: a lone flow).
   double p2p_seconds(int flow_set, int src_rank, int dst_rank, int64_t bytes);
@@ -113,6 +135,7 @@ class NetworkPricer {
 
   SetIndex& set_index(int flow_set);
   Pattern& pattern(GroupKind kind, const std::vector<int>& offsets);
+  void price_pattern(Pattern& pattern);
   GroupPrice group_price(Pattern& pattern, int group);
   void count_pattern_near(const Pattern& pattern, int group);
   void index_kind(GroupKind kind);
@@ -142,6 +165,7 @@ class NetworkPricer {
   std::map<int, std::unordered_map<int, std::vector<std::pair<int, int>>>> members_by_node_;
   std::map<std::pair<int, int64_t>, double> tree_seconds_;  // by (group, buffer bytes)
   TreePriceCache* tree_prices_;                             // across pricers; may be null
+  FlowPriceCache* flow_prices_;                             // across pricers; may be null
 };
 
 }  // namespace wallfacer::detail
