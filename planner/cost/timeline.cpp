@@ -2,6 +2,7 @@
 #include "timeline.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <set>
 #include <unordered_map>
@@ -19,15 +20,30 @@ struct OpRef {
   int32_t op = -1;
 };
 
-// An op with the key that decides whom it meets (sorted, equal keys meet): three numbers and a
-// side (messages: sends first), packed so that sorting compares two words.
-struct Keyed {
-  Keyed(int32_t a, int32_t b, int32_t c, int32_t side, OpRef op)
-      : high(uint64_t(uint32_t(a)) << 32 | uint32_t(b)), low(uint64_t(uint32_t(c)) << 1 | uint64_t(side)), ref(op) {}
-  uint64_t high, low;
+// A message end or collective op with the dense id of the key that decides whom it meets (equal
+// ids meet) and its side (messages: sends first).
+struct End {
   OpRef ref;
-  bool same_key(const Keyed& other) const { return high == other.high && (low >> 1) == (other.low >> 1); }
-  bool is_send() const { return (low & 1) == 0; }
+  uint32_t id;
+  bool send;
+};
+
+// Dense ids of meeting keys (three numbers), numbered in order of first appearance.
+class KeyIds {
+ public:
+  uint32_t of(int32_t a, int32_t b, int32_t c) {
+    const std::pair<uint64_t, uint64_t> key{uint64_t(uint32_t(a)) << 32 | uint32_t(b), uint64_t(uint32_t(c))};
+    return ids_.try_emplace(key, uint32_t(ids_.size())).first->second;
+  }
+  uint32_t count() const { return uint32_t(ids_.size()); }
+
+ private:
+  struct KeyHash {
+    size_t operator()(const std::pair<uint64_t, uint64_t>& k) const {
+      return size_t((k.first * 0x9E3779B97F4A7C15ull) ^ (k.second + 0x632BE59BD9B4E019ull + (k.first << 6)));
+    }
+  };
+  std::unordered_map<std::pair<uint64_t, uint64_t>, uint32_t, KeyHash> ids_;
 };
 
 }  // namespace
@@ -60,14 +76,7 @@ struct TimelineShape::Impl {
     }
     meet_begin.push_back(uint32_t(meet_ops.size()));
   }
-  void pair_messages(std::vector<Keyed>& ends);
-  size_t message_ends() const {
-    size_t count = 0;
-    for (const ProgramView& program : programs)
-      for (size_t i = 0; i < program.size(); ++i)
-        count += program.op(i).kind == OpKind::Send || program.op(i).kind == OpKind::Recv ? 1 : 0;
-    return count;
-  }
+  void pair_messages(const std::vector<End>& ends, uint32_t keys);
   void pair_matched(bool stage_only);
   void pair_symmetric();
   void meet_collectives();
@@ -104,39 +113,47 @@ void TimelineShape::Impl::add_lanes(const ProgramView& program) {
       l.dependents[fill[size_t(*d)]++] = int32_t(i);
 }
 
-// Dense ids of the ends' keys (sides apart), numbered in order of first appearance.
-std::vector<uint32_t> key_ids(const std::vector<Keyed>& ends, uint32_t& count) {
-  struct KeyHash {
-    size_t operator()(const std::pair<uint64_t, uint64_t>& k) const {
-      return size_t((k.first * 0x9E3779B97F4A7C15ull) ^ (k.second + 0x632BE59BD9B4E019ull + (k.first << 6)));
+// The message ends of every program, each with its key's id: `key(op, rank, program index)`
+// gives (a, b, c, side) for an end and side -1 for any other op. The copies of one template op in a
+// flat program share its key, found once.
+template <typename Key>
+std::vector<End> message_ends_of(const std::vector<ProgramView>& programs, KeyIds& ids, Key&& key) {
+  std::vector<End> ends;
+  constexpr int64_t kUnknown = -2, kNone = -1;
+  std::vector<int64_t> memo;  // by template op: id << 1 | side, or kNone
+  for (size_t p = 0; p < programs.size(); ++p) {
+    const ProgramView& program = programs[p];
+    memo.assign(program.flat() ? program.program().ops.size() : 0, kUnknown);
+    for (size_t i = 0; i < program.size(); ++i) {
+      int64_t* known = program.flat() ? &memo[program.origin(i)] : nullptr;
+      int64_t found = known ? *known : kUnknown;
+      if (found == kUnknown) {
+        const std::array<int32_t, 4> k = key(program.op(i), program.rank(), int32_t(p));
+        found = k[3] < 0 ? kNone : int64_t(ids.of(k[0], k[1], k[2])) << 1 | k[3];
+        if (known) *known = found;
+      }
+      if (found != kNone) ends.push_back({OpRef{int32_t(p), int32_t(i)}, uint32_t(found >> 1), (found & 1) == 0});
     }
-  };
-  std::unordered_map<std::pair<uint64_t, uint64_t>, uint32_t, KeyHash> ids;
-  std::vector<uint32_t> id(ends.size());
-  for (size_t e = 0; e < ends.size(); ++e)
-    id[e] = ids.try_emplace({ends[e].high, ends[e].low >> 1}, uint32_t(ids.size())).first->second;
-  count = uint32_t(ids.size());
-  return id;
+  }
+  return ends;
 }
 
 // Pairs the k-th send of each key with its k-th receive, in the order the ends are listed
 // (collected program by program, op by op: each program's order).
-void TimelineShape::Impl::pair_messages(std::vector<Keyed>& ends) {
-  uint32_t keys = 0;
-  const std::vector<uint32_t> id = key_ids(ends, keys);
+void TimelineShape::Impl::pair_messages(const std::vector<End>& ends, uint32_t keys) {
   // Counting sort by key, sends then receives, stable.
   std::vector<uint32_t> sends(keys + 1, 0), recvs(keys + 1, 0);
-  for (size_t e = 0; e < ends.size(); ++e)
-    ++(ends[e].is_send() ? sends : recvs)[id[e] + 1];
+  for (const End& e : ends)
+    ++(e.send ? sends : recvs)[e.id + 1];
   for (uint32_t k = 0; k < keys; ++k)
     sends[k + 1] += sends[k], recvs[k + 1] += recvs[k];
   std::vector<OpRef> send_refs(sends[keys]), recv_refs(recvs[keys]);
   std::vector<uint32_t> send_fill(sends.begin(), sends.end() - 1), recv_fill(recvs.begin(), recvs.end() - 1);
-  for (size_t e = 0; e < ends.size(); ++e) {
-    if (ends[e].is_send())
-      send_refs[send_fill[id[e]]++] = ends[e].ref;
+  for (const End& e : ends) {
+    if (e.send)
+      send_refs[send_fill[e.id]++] = e.ref;
     else
-      recv_refs[recv_fill[id[e]]++] = ends[e].ref;
+      recv_refs[recv_fill[e.id]++] = e.ref;
   }
   for (uint32_t k = 0; k < keys; ++k) {
     const uint32_t pairs = std::min(sends[k + 1] - sends[k], recvs[k + 1] - recvs[k]);
@@ -151,38 +168,33 @@ void TimelineShape::Impl::pair_messages(std::vector<Keyed>& ends) {
 // pipeline stage messages, whose ends always meet for real (a sample times whole pipeline
 // columns), whatever the mode for the strategy's messages.
 void TimelineShape::Impl::pair_matched(bool stage_only) {
-  std::vector<Keyed> ends;
-  ends.reserve(message_ends());
-  for (size_t p = 0; p < programs.size(); ++p)
-    for (size_t i = 0; i < programs[p].size(); ++i) {
-      const Op& op = programs[p].op(i);
-      const int32_t rank = programs[p].rank();
-      if (stage_only && !is_stage_message(op)) continue;
-      if (op.kind == OpKind::Send)
-        ends.emplace_back(rank, op.peer, op.tag, 0, OpRef{int32_t(p), int32_t(i)});
-      else if (op.kind == OpKind::Recv)
-        ends.emplace_back(op.peer, rank, op.tag, 1, OpRef{int32_t(p), int32_t(i)});
-    }
-  pair_messages(ends);
+  KeyIds ids;
+  const std::vector<End> ends =
+      message_ends_of(programs, ids, [stage_only](const Op& op, int32_t rank, int32_t) -> std::array<int32_t, 4> {
+        if (stage_only && !is_stage_message(op)) return {0, 0, 0, -1};
+        if (op.kind == OpKind::Send) return {rank, op.peer, op.tag, 0};
+        if (op.kind == OpKind::Recv) return {op.peer, rank, op.tag, 1};
+        return {0, 0, 0, -1};
+      });
+  pair_messages(ends, ids.count());
 }
 
 // Both ends on the timed rank: its send and its receive of the same tag.
 void TimelineShape::Impl::pair_symmetric() {
-  std::vector<Keyed> ends;
-  ends.reserve(message_ends());
-  for (size_t p = 0; p < programs.size(); ++p)
-    for (size_t i = 0; i < programs[p].size(); ++i) {
-      const Op& op = programs[p].op(i);
-      if ((op.kind == OpKind::Send || op.kind == OpKind::Recv) && !is_stage_message(op))
-        ends.emplace_back(int32_t(p), op.tag, 0, op.kind == OpKind::Send ? 0 : 1, OpRef{int32_t(p), int32_t(i)});
-    }
-  pair_messages(ends);
+  KeyIds ids;
+  const std::vector<End> ends =
+      message_ends_of(programs, ids, [](const Op& op, int32_t, int32_t p) -> std::array<int32_t, 4> {
+        if ((op.kind != OpKind::Send && op.kind != OpKind::Recv) || is_stage_message(op)) return {0, 0, 0, -1};
+        return {p, op.tag, 0, op.kind == OpKind::Send ? 0 : 1};
+      });
+  pair_messages(ends, ids.count());
 }
 
 // The k-th collective a rank runs on a group meets the k-th of every other member (only when
 // every member is timed).
 void TimelineShape::Impl::meet_collectives() {
-  std::vector<Keyed> ops;
+  std::vector<End> ops;
+  KeyIds ids;
   std::unordered_map<int32_t, int32_t> seen;  // group -> collectives of it so far, per program
   for (size_t p = 0; p < programs.size(); ++p) {
     seen.clear();
@@ -190,20 +202,19 @@ void TimelineShape::Impl::meet_collectives() {
       const Op& op = programs[p].op(i);
       if (op.stream != Stream::Collective || op.coll < 0) continue;
       const int32_t group = programs[p].program().collectives[size_t(op.coll)].group;
-      ops.emplace_back(group, seen[group]++, 0, 0, OpRef{int32_t(p), int32_t(i)});
+      ops.push_back({OpRef{int32_t(p), int32_t(i)}, ids.of(group, seen[group]++, 0), true});
     }
   }
-  uint32_t keys = 0;
-  const std::vector<uint32_t> id = key_ids(ops, keys);
+  const uint32_t keys = ids.count();
   std::vector<uint32_t> begin(keys + 1, 0);
-  for (uint32_t k : id)
-    ++begin[k + 1];
+  for (const End& e : ops)
+    ++begin[e.id + 1];
   for (uint32_t k = 0; k < keys; ++k)
     begin[k + 1] += begin[k];
   std::vector<OpRef> members(ops.size());
   std::vector<uint32_t> fill(begin.begin(), begin.end() - 1);
-  for (size_t e = 0; e < ops.size(); ++e)
-    members[fill[id[e]]++] = ops[e].ref;
+  for (const End& e : ops)
+    members[fill[e.id]++] = e.ref;
   for (uint32_t k = 0; k < keys; ++k)
     if (begin[k + 1] - begin[k] > 1) add_meet(members.data() + begin[k], members.data() + begin[k + 1]);
 }
