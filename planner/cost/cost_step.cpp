@@ -192,16 +192,30 @@ ComputeParts compute_parts(const StepTemplate& t, ComputeTimer& timer, const Tok
 
 }  // namespace
 
-double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank) const {
+double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, MemoryEstimate* memory) const {
   StepBuilder builder(plan);
   ComputeTimer timer(topology_.gpu(), calibration_, plan.workload);
   const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp, M = plan.workload.microbatches;
   const double v = std::max(1, plan.params.virtual_stages);  // interleaved: the ramp is one chunk per stage
-  TokenSetPool pool;
+  // With memory asked for, the attention programs evaluate_step would build; one micro-batch of one
+  // virtual stage is the plan itself, so those programs are the templates' own and are not built twice.
+  Schedule attention;
+  if (memory) {
+    build_timed(plan, attention);
+    *memory = step_memory(plan, attention);
+  }
+  const bool reuse = memory && M == 1 && plan.params.virtual_stages <= 1;
+  std::map<int, size_t> built;  // rank -> its program in `attention`
+  for (size_t p = 0; reuse && p < attention.ranks.size(); ++p)
+    built.emplace(attention.ranks[p].rank, p);
+  TokenSetPool& pool = attention.tokens;
   std::map<int, std::vector<std::pair<int, ComputeParts>>> columns;  // stage rank -> (stage, parts)
   double most = -1;
   for (int rank : timed_ranks(plan)) {
-    const ComputeParts parts = compute_parts(builder.build_template(rank, pool), timer, pool);
+    const auto have = built.find(rank);
+    const StepTemplate t = have != built.end() ? builder.build_template(attention.ranks[have->second], pool)
+                                               : builder.build_template(rank, pool);
+    const ComputeParts parts = compute_parts(t, timer, pool);
     columns[rank % W].push_back({rank / W, parts});
     const double seconds = M * (parts.forward + parts.backward) + parts.epilogue;
     if (busiest_rank && seconds > most) most = seconds, *busiest_rank = rank;

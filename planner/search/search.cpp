@@ -449,13 +449,6 @@ struct Searcher {
                        : fmt::format("compute alone takes {:.3f} ms, above the best step", q.key);
   }
 
-  // The step memory of a candidate, as evaluate_step reports it (from the same attention programs).
-  MemoryEstimate candidate_step_memory(const Plan& plan) const {
-    Schedule attention;
-    model.build_timed(plan, attention);
-    return step_memory(plan, attention);
-  }
-
   void price_steps() {
     choose_memory_settings();
     std::vector<Work*> feasible;
@@ -465,14 +458,21 @@ struct Searcher {
       c.plan.scope = Scope::Step;
       // A step that cannot fit is rejected with its memory before any bound or pricing: pruned at
       // a bound it would be listed as feasible, and its time would not count.
-      if (!w.step_memory) w.step_memory = candidate_step_memory(c.plan);
-      if (w.step_memory->total_GiB > budget_GiB) {
+      // (Its compute bound finds the memory where it is not known yet.)
+      auto fits = [&] {
+        if (w.step_memory->total_GiB <= budget_GiB) return true;
         c.cost = CostBreakdown{};
         c.cost.memory = *w.step_memory;
         check_memory(c, budget_GiB);
-        continue;
+        return false;
+      };
+      if (w.step_memory && !fits()) continue;
+      MemoryEstimate memory;
+      w.estimate = model.step_compute_bound_ms(c.plan, &w.busiest_rank, w.step_memory ? nullptr : &memory);
+      if (!w.step_memory) {
+        w.step_memory = memory;
+        if (!fits()) continue;
       }
-      w.estimate = model.step_compute_bound_ms(c.plan, &w.busiest_rank);
       feasible.push_back(&w);
     }
     std::stable_sort(feasible.begin(), feasible.end(),

@@ -91,6 +91,30 @@ TEST(StepShortcuts, TemplateDurationsEqualPricingEveryUnrolledOp) {
   EXPECT_GT(pipelined, 4);
 }
 
+// The compute bound can also report the step memory, reusing the attention programs it then
+// builds for its templates (one micro-batch of one virtual stage): the bound and its busiest rank
+// are those it finds without, and the memory is evaluate_step's, with every rank timed and with a
+// sample of 4 ranks.
+TEST(StepShortcuts, ComputeBoundWithMemoryEqualsBoundAndStepMemory) {
+  const Topology topology = testing::switch_nodes(2, 4, 450);
+  for (int sample : {0, 4}) {
+    CostOptions options;
+    options.max_timed_ranks = sample;
+    const CostModel model(topology, Calibration::defaults(), options);
+    int plans = 0;
+    for_each_step_plan(topology, [&](const Plan& plan, const Setting&) {
+      int alone = -1, with_memory = -1;
+      MemoryEstimate memory;
+      const double bound = model.step_compute_bound_ms(plan, &alone);
+      EXPECT_EQ(model.step_compute_bound_ms(plan, &with_memory, &memory), bound);
+      EXPECT_EQ(with_memory, alone);
+      EXPECT_EQ(memory.total_GiB, model.evaluate_step(plan).memory.total_GiB);
+      ++plans;
+    });
+    EXPECT_GT(plans, 20);
+  }
+}
+
 // The search prunes whole-step candidates on step_lower_bound_ms: it never exceeds the step, with
 // every rank timed (messages paired with their real other ends, collectives meeting) and with a
 // sample of 4 ranks (symmetric partners), and it is at least the compute of the rank it times.

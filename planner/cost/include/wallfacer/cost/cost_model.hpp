@@ -162,7 +162,9 @@ class CostModel {
   // forward and after its last backward.
   // `busiest_rank`, when given, receives the timed rank with the most compute (M micro-batches'
   // forward and backward and the epilogue; the first in timed_ranks order on ties).
-  double step_compute_bound_ms(const Plan& plan, int* busiest_rank = nullptr) const;
+  // `memory`, when given, receives the step memory evaluate_step reports (step_memory of the
+  // timed ranks' attention programs), found from the programs the bound builds anyway.
+  double step_compute_bound_ms(const Plan& plan, int* busiest_rank = nullptr, MemoryEstimate* memory = nullptr) const;
   // A lower bound of evaluate_step(plan).step_ms that counts communication: the whole step of
   // `rank`'s pipeline column (the rank alone without pipeline parallelism) timed as
   // Timing::LowerBound; any rank gives a bound, -1 the busiest one of step_compute_bound_ms (under

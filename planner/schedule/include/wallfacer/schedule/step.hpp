@@ -92,6 +92,10 @@ class StepBuilder {
   ScheduleDims dims() const;
   std::vector<FlowSet> flow_sets() const;
   StepTemplate build_template(int rank, TokenSetPool& pool) const;
+  // The same from the rank's attention program of one micro-batch, already built into `pool` by a
+  // ScheduleBuilder of a plan equal to this one but for running one micro-batch (and one virtual
+  // stage): a caller that holds it need not build it again.
+  StepTemplate build_template(RankProgram attention, TokenSetPool& pool) const;
   // Unrolled programs of the given ranks (all when empty) with `layers` of the model's layers (0 =
   // all; with pipeline parallelism a multiple of the stages, each stage running its share).
   Schedule build(const std::vector<int>& ranks = {}, int layers = 0) const;
