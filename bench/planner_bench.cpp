@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include <wallfacer/core/allocator.hpp>
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/plan/workload.hpp>
 #include <wallfacer/search/search.hpp>
@@ -81,6 +82,7 @@ Row run(int gpus, const wallfacer::Workload& workload, const wallfacer::SearchOp
 }  // namespace
 
 int main(int argc, char** argv) {
+  wallfacer::keep_freed_memory();  // as the CLI
   const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
   // Further arguments pick rows: a row runs when its label ("llama-3-8b step 1024", "a100-32
   // exhaustive step 32") contains one of them; every row without.
