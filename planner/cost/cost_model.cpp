@@ -412,30 +412,35 @@ CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& 
   return cost;
 }
 
-std::vector<std::vector<double>> CostModel::template_durations(
-    const Plan& plan, const Schedule& step, const std::vector<const RankProgram*>& templates,
-    const std::vector<const std::vector<uint32_t>*>& origins) const {
+std::vector<std::vector<double>> CostModel::template_op_durations(
+    const Plan& plan, const Schedule& step, const std::vector<const RankProgram*>& templates) const {
   detail::NetworkPricer network(topology_, plan, step.flow_sets, tree_prices_.get(), flow_prices_.get());
   OpPricer pricer{step, network, ComputeTimer(topology_.gpu(), calibration_, plan.workload)};
   std::vector<std::vector<double>> duration(templates.size());
-  for (size_t p = 0; p < templates.size(); ++p) {
-    const std::vector<double> once = pricer.durations(*templates[p]);
-    duration[p].reserve(origins[p]->size());
-    for (uint32_t op : *origins[p])
-      duration[p].push_back(once[op]);
-  }
+  for (size_t p = 0; p < templates.size(); ++p)
+    duration[p] = pricer.durations(*templates[p]);
   return duration;
 }
 
 CostBreakdown CostModel::time_schedule(const Plan& plan, const detail::TimelineShape& shape,
                                        const std::vector<std::vector<double>>& duration, bool with_parts) const {
   WF_ASSERT(shape.size() == duration.size(), "durations of other programs than the timeline's");
+  std::vector<std::vector<double>> ends;
+  const std::vector<detail::RankTiming> timings = shape.run(duration, with_parts ? &ends : nullptr);
+  const PartsOf parts = [&](size_t critical, double step_s, double mean_compute_s, double busiest_compute_s) {
+    detail::TierClassifier tiers(topology_, plan);
+    return detail::step_parts(shape.program(critical), duration[critical], ends[critical], step_s, mean_compute_s,
+                              busiest_compute_s, tiers);
+  };
+  return summarize_timings(plan, timings, with_parts ? &parts : nullptr);
+}
+
+CostBreakdown CostModel::summarize_timings(const Plan& plan, const std::vector<detail::RankTiming>& timings,
+                                           const PartsOf* parts) const {
   const double peak = kernel_peak_tflops(topology_.gpu(), plan.workload.dtype);
   CostBreakdown cost;
   double forward_s = 0, step_s = 0, critical_compute = 0, busiest_compute = 0, total_compute = 0;
   size_t critical = 0;
-  std::vector<std::vector<double>> ends;
-  const std::vector<detail::RankTiming> timings = shape.run(duration, with_parts ? &ends : nullptr);
   // Forward ends with the last forward op of any rank, the step with the last op (as simulated).
   for (size_t p = 0; p < timings.size(); ++p) {
     const detail::RankTiming& t = timings[p];
@@ -449,11 +454,8 @@ CostBreakdown CostModel::time_schedule(const Plan& plan, const detail::TimelineS
       critical = p;
     }
   }
-  if (with_parts && !timings.empty()) {
-    detail::TierClassifier tiers(topology_, plan);
-    cost.parts = detail::step_parts(shape.program(critical), duration[critical], ends[critical], step_s,
-                                    total_compute / double(timings.size()), busiest_compute, tiers);
-  }
+  if (parts && !timings.empty())
+    cost.parts = (*parts)(critical, step_s, total_compute / double(timings.size()), busiest_compute);
   cost.forward_ms = forward_s * 1e3;
   cost.step_ms = step_s * 1e3;
   cost.backward_ms = cost.step_ms - cost.forward_ms;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <numeric>
 #include <set>
 #include <vector>
 
@@ -96,7 +98,99 @@ void template_transfers(const Topology& topology, const Plan& plan, const std::v
     parts.transfers_per_layer[t] = templates.empty() ? 0 : counts[t] / double(templates.size());
 }
 
+// The durations of a flat program's ops: its template ops' (`once`).
+std::vector<double> flat_durations(const std::vector<double>& once, const FlatStep& flat) {
+  std::vector<double> duration;
+  duration.reserve(flat.size());
+  for (uint32_t op : flat.origin)
+    duration.push_back(once[op]);
+  return duration;
+}
+
+// Programs whose ops meet only each other, timed together (by index into the timed programs):
+// with every rank timed all of them; a sample meets within each program (symmetric partners) and,
+// through the stage messages, within its pipeline column.
+std::vector<std::vector<size_t>> meeting_groups(const Plan& plan, const std::vector<StepTemplate>& templates,
+                                                detail::PairMode mode) {
+  std::vector<std::vector<size_t>> groups;
+  if (mode == detail::PairMode::Matched) {
+    groups.emplace_back(templates.size());
+    std::iota(groups.back().begin(), groups.back().end(), size_t(0));
+    return groups;
+  }
+  const int W = plan.num_ranks() / plan.params.pipeline_parallel;
+  std::map<int, size_t> column;  // stage rank -> its group
+  for (size_t p = 0; p < templates.size(); ++p) {
+    auto [it, fresh] = column.try_emplace(templates[p].program.rank % W, groups.size());
+    if (fresh) groups.emplace_back();
+    groups[it->second].push_back(p);
+  }
+  return groups;
+}
+
 }  // namespace
+
+CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& step,
+                                             const std::vector<StepTemplate>& templates) const {
+  std::vector<const RankProgram*> programs;
+  std::vector<detail::ProgramView> all;
+  for (const StepTemplate& t : templates) {
+    programs.push_back(&t.program);
+    all.emplace_back(t.program);
+  }
+  // Each template op priced once for its unrolled copies, which are timed through their templates
+  // without being copied (FlatStep).
+  const std::vector<std::vector<double>> once = template_op_durations(plan, step, programs);
+  const detail::PairMode mode = detail::pair_mode_for(plan.num_ranks(), all, false);
+  // Programs that meet only each other are timed group by group, so that one group's unrolled
+  // order and timeline are in memory at a time: each op's times depend on its own group alone.
+  const std::vector<std::vector<size_t>> groups = meeting_groups(plan, templates, mode);
+  std::vector<detail::RankTiming> timings(templates.size());
+  std::vector<std::vector<uint32_t>> copies(templates.size());
+  struct Timed {
+    std::vector<FlatStep> flats;
+    std::vector<std::vector<double>> duration;
+    std::vector<std::vector<double>> ends;
+    std::unique_ptr<detail::TimelineShape> shape;
+  };
+  auto time_group = [&](const std::vector<size_t>& group, bool keep) {
+    Timed t;
+    std::vector<detail::ProgramView> views;
+    for (size_t p : group) {
+      t.flats.push_back(unroll_flat(templates[p]));
+      t.duration.push_back(flat_durations(once[p], t.flats.back()));
+      copies[p] = copies_of(t.flats.back().origin, templates[p].program.ops.size());
+    }
+    for (size_t k = 0; k < group.size(); ++k)
+      views.emplace_back(templates[group[k]].program, t.flats[k]);
+    t.shape = std::make_unique<detail::TimelineShape>(std::move(views), mode);
+    const std::vector<detail::RankTiming> times = t.shape->run(t.duration, keep ? &t.ends : nullptr);
+    for (size_t k = 0; k < group.size(); ++k)
+      timings[group[k]] = times[k];
+    if (!keep) t = Timed{};
+    return t;
+  };
+  // One group keeps its ends for the parts; several are timed without them, and the critical
+  // program's group again with them.
+  Timed kept;
+  for (const std::vector<size_t>& group : groups)
+    kept = time_group(group, groups.size() == 1);
+  const PartsOf parts = [&](size_t critical, double step_s, double mean_compute_s, double busiest_compute_s) {
+    const auto in = std::find_if(groups.begin(), groups.end(), [&](const std::vector<size_t>& g) {
+      return std::find(g.begin(), g.end(), critical) != g.end();
+    });
+    if (groups.size() > 1) kept = time_group(*in, true);
+    const size_t k = size_t(std::find(in->begin(), in->end(), critical) - in->begin());
+    detail::TierClassifier tiers(topology_, plan);
+    return detail::step_parts(kept.shape->program(k), kept.duration[k], kept.ends[k], step_s, mean_compute_s,
+                              busiest_compute_s, tiers);
+  };
+  CostBreakdown cost = summarize_timings(plan, timings, &parts);
+  kept = Timed{};  // release the unrolled order before the rest is read off the templates
+  cost.volume = template_volume(programs, copies);
+  template_transfers(topology_, plan, programs, copies, cost.parts);
+  return cost;
+}
 
 CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   WF_ASSERT(plan.scope == Scope::Step, "evaluate_step needs a plan of step scope");
@@ -118,29 +212,7 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
     templates.push_back(builder.build_template(program.rank, step.tokens));
   CostBreakdown cost;
   if (options_.step_shortcuts) {
-    // Each template op priced once for its unrolled copies, which are timed through their
-    // templates without being copied (FlatStep).
-    std::vector<FlatStep> flats;
-    flats.reserve(templates.size());
-    for (const StepTemplate& t : templates)
-      flats.push_back(unroll_flat(t));
-    std::vector<const RankProgram*> programs;
-    std::vector<const std::vector<uint32_t>*> origins;
-    std::vector<std::vector<uint32_t>> copies;
-    std::vector<detail::ProgramView> views;
-    for (size_t p = 0; p < templates.size(); ++p) {
-      programs.push_back(&templates[p].program);
-      origins.push_back(&flats[p].origin);
-      copies.push_back(copies_of(flats[p].origin, templates[p].program.ops.size()));
-      views.emplace_back(templates[p].program, flats[p]);
-    }
-    {
-      const detail::TimelineShape shape(views, detail::pair_mode_for(plan.num_ranks(), views, false));
-      cost = time_schedule(plan, shape, template_durations(plan, step, programs, origins), true);
-    }
-    flats.clear();  // release the unrolled order before the rest is read off the templates
-    cost.volume = template_volume(programs, copies);
-    template_transfers(topology_, plan, programs, copies, cost.parts);
+    cost = time_step_templates(plan, step, templates);
   } else {
     for (const StepTemplate& t : templates)
       step.ranks.push_back(unroll(t));
@@ -254,15 +326,17 @@ double CostModel::step_lower_bound_ms(const Plan& plan, int rank) const {
     flats.push_back(unroll_flat(templates.back()));
   }
   std::vector<const RankProgram*> programs;
-  std::vector<const std::vector<uint32_t>*> origins;
   std::vector<detail::ProgramView> views;
   for (size_t p = 0; p < templates.size(); ++p) {
     programs.push_back(&templates[p].program);
-    origins.push_back(&flats[p].origin);
     views.emplace_back(templates[p].program, flats[p]);
   }
+  const std::vector<std::vector<double>> once = template_op_durations(plan, step, programs);
+  std::vector<std::vector<double>> duration;
+  for (size_t p = 0; p < templates.size(); ++p)
+    duration.push_back(flat_durations(once[p], flats[p]));
   const detail::TimelineShape shape(views, detail::PairMode::StagesOnly);
-  return time_schedule(plan, shape, template_durations(plan, step, programs, origins), false).step_ms;
+  return time_schedule(plan, shape, duration, false).step_ms;
 }
 
 }  // namespace wallfacer

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -108,7 +109,10 @@ class NetworkPricer;
 class TimelineShape;
 class TreePriceCache;
 class FlowPriceCache;
+struct RankTiming;
 }  // namespace detail
+
+struct StepTemplate;
 
 // How the ops of a schedule wait for each other (which message ends and collectives start
 // together), prepared once to price the schedule many times: the search prices one schedule under
@@ -192,11 +196,20 @@ class CostModel {
   // Times the programs of a timeline shape with their ops' durations (by program, then op).
   CostBreakdown time_schedule(const Plan& plan, const detail::TimelineShape& shape,
                               const std::vector<std::vector<double>>& duration, bool with_parts) const;
-  // Durations of unrolled programs priced on their templates: op i of program p lasts as long as
-  // template op origins[p][i] of templates[p], priced within `step`'s flow sets and tokens.
-  std::vector<std::vector<double>> template_durations(const Plan& plan, const Schedule& step,
-                                                      const std::vector<const RankProgram*>& templates,
-                                                      const std::vector<const std::vector<uint32_t>*>& origins) const;
+  // Where the step goes on the critical program, given (critical program, step, mean and busiest
+  // compute seconds of the timed programs).
+  using PartsOf = std::function<StepParts(size_t, double, double, double)>;
+  // The times of timed programs (by program) as a breakdown: the step ends with the last of them
+  // (its critical program the first on ties); `parts`, when given, fills the parts.
+  CostBreakdown summarize_timings(const Plan& plan, const std::vector<detail::RankTiming>& timings,
+                                  const PartsOf* parts) const;
+  // The whole step of `plan` from its timed ranks' step templates (evaluate_step's timing).
+  CostBreakdown time_step_templates(const Plan& plan, const Schedule& step,
+                                    const std::vector<StepTemplate>& templates) const;
+  // Durations of the template ops (by template, then op), priced within `step`'s flow sets and
+  // tokens: what each of their unrolled copies lasts.
+  std::vector<std::vector<double>> template_op_durations(const Plan& plan, const Schedule& step,
+                                                         const std::vector<const RankProgram*>& templates) const;
 
   const Topology& topology_;
   Calibration calibration_;
