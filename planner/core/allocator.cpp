@@ -1,6 +1,8 @@
 // Allocator settings (allocator.hpp).
 #include <wallfacer/core/allocator.hpp>
 
+#include <cstdlib>  // defines __GLIBC__ under glibc
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
