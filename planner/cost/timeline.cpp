@@ -119,6 +119,10 @@ void TimelineShape::Impl::add_lanes(const ProgramView& program) {
 template <typename Key>
 std::vector<End> message_ends_of(const std::vector<ProgramView>& programs, KeyIds& ids, Key&& key) {
   std::vector<End> ends;
+  size_t ops = 0;
+  for (const ProgramView& program : programs)
+    ops += program.size();
+  ends.reserve(ops);  // at most one end per op; pages never written cost nothing
   constexpr int64_t kUnknown = -2, kNone = -1;
   std::vector<int64_t> memo;  // by template op: id << 1 | side, or kNone
   for (size_t p = 0; p < programs.size(); ++p) {
@@ -141,6 +145,8 @@ std::vector<End> message_ends_of(const std::vector<ProgramView>& programs, KeyId
 // Pairs the k-th send of each key with its k-th receive, in the order the ends are listed
 // (collected program by program, op by op: each program's order).
 void TimelineShape::Impl::pair_messages(const std::vector<End>& ends, uint32_t keys) {
+  meet_ops.reserve(meet_ops.size() + ends.size());
+  meet_begin.reserve(meet_begin.size() + ends.size() / 2);
   // Counting sort by key, sends then receives, stable.
   std::vector<uint32_t> sends(keys + 1, 0), recvs(keys + 1, 0);
   for (const End& e : ends)
@@ -195,6 +201,10 @@ void TimelineShape::Impl::pair_symmetric() {
 void TimelineShape::Impl::meet_collectives() {
   std::vector<End> ops;
   KeyIds ids;
+  size_t count = 0;
+  for (const ProgramView& program : programs)
+    count += program.size();
+  ops.reserve(count);                         // at most one per op
   std::unordered_map<int32_t, int32_t> seen;  // group -> collectives of it so far, per program
   for (size_t p = 0; p < programs.size(); ++p) {
     seen.clear();
@@ -215,6 +225,8 @@ void TimelineShape::Impl::meet_collectives() {
   std::vector<uint32_t> fill(begin.begin(), begin.end() - 1);
   for (const End& e : ops)
     members[fill[e.id]++] = e.ref;
+  meet_ops.reserve(meet_ops.size() + members.size());
+  meet_begin.reserve(meet_begin.size() + keys);
   for (uint32_t k = 0; k < keys; ++k)
     if (begin[k + 1] - begin[k] > 1) add_meet(members.data() + begin[k], members.data() + begin[k + 1]);
 }

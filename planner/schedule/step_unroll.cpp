@@ -112,6 +112,12 @@ class Unroller {
   FlatStep run_flat() {
     FlatStep out;
     out.origin.reserve(flat_.size());
+    // Each instance copies at most its template ops' dependencies.
+    size_t deps = 0;
+    for (int k = 0; k < kSections; ++k)
+      for (uint32_t i = bound_[k]; i < bound_[k + 1]; ++i)
+        deps += size_t(instances(Section(k))) * t_.program.ops[i].dep_count;
+    out.deps.reserve(deps);
     out.dep_begin.reserve(flat_.size() + 1);
     out.dep_begin.push_back(0);
     lay_out([&](uint32_t i, int, int, const std::vector<int32_t>& deps) {
