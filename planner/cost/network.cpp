@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include <wallfacer/schedule/all_reduce.hpp>
+#include <wallfacer/schedule/ring_channels.hpp>
 
 namespace wallfacer::detail {
 namespace {
@@ -77,11 +78,30 @@ FlowPriceCache::Prices FlowPriceCache::find(const std::vector<int32_t>& key) con
   return it == prices_.end() ? nullptr : it->second;
 }
 
+void FlowPriceCache::make_room(size_t ints) {
+  if (ints_ + ints > kMaxInts) prices_.clear(), group_prices_.clear(), ints_ = 0;
+}
+
 void FlowPriceCache::store(std::vector<int32_t> key, Prices prices) {
   std::lock_guard<std::mutex> lock(mutex_);
   const size_t ints = key.size() + 4 * prices->size();
-  if (ints_ + ints > kMaxInts) prices_.clear(), ints_ = 0;
+  make_room(ints);
   if (prices_.emplace(std::move(key), std::move(prices)).second) ints_ += ints;
+}
+
+FlowPriceCache::GroupPrices FlowPriceCache::find_groups(const std::vector<int32_t>& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = group_prices_.find(key);
+  return it == group_prices_.end() ? nullptr : it->second;
+}
+
+void FlowPriceCache::store_groups(std::vector<int32_t> key, GroupPrices prices) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t ints = key.size();
+  for (const GroupPrice& price : *prices)
+    ints += 4 * (1 + price.frontier.size());
+  make_room(ints);
+  if (group_prices_.emplace(std::move(key), std::move(prices)).second) ints_ += ints;
 }
 
 NetworkPricer::NetworkPricer(const Topology& topology, const Plan& plan, const std::vector<FlowSet>& flow_sets,
@@ -171,37 +191,110 @@ double NetworkPricer::p2p_seconds(int flow_set, int src_rank, int dst_rank, int6
 
 // ---- collectives ---------------------------------------------------------------------------
 
-NetworkPricer::Pattern& NetworkPricer::pattern(GroupKind kind, const std::vector<int>& offsets) {
-  auto [it, fresh] = patterns_.try_emplace(std::make_pair(int(kind), offsets));
+void GroupPrice::add(const FlowPrice& flow) {
+  bandwidth_GBps = std::min(bandwidth_GBps, flow.bandwidth_GBps);
+  latency_us = std::max(latency_us, flow.latency_us);
+  auto covers = [](const FlowPrice& a, const FlowPrice& b) {  // a takes at least as long as b at every size
+    return a.latency_us >= b.latency_us && a.bandwidth_GBps <= b.bandwidth_GBps;
+  };
+  for (const FlowPrice& kept : frontier)
+    if (covers(kept, flow)) return;
+  std::erase_if(frontier, [&](const FlowPrice& kept) { return covers(flow, kept); });
+  frontier.push_back(flow);
+}
+
+double GroupPrice::slowest_seconds(double bytes) const {
+  double seconds = 0;
+  for (const FlowPrice& flow : frontier)
+    seconds = std::max(seconds,
+                       flow.latency_us * 1e-6 + (flow.bandwidth_GBps < kInf ? bytes / (flow.bandwidth_GBps * 1e9) : 0));
+  return seconds;
+}
+
+const NetworkPricer::RingLanes& NetworkPricer::ring_lanes(int group) {
+  auto [it, fresh] = ring_lanes_.try_emplace(group);
+  RingLanes& lanes = it->second;
+  if (!fresh) return lanes;
+  const RingChannels channels = ring_channels(plan_, group, topology_);
+  const size_t n = plan_.groups[size_t(group)].ranks.size();
+  lanes.channels = channels.count();
+  lanes.next.assign(size_t(lanes.channels) * n, -1);
+  lanes.prev.assign(lanes.next.size(), -1);
+  for (size_t c = 0; c < channels.rings.size(); ++c) {
+    const std::vector<int32_t>& ring = channels.rings[c];
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t from = ring[i], to = ring[(i + 1) % n];
+      lanes.next[c * n + size_t(from)] = to;
+      lanes.prev[c * n + size_t(to)] = from;
+    }
+  }
+  return lanes;
+}
+
+template <typename Visit>
+void NetworkPricer::for_each_successor(const Pattern& p, int group, int k, Visit&& visit) {
+  const int n = int(plan_.groups[size_t(group)].ranks.size());
+  if (!p.ring) {
+    for (int offset : p.offsets)
+      visit((k + offset) % n);
+    return;
+  }
+  const RingLanes& lanes = ring_lanes(group);
+  for (int c = 0; c < lanes.channels; ++c)
+    visit(int(lanes.next[size_t(c) * size_t(n) + size_t(k)]));
+}
+
+template <typename Visit>
+void NetworkPricer::for_each_predecessor(const Pattern& p, int group, int k, Visit&& visit) {
+  const int n = int(plan_.groups[size_t(group)].ranks.size());
+  if (!p.ring) {
+    for (int offset : p.offsets)
+      visit((k - offset % n + n) % n);
+    return;
+  }
+  const RingLanes& lanes = ring_lanes(group);
+  for (int c = 0; c < lanes.channels; ++c)
+    visit(int(lanes.prev[size_t(c) * size_t(n) + size_t(k)]));
+}
+
+NetworkPricer::Pattern& NetworkPricer::pattern(GroupKind kind, const std::vector<int>& offsets, bool ring) {
+  auto [it, fresh] = patterns_.try_emplace(std::make_tuple(int(kind), ring, offsets));
   Pattern& p = it->second;
   if (!fresh) return p;
   p.kind = kind;
   p.offsets = offsets;
-  for (const CommGroup& group : plan_.groups)
-    if (group.kind == kind && group.ranks.size() > 1) p.flows += group.ranks.size() * offsets.size();
+  p.ring = ring;
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    const CommGroup& group = plan_.groups[g];
+    if (group.kind != kind || group.ranks.size() < 2) continue;
+    p.flows += group.ranks.size() * (ring ? size_t(ring_lanes(int(g)).channels) : offsets.size());
+  }
   if (p.flows > kExactFlows) return p;
-  // Every group's price depends on the offsets and the GPUs of the kind's groups alone.
-  std::vector<int32_t> key{2, int32_t(offsets.size())};
+  // Every group's price depends on the pattern (ring channels or offsets) and the GPUs of the
+  // kind's groups alone: a group's channels follow from its GPUs on this topology
+  // (ring_channels.hpp), and their count is in the key as well.
+  std::vector<int32_t> key{ring ? 3 : 2, int32_t(offsets.size())};
   key.insert(key.end(), offsets.begin(), offsets.end());
   std::vector<int> groups;
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     if (plan_.groups[g].kind != kind) continue;
     groups.push_back(int(g));
     key.push_back(int32_t(plan_.groups[g].ranks.size()));
+    if (ring) key.push_back(plan_.groups[g].ranks.size() > 1 ? ring_lanes(int(g)).channels : 1);
     for (int rank : plan_.groups[g].ranks)
       key.push_back(gpu_of(rank));
   }
-  if (FlowPriceCache::Prices known = flow_prices_ ? flow_prices_->find(key) : nullptr) {
+  if (FlowPriceCache::GroupPrices known = flow_prices_ ? flow_prices_->find_groups(key) : nullptr) {
     for (size_t k = 0; k < groups.size(); ++k)
-      p.prices.emplace(groups[k], GroupPrice{(*known)[k].bandwidth_GBps, (*known)[k].latency_us});
+      p.prices.emplace(groups[k], (*known)[k]);
     return p;
   }
   price_pattern(p);
   if (flow_prices_) {
-    auto prices = std::make_shared<std::vector<FlowPrice>>();
+    auto prices = std::make_shared<std::vector<GroupPrice>>();
     for (int g : groups)
-      prices->push_back({p.prices.at(g).bandwidth_GBps, p.prices.at(g).latency_us});
-    flow_prices_->store(std::move(key), std::move(prices));
+      prices->push_back(p.prices.at(g));
+    flow_prices_->store_groups(std::move(key), std::move(prices));
   }
   return p;
 }
@@ -209,16 +302,13 @@ NetworkPricer::Pattern& NetworkPricer::pattern(GroupKind kind, const std::vector
 // Small patterns: every group priced against every flow of its kind that can run at the same time.
 void NetworkPricer::price_pattern(Pattern& p) {
   const GroupKind kind = p.kind;
-  const std::vector<int>& offsets = p.offsets;
-  // Small: price every group against every flow of its kind that can run at the same time. A
-  // rank runs one collective at a time, so another group's flows that start at one of this
+  // A rank runs one collective at a time, so another group's flows that start at one of this
   // group's members are not concurrent with it (e.g. two groups over the same ranks).
-  auto for_each_flow = [&](const CommGroup& group, auto&& visit) {
-    const size_t n = group.ranks.size();
-    if (n < 2) return;
-    for (int offset : offsets)
-      for (size_t k = 0; k < n; ++k)
-        visit(group.ranks[k], group.ranks[(k + size_t(offset)) % n]);
+  auto for_each_flow = [&](int g, auto&& visit) {
+    const std::vector<int>& members = plan_.groups[size_t(g)].ranks;
+    if (members.size() < 2) return;
+    for (int k = 0; k < int(members.size()); ++k)
+      for_each_successor(p, g, k, [&](int l) { visit(members[size_t(k)], members[size_t(l)]); });
   };
   // Every flow of the kind counted once; each group then takes out, while it is priced, the other
   // groups' flows that start at one of its members. (Counting them again per group made a
@@ -226,7 +316,7 @@ void NetworkPricer::price_pattern(Pattern& p) {
   std::unordered_map<int, std::vector<std::pair<int, int>>> flows_from;  // rank -> (group, peer)
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     if (plan_.groups[g].kind != kind) continue;
-    for_each_flow(plan_.groups[g], [&](int a, int b) {
+    for_each_flow(int(g), [&](int a, int b) {
       counter_.add(gpu_of(a), gpu_of(b));
       flows_from[a].emplace_back(int(g), b);
     });
@@ -240,12 +330,9 @@ void NetworkPricer::price_pattern(Pattern& p) {
             if (other != int(g)) visit(a, b);
     };
     for_each_foreign_flow([&](int a, int b) { counter_.remove(gpu_of(a), gpu_of(b)); });
-    GroupPrice price{kInf, 0};
-    for_each_flow(plan_.groups[g], [&](int a, int b) {
-      if (gpu_of(a) == gpu_of(b)) return;
-      const FlowPrice flow = counter_.price(gpu_of(a), gpu_of(b));
-      price.bandwidth_GBps = std::min(price.bandwidth_GBps, flow.bandwidth_GBps);
-      price.latency_us = std::max(price.latency_us, flow.latency_us);
+    GroupPrice price;
+    for_each_flow(int(g), [&](int a, int b) {
+      if (gpu_of(a) != gpu_of(b)) price.add(counter_.price(gpu_of(a), gpu_of(b)));
     });
     p.prices.emplace(int(g), price);
     for_each_foreign_flow([&](int a, int b) { counter_.add(gpu_of(a), gpu_of(b)); });
@@ -277,35 +364,32 @@ void NetworkPricer::count_pattern_near(const Pattern& p, int group) {
     if (it == by_node.end()) continue;
     for (const auto& [g, k] : it->second) {
       const auto& members = plan_.groups[size_t(g)].ranks;
-      const int n = int(members.size());
-      if (n < 2) continue;
+      if (members.size() < 2) continue;
       // A rank runs one collective at a time: another group's flows from our members don't compete.
       const bool concurrent = g == group || !own.count(members[size_t(k)]);
-      for (int offset : p.offsets) {
-        if (concurrent)
-          counter_.add(gpu_of(members[size_t(k)]), gpu_of(members[size_t((k + offset) % n)]));  // leaves the node
-        const int from = members[size_t((k - offset % n + n) % n)];
+      if (concurrent)
+        for_each_successor(p, g, k, [&](int l) {
+          counter_.add(gpu_of(members[size_t(k)]), gpu_of(members[size_t(l)]));  // leaves the node
+        });
+      for_each_predecessor(p, g, k, [&](int l) {
+        const int from = members[size_t(l)];
         if (!nodes.count(node_of(from)) && (g == group || !own.count(from)))
           counter_.add(gpu_of(from), gpu_of(members[size_t(k)]));  // arrives
-      }
+      });
     }
   }
 }
 
-NetworkPricer::GroupPrice NetworkPricer::group_price(Pattern& p, int group) {
+GroupPrice NetworkPricer::group_price(Pattern& p, int group) {
   if (auto it = p.prices.find(group); it != p.prices.end()) return it->second;
   count_pattern_near(p, group);
-  GroupPrice price{kInf, 0};
+  GroupPrice price;
   const auto& members = plan_.groups[size_t(group)].ranks;
-  const size_t n = members.size();
-  for (int offset : p.offsets)
-    for (size_t k = 0; k < n; ++k) {
-      const int a = gpu_of(members[k]), b = gpu_of(members[(k + size_t(offset)) % n]);
-      if (a == b) continue;
-      const FlowPrice flow = counter_.price(a, b);
-      price.bandwidth_GBps = std::min(price.bandwidth_GBps, flow.bandwidth_GBps);
-      price.latency_us = std::max(price.latency_us, flow.latency_us);
-    }
+  for (int k = 0; k < int(members.size()); ++k)
+    for_each_successor(p, group, k, [&](int l) {
+      const int a = gpu_of(members[size_t(k)]), b = gpu_of(members[size_t(l)]);
+      if (a != b) price.add(counter_.price(a, b));
+    });
   counter_.clear();
   p.prices.emplace(group, price);
   return price;
@@ -328,12 +412,15 @@ double NetworkPricer::collective_seconds(OpKind kind, int group, int64_t bytes) 
   const CommGroup& g = plan_.groups[size_t(group)];
   const int p = int(g.ranks.size());
   if (p < 2) return 0;
-  const GroupPrice price = group_price(pattern(g.kind, {1}), group);
-  // Ring algorithms (docs/algorithms.md §10.1): p-1 steps (all-reduce 2(p-1)), each one latency, and the
-  // member's bytes over the slowest ring edge under contention.
+  const GroupPrice price = group_price(pattern(g.kind, {1}, true), group);
+  // Ring algorithms (docs/algorithms.md §10.1): p-1 steps (all-reduce 2(p-1)), each one latency plus
+  // the step's bytes over a ring edge under contention. The channels run at once, each carrying
+  // its share of every step, and a step waits for the slowest of their edges (as the replay runs
+  // them): steps x the slowest edge's latency + bytes / (steps x channels) at its bandwidth, which
+  // is steps·α + bytes/(channels·β) where one edge has both the largest α and the smallest β.
   const int steps = kind == OpKind::AllReduce ? 2 * (p - 1) : p - 1;
-  const double transfer = price.bandwidth_GBps < kInf ? double(bytes) / (price.bandwidth_GBps * 1e9) : 0;
-  return steps * price.latency_us * 1e-6 + transfer;
+  const double channels = ring_lanes(group).channels;
+  return steps * price.slowest_seconds(double(bytes) / (steps * channels));
 }
 
 void NetworkPricer::add_load(std::vector<ResourceLoad>& loads, int src_gpu, int dst_gpu, double first_s,

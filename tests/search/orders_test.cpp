@@ -152,7 +152,8 @@ TEST(NodeOrders, PricingDistinctTransfersOncePerOrderEqualsPricingEveryOp) {
 
 // A cost model keeps the prices of flows that run together by the GPUs they connect and hands them
 // to every later pricer (FlowPriceCache): one model pricing many candidates under many orders, the
-// whole step included, gives each exactly what a fresh model gives it.
+// whole step included, gives each exactly what a fresh model gives it. The nodes have two NICs, so
+// ring collectives across them run on two channels whose rings depend on the order.
 TEST(NodeOrders, FlowPricesKeptAcrossPlansEqualPricesComputedAfresh) {
   const Topology t = Topology::load("pcie-8gpu", 2);
   const detail::NodeOrders orders(t, 16);
