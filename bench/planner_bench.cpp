@@ -13,9 +13,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <wallfacer/core/allocator.hpp>
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/plan/workload.hpp>
 #include <wallfacer/search/search.hpp>
@@ -80,7 +82,15 @@ Row run(int gpus, const wallfacer::Workload& workload, const wallfacer::SearchOp
 }  // namespace
 
 int main(int argc, char** argv) {
+  wallfacer::keep_freed_memory();  // as the CLI
   const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
+  // Further arguments pick rows: a row runs when its label ("llama-3-8b step 1024", "a100-32
+  // exhaustive step 32") contains one of them; every row without.
+  std::vector<std::string> picks(argv + std::min(argc, 2), argv + argc);
+  auto wanted = [&](const std::string& label) {
+    return picks.empty() || std::any_of(picks.begin(), picks.end(),
+                                        [&](const std::string& p) { return label.find(p) != std::string::npos; });
+  };
   wallfacer::WorkloadOverrides overrides;
   overrides.seq = int64_t(1) << 20;
   const wallfacer::Workload llama8 = wallfacer::load_workload("llama-3-8b", overrides);
@@ -97,12 +107,16 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   for (const auto& [workload, options] : {std::pair{&llama8, &attention}, {&llama8, &step}, {&llama70, &step}})
     for (int gpus : {64, 1024, 16384})
-      rows.push_back(run(gpus, *workload, *options, repeats));
+      if (wanted(fmt::format("{} {} {}", workload->model, wallfacer::to_string(options->scope), gpus)))
+        rows.push_back(run(gpus, *workload, *options, repeats));
   wallfacer::SearchOptions a100 = step;  // what `wallfacer plan` runs by default at 32 GPUs
   a100.pipeline_degrees = {1, 2, 4};
   const wallfacer::Workload llama8_128k = wallfacer::load_workload("llama-3-8b", {});
-  Row exhaustive = run(32, llama8_128k, a100, repeats, WALLFACER_BENCH_DIR "/a100-32.yaml");
-  exhaustive.what = "a100-32 exhaustive step";
+  std::optional<Row> exhaustive;
+  if (wanted("a100-32 exhaustive step 32")) {
+    exhaustive = run(32, llama8_128k, a100, repeats, WALLFACER_BENCH_DIR "/a100-32.yaml");
+    exhaustive->what = "a100-32 exhaustive step";
+  }
 
   fmt::print("planner benchmark: dgx-h100, seq {} tokens, auto search, 1 thread, best of {}\n", llama8.seq, repeats);
   fmt::print("{:<22} {:>6} {:>8} {:>9} {:>8} {:>10} {:>8} {:>6} {:>13}  {}\n", "search", "GPUs", "load s", "search s",
@@ -111,12 +125,14 @@ int main(int argc, char** argv) {
     fmt::print("{:<22} {:>6} {:>8.3f} {:>9.3f} {:>8.3f} {:>10} {:>8} {:>6} {:>13.2f}  {}\n", r.what, r.gpus, r.load_s,
                r.search_s, r.search_cpu_s, r.candidates, r.feasible, r.pruned,
                1e3 * r.search_cpu_s / double(std::max<size_t>(r.candidates, 1)), r.best);
-  const Row& r = exhaustive;
-  fmt::print("{:<22} {:>6} {:>8.3f} {:>9.3f} {:>8.3f} {:>10} {:>8} {:>6} {:>13.2f}  {}\n", r.what, r.gpus, r.load_s,
-             r.search_s, r.search_cpu_s, r.candidates, r.feasible, r.pruned,
-             1e3 * r.search_cpu_s / double(std::max<size_t>(r.candidates, 1)), r.best);
+  if (exhaustive) {
+    const Row& r = *exhaustive;
+    fmt::print("{:<22} {:>6} {:>8.3f} {:>9.3f} {:>8.3f} {:>10} {:>8} {:>6} {:>13.2f}  {}\n", r.what, r.gpus, r.load_s,
+               r.search_s, r.search_cpu_s, r.candidates, r.feasible, r.pruned,
+               1e3 * r.search_cpu_s / double(std::max<size_t>(r.candidates, 1)), r.best);
+  }
   // Growth of the search time from 64 to 16,384 GPUs against the 256x growth in GPUs, per search.
-  for (size_t i = 0; i + 2 < rows.size(); i += 3) {
+  for (size_t i = 0; picks.empty() && i + 2 < rows.size(); i += 3) {
     const double growth = rows[i + 2].search_cpu_s / rows[i].search_cpu_s;
     fmt::print("scaling, {}: cpu(16384) / cpu(64) = {:.1f} for 256x the GPUs (growth exponent {:.2f})\n", rows[i].what,
                growth, std::log(growth) / std::log(256.0));

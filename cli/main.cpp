@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <wallfacer/core/allocator.hpp>
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
 #include "arg_errors.hpp"
@@ -62,6 +63,7 @@ void name_the_command_for_interrupts(CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  wallfacer::keep_freed_memory();
   CLI::App app{"wallfacer: plans, simulates and runs sequence-parallel attention on GPU clusters", "wallfacer"};
   app.require_subcommand(1);
   add_global_options(app);

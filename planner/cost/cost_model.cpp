@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include <wallfacer/core/errors.hpp>
@@ -128,7 +129,8 @@ CostModel::CostModel(const Topology& topology, Calibration calibration, CostOpti
     : topology_(topology),
       calibration_(std::move(calibration)),
       options_(options),
-      tree_prices_(std::make_shared<detail::TreePriceCache>()) {}
+      tree_prices_(std::make_shared<detail::TreePriceCache>()),
+      flow_prices_(std::make_shared<detail::FlowPriceCache>()) {}
 CostModel::~CostModel() = default;
 
 namespace {
@@ -241,29 +243,41 @@ PreparedTiming::PreparedTiming(const Plan& plan, const Schedule& schedule, Timin
   // With every rank at hand each message waits for its real other end; a sample assumes
   // symmetric partners; the bound waits for nothing but the other ends of pipeline stage messages,
   // which it holds when it times whole pipeline columns (timeline.hpp).
-  std::vector<const RankProgram*> programs;
-  std::set<int> distinct;
-  for (const RankProgram& program : schedule.ranks) {
-    programs.push_back(&program);
-    distinct.insert(program.rank);
-  }
-  const bool every_rank = int(distinct.size()) == plan.num_ranks() && distinct.size() == programs.size();
-  const detail::PairMode mode = timing == Timing::LowerBound ? detail::PairMode::StagesOnly
-                                : every_rank                 ? detail::PairMode::Matched
-                                                             : detail::PairMode::Symmetric;
+  std::vector<detail::ProgramView> programs(schedule.ranks.begin(), schedule.ranks.end());
+  const detail::PairMode mode = detail::pair_mode_for(plan.num_ranks(), programs, timing == Timing::LowerBound);
   shape_ = std::make_unique<detail::TimelineShape>(std::move(programs), mode);
 }
 
 // Compute durations depend on the workload alone and all-to-all slices on the programs alone, so
-// of each GPU order only the transfers and collectives are priced.
+// of each GPU order only the transfers and collectives are priced; and of those only the distinct
+// ones: a rank's program repeats the same transfer (same flow set, ends and bytes) or collective
+// (same group and bytes) in every layer and round, so each distinct price is asked of the network
+// once per order and copied to every op that names it.
 struct PreparedTiming::OrderFree {
   std::vector<std::vector<double>> duration;  // by program, op: compute durations, 0 for transfers
+  // One network price: the arguments of the NetworkPricer call that gives it.
+  struct Priced {
+    OpKind kind = OpKind::Send;
+    int32_t flow_set = -1, src = -1, dst = -1;  // Send/Recv: the message's ends, in that direction
+    int32_t group = -1;                         // collectives
+    int32_t slices = -1;                        // AllToAll: index into `slices`
+    int64_t bytes = 0;                          // Send/Recv/collectives; tree all-reduce: its buffer
+    bool tree = false;                          // AllReduce by the tree algorithm
+    auto operator<=>(const Priced&) const = default;
+  };
+  std::vector<Priced> priced;
   struct Transfer {
-    uint32_t program, op;
-    int32_t slices;  // all-to-all: index into `slices`, else -1
+    uint32_t program, op, priced;  // `priced`: index into `priced`
   };
   std::vector<Transfer> transfers;
   std::vector<std::vector<std::pair<int, int64_t>>> slices;
+  using SliceIndex = std::map<std::pair<int, std::vector<std::pair<int, int64_t>>>, int32_t>;
+
+  // The network price `op` of `program` needs, its all-to-all slices found once (`slice_index`
+  // merges equal slice lists of one group).
+  Priced price_of(const RankProgram& program, const Op& op, const Schedule& schedule, detail::NetworkPricer& network,
+                  SliceIndex& slice_index);
+  double seconds(const Priced& p, detail::NetworkPricer& network) const;
 };
 
 PreparedTiming::~PreparedTiming() = default;
@@ -287,85 +301,110 @@ bool is_transfer(const Op& op) {
 
 }  // namespace
 
+PreparedTiming::OrderFree::Priced PreparedTiming::OrderFree::price_of(const RankProgram& program, const Op& op,
+                                                                      const Schedule& schedule,
+                                                                      detail::NetworkPricer& network,
+                                                                      SliceIndex& slice_index) {
+  Priced p;
+  p.kind = op.kind;
+  if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
+    p.flow_set = op.flow_set;
+    p.src = op.kind == OpKind::Send ? program.rank : op.peer;
+    p.dst = op.kind == OpKind::Send ? op.peer : program.rank;
+    p.bytes = op.bytes;
+    p.kind = OpKind::Send;  // a message costs the same at both ends
+    return p;
+  }
+  const CollectiveSpec& spec = program.collectives[size_t(op.coll)];
+  p.group = spec.group;
+  if (op.kind == OpKind::AllToAll) {
+    auto key = std::make_pair(int(spec.group), network.all_to_all_slices(program, op, schedule.tokens, schedule.dims));
+    auto [it, fresh] = slice_index.try_emplace(std::move(key), int32_t(slices.size()));
+    if (fresh) slices.push_back(it->first.second);
+    p.slices = it->second;
+    return p;
+  }
+  p.tree = op.kind == OpKind::AllReduce && spec.algorithm == AllReduceAlgorithm::Tree;
+  p.bytes = p.tree ? spec.elements * schedule.dims.grad_elem_bytes : op.bytes;
+  return p;
+}
+
+double PreparedTiming::OrderFree::seconds(const Priced& p, detail::NetworkPricer& network) const {
+  switch (p.kind) {
+    case OpKind::Send:
+      return network.p2p_seconds(p.flow_set, p.src, p.dst, p.bytes);
+    case OpKind::AllToAll:
+      return network.all_to_all_seconds(p.group, slices[size_t(p.slices)]);
+    default:
+      return p.tree ? network.tree_all_reduce_seconds(p.group, p.bytes)
+                    : network.collective_seconds(p.kind, p.group, p.bytes);
+  }
+}
+
+void CostModel::prepare_order_free(const Plan& plan, const PreparedTiming& prepared,
+                                   detail::NetworkPricer& network) const {
+  const Schedule& schedule = prepared.schedule_;
+  auto free = std::make_unique<PreparedTiming::OrderFree>();
+  ComputeTimer compute(topology_.gpu(), calibration_, plan.workload);
+  std::map<PreparedTiming::OrderFree::Priced, uint32_t> priced_index;
+  PreparedTiming::OrderFree::SliceIndex slice_index;
+  free->duration.resize(schedule.ranks.size());
+  for (size_t p = 0; p < schedule.ranks.size(); ++p) {
+    const RankProgram& program = schedule.ranks[p];
+    free->duration[p].assign(program.ops.size(), 0.0);
+    for (size_t i = 0; i < program.ops.size(); ++i) {
+      const Op& op = program.ops[i];
+      if (!is_transfer(op)) {
+        free->duration[p][i] = compute.seconds(op, schedule.tokens);
+        continue;
+      }
+      if (op.kind != OpKind::Send && op.kind != OpKind::Recv && op.coll < 0) continue;  // priced 0
+      const auto priced = free->price_of(program, op, schedule, network, slice_index);
+      auto [it, fresh] = priced_index.try_emplace(priced, uint32_t(free->priced.size()));
+      if (fresh) free->priced.push_back(priced);
+      free->transfers.push_back({uint32_t(p), uint32_t(i), it->second});
+    }
+  }
+  prepared.order_free_ = std::move(free);
+}
+
 std::vector<std::vector<double>> CostModel::order_durations(const Plan& plan, const PreparedTiming& prepared,
                                                             detail::NetworkPricer& network) const {
-  const Schedule& schedule = prepared.schedule_;
-  if (!prepared.order_free_) {
-    auto free = std::make_unique<PreparedTiming::OrderFree>();
-    ComputeTimer compute(topology_.gpu(), calibration_, plan.workload);
-    free->duration.resize(schedule.ranks.size());
-    for (size_t p = 0; p < schedule.ranks.size(); ++p) {
-      const RankProgram& program = schedule.ranks[p];
-      free->duration[p].assign(program.ops.size(), 0.0);
-      for (size_t i = 0; i < program.ops.size(); ++i) {
-        const Op& op = program.ops[i];
-        if (!is_transfer(op)) {
-          free->duration[p][i] = compute.seconds(op, schedule.tokens);
-          continue;
-        }
-        if (op.kind != OpKind::Send && op.kind != OpKind::Recv && op.coll < 0) continue;  // priced 0
-        int32_t slices = -1;
-        if (op.kind == OpKind::AllToAll) {
-          slices = int32_t(free->slices.size());
-          free->slices.push_back(network.all_to_all_slices(program, op, schedule.tokens, schedule.dims));
-        }
-        free->transfers.push_back({uint32_t(p), uint32_t(i), slices});
-      }
-    }
-    prepared.order_free_ = std::move(free);
-  }
+  if (!prepared.order_free_) prepare_order_free(plan, prepared, network);
   const PreparedTiming::OrderFree& free = *prepared.order_free_;
+  std::vector<double> seconds(free.priced.size());
+  for (size_t k = 0; k < free.priced.size(); ++k)
+    seconds[k] = free.seconds(free.priced[k], network);
   std::vector<std::vector<double>> duration = free.duration;
-  for (const PreparedTiming::OrderFree::Transfer& t : free.transfers) {
-    const RankProgram& program = schedule.ranks[t.program];
-    const Op& op = program.ops[t.op];
-    double& seconds = duration[t.program][t.op];
-    switch (op.kind) {
-      case OpKind::Send:
-        seconds = network.p2p_seconds(op.flow_set, program.rank, op.peer, op.bytes);
-        break;
-      case OpKind::Recv:
-        seconds = network.p2p_seconds(op.flow_set, op.peer, program.rank, op.bytes);
-        break;
-      case OpKind::AllToAll:
-        seconds = network.all_to_all_seconds(program.collectives[size_t(op.coll)].group, free.slices[size_t(t.slices)]);
-        break;
-      default: {
-        const CollectiveSpec& spec = program.collectives[size_t(op.coll)];
-        if (op.kind == OpKind::AllReduce && spec.algorithm == AllReduceAlgorithm::Tree)
-          seconds = network.tree_all_reduce_seconds(spec.group, spec.elements * schedule.dims.grad_elem_bytes);
-        else
-          seconds = network.collective_seconds(op.kind, spec.group, op.bytes);
-      }
-    }
-  }
+  for (const PreparedTiming::OrderFree::Transfer& t : free.transfers)
+    duration[t.program][t.op] = seconds[t.priced];
   return duration;
 }
 
 CostBreakdown CostModel::evaluate_times(const Plan& plan, const Schedule& schedule, Timing timing) const {
   // Priced once: every op on its own (the reference the search's per-order pricing is tested against).
   const PreparedTiming prepared(plan, schedule, timing);
-  detail::NetworkPricer network(topology_, plan, schedule.flow_sets, tree_prices_.get());
+  detail::NetworkPricer network(topology_, plan, schedule.flow_sets, tree_prices_.get(), flow_prices_.get());
   OpPricer pricer{schedule, network, ComputeTimer(topology_.gpu(), calibration_, plan.workload)};
   std::vector<std::vector<double>> duration(schedule.ranks.size());
   for (size_t p = 0; p < schedule.ranks.size(); ++p)
     duration[p] = pricer.durations(schedule.ranks[p]);
-  return time_schedule(plan, prepared, duration, true);
+  return time_schedule(plan, *prepared.shape_, duration, true);
 }
 
 CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& prepared, bool with_parts) const {
   const Schedule& schedule = prepared.schedule_;
-  detail::NetworkPricer network(topology_, plan, schedule.flow_sets, tree_prices_.get());
+  detail::NetworkPricer network(topology_, plan, schedule.flow_sets, tree_prices_.get(), flow_prices_.get());
   std::vector<std::vector<double>> duration = order_durations(plan, prepared, network);
   size_t doubles = 0;
   for (const std::vector<double>& d : duration)
     doubles += d.size();
-  if (with_parts) return time_schedule(plan, prepared, duration, true);
+  if (with_parts) return time_schedule(plan, *prepared.shape_, duration, true);
   // The timeline is a function of the durations alone (and of the plan's workload and ranks, the
   // same for every order of one candidate): equal durations give equal times.
   for (const PreparedTiming::Timed& t : prepared.timed_)
     if (t.duration == duration) return t.cost;
-  CostBreakdown cost = time_schedule(plan, prepared, duration, false);
+  CostBreakdown cost = time_schedule(plan, *prepared.shape_, duration, false);
   if (prepared.timed_doubles_ + doubles <= PreparedTiming::kMaxTimedDoubles) {
     prepared.timed_doubles_ += doubles;
     prepared.timed_.push_back({std::move(duration), cost});
@@ -373,31 +412,35 @@ CostBreakdown CostModel::evaluate_times(const Plan& plan, const PreparedTiming& 
   return cost;
 }
 
-std::vector<std::vector<double>> CostModel::template_durations(
-    const Plan& plan, const Schedule& step, const std::vector<const RankProgram*>& templates,
-    const std::vector<std::vector<uint32_t>>& origins) const {
-  detail::NetworkPricer network(topology_, plan, step.flow_sets, tree_prices_.get());
+std::vector<std::vector<double>> CostModel::template_op_durations(
+    const Plan& plan, const Schedule& step, const std::vector<const RankProgram*>& templates) const {
+  detail::NetworkPricer network(topology_, plan, step.flow_sets, tree_prices_.get(), flow_prices_.get());
   OpPricer pricer{step, network, ComputeTimer(topology_.gpu(), calibration_, plan.workload)};
   std::vector<std::vector<double>> duration(templates.size());
-  for (size_t p = 0; p < templates.size(); ++p) {
-    const std::vector<double> once = pricer.durations(*templates[p]);
-    duration[p].reserve(origins[p].size());
-    for (uint32_t op : origins[p])
-      duration[p].push_back(once[op]);
-  }
+  for (size_t p = 0; p < templates.size(); ++p)
+    duration[p] = pricer.durations(*templates[p]);
   return duration;
 }
 
-CostBreakdown CostModel::time_schedule(const Plan& plan, const PreparedTiming& prepared,
+CostBreakdown CostModel::time_schedule(const Plan& plan, const detail::TimelineShape& shape,
                                        const std::vector<std::vector<double>>& duration, bool with_parts) const {
-  const Schedule& schedule = prepared.schedule_;
-  WF_ASSERT(prepared.shape_->size() == schedule.ranks.size(), "the schedule changed after its timing was prepared");
+  WF_ASSERT(shape.size() == duration.size(), "durations of other programs than the timeline's");
+  std::vector<std::vector<double>> ends;
+  const std::vector<detail::RankTiming> timings = shape.run(duration, with_parts ? &ends : nullptr);
+  const PartsOf parts = [&](size_t critical, double step_s, double mean_compute_s, double busiest_compute_s) {
+    detail::TierClassifier tiers(topology_, plan);
+    return detail::step_parts(shape.program(critical), duration[critical], ends[critical], step_s, mean_compute_s,
+                              busiest_compute_s, tiers);
+  };
+  return summarize_timings(plan, timings, with_parts ? &parts : nullptr);
+}
+
+CostBreakdown CostModel::summarize_timings(const Plan& plan, const std::vector<detail::RankTiming>& timings,
+                                           const PartsOf* parts) const {
   const double peak = kernel_peak_tflops(topology_.gpu(), plan.workload.dtype);
   CostBreakdown cost;
   double forward_s = 0, step_s = 0, critical_compute = 0, busiest_compute = 0, total_compute = 0;
   size_t critical = 0;
-  std::vector<std::vector<double>> ends;
-  const std::vector<detail::RankTiming> timings = prepared.shape_->run(duration, with_parts ? &ends : nullptr);
   // Forward ends with the last forward op of any rank, the step with the last op (as simulated).
   for (size_t p = 0; p < timings.size(); ++p) {
     const detail::RankTiming& t = timings[p];
@@ -411,11 +454,8 @@ CostBreakdown CostModel::time_schedule(const Plan& plan, const PreparedTiming& p
       critical = p;
     }
   }
-  if (with_parts && !timings.empty()) {
-    detail::TierClassifier tiers(topology_, plan);
-    cost.parts = detail::step_parts(schedule.ranks[critical], duration[critical], ends[critical], step_s,
-                                    total_compute / double(timings.size()), busiest_compute, tiers);
-  }
+  if (parts && !timings.empty())
+    cost.parts = (*parts)(critical, step_s, total_compute / double(timings.size()), busiest_compute);
   cost.forward_ms = forward_s * 1e3;
   cost.step_ms = step_s * 1e3;
   cost.backward_ms = cost.step_ms - cost.forward_ms;

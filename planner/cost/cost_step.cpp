@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <numeric>
 #include <set>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include "step_parts.hpp"
+#include "timeline.hpp"
 
 namespace wallfacer {
 namespace {
@@ -95,7 +98,99 @@ void template_transfers(const Topology& topology, const Plan& plan, const std::v
     parts.transfers_per_layer[t] = templates.empty() ? 0 : counts[t] / double(templates.size());
 }
 
+// The durations of a flat program's ops: its template ops' (`once`).
+std::vector<double> flat_durations(const std::vector<double>& once, const FlatStep& flat) {
+  std::vector<double> duration;
+  duration.reserve(flat.size());
+  for (uint32_t op : flat.origin)
+    duration.push_back(once[op]);
+  return duration;
+}
+
+// Programs whose ops meet only each other, timed together (by index into the timed programs):
+// with every rank timed all of them; a sample meets within each program (symmetric partners) and,
+// through the stage messages, within its pipeline column.
+std::vector<std::vector<size_t>> meeting_groups(const Plan& plan, const std::vector<StepTemplate>& templates,
+                                                detail::PairMode mode) {
+  std::vector<std::vector<size_t>> groups;
+  if (mode == detail::PairMode::Matched) {
+    groups.emplace_back(templates.size());
+    std::iota(groups.back().begin(), groups.back().end(), size_t(0));
+    return groups;
+  }
+  const int W = plan.num_ranks() / plan.params.pipeline_parallel;
+  std::map<int, size_t> column;  // stage rank -> its group
+  for (size_t p = 0; p < templates.size(); ++p) {
+    auto [it, fresh] = column.try_emplace(templates[p].program.rank % W, groups.size());
+    if (fresh) groups.emplace_back();
+    groups[it->second].push_back(p);
+  }
+  return groups;
+}
+
 }  // namespace
+
+CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& step,
+                                             const std::vector<StepTemplate>& templates) const {
+  std::vector<const RankProgram*> programs;
+  std::vector<detail::ProgramView> all;
+  for (const StepTemplate& t : templates) {
+    programs.push_back(&t.program);
+    all.emplace_back(t.program);
+  }
+  // Each template op priced once for its unrolled copies, which are timed through their templates
+  // without being copied (FlatStep).
+  const std::vector<std::vector<double>> once = template_op_durations(plan, step, programs);
+  const detail::PairMode mode = detail::pair_mode_for(plan.num_ranks(), all, false);
+  // Programs that meet only each other are timed group by group, so that one group's unrolled
+  // order and timeline are in memory at a time: each op's times depend on its own group alone.
+  const std::vector<std::vector<size_t>> groups = meeting_groups(plan, templates, mode);
+  std::vector<detail::RankTiming> timings(templates.size());
+  std::vector<std::vector<uint32_t>> copies(templates.size());
+  struct Timed {
+    std::vector<FlatStep> flats;
+    std::vector<std::vector<double>> duration;
+    std::vector<std::vector<double>> ends;
+    std::unique_ptr<detail::TimelineShape> shape;
+  };
+  auto time_group = [&](const std::vector<size_t>& group, bool keep) {
+    Timed t;
+    std::vector<detail::ProgramView> views;
+    for (size_t p : group) {
+      t.flats.push_back(unroll_flat(templates[p]));
+      t.duration.push_back(flat_durations(once[p], t.flats.back()));
+      copies[p] = copies_of(t.flats.back().origin, templates[p].program.ops.size());
+    }
+    for (size_t k = 0; k < group.size(); ++k)
+      views.emplace_back(templates[group[k]].program, t.flats[k]);
+    t.shape = std::make_unique<detail::TimelineShape>(std::move(views), mode);
+    const std::vector<detail::RankTiming> times = t.shape->run(t.duration, keep ? &t.ends : nullptr);
+    for (size_t k = 0; k < group.size(); ++k)
+      timings[group[k]] = times[k];
+    if (!keep) t = Timed{};
+    return t;
+  };
+  // One group keeps its ends for the parts; several are timed without them, and the critical
+  // program's group again with them.
+  Timed kept;
+  for (const std::vector<size_t>& group : groups)
+    kept = time_group(group, groups.size() == 1);
+  const PartsOf parts = [&](size_t critical, double step_s, double mean_compute_s, double busiest_compute_s) {
+    const auto in = std::find_if(groups.begin(), groups.end(), [&](const std::vector<size_t>& g) {
+      return std::find(g.begin(), g.end(), critical) != g.end();
+    });
+    if (groups.size() > 1) kept = time_group(*in, true);
+    const size_t k = size_t(std::find(in->begin(), in->end(), critical) - in->begin());
+    detail::TierClassifier tiers(topology_, plan);
+    return detail::step_parts(kept.shape->program(k), kept.duration[k], kept.ends[k], step_s, mean_compute_s,
+                              busiest_compute_s, tiers);
+  };
+  CostBreakdown cost = summarize_timings(plan, timings, &parts);
+  kept = Timed{};  // release the unrolled order before the rest is read off the templates
+  cost.volume = template_volume(programs, copies);
+  template_transfers(topology_, plan, programs, copies, cost.parts);
+  return cost;
+}
 
 CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   WF_ASSERT(plan.scope == Scope::Step, "evaluate_step needs a plan of step scope");
@@ -108,32 +203,19 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   // Every layer of every micro-batch is timed: a few timed layers extended linearly were tried,
   // and the per-layer increment of the list schedule keeps changing for many layers where the
   // backward's gradient buckets queue up behind the strategy's collectives (docs/cost-model.md).
-  Schedule step;
+  Schedule step;  // the step programs' dims, flow sets and token sets
   step.dims = builder.dims();
   step.flow_sets = builder.flow_sets();
   std::vector<StepTemplate> templates;
-  std::vector<std::vector<uint32_t>> origins(attention.ranks.size());
   templates.reserve(attention.ranks.size());
-  for (size_t p = 0; p < attention.ranks.size(); ++p) {
-    templates.push_back(builder.build_template(attention.ranks[p].rank, step.tokens));
-    step.ranks.push_back(unroll(templates.back(), 0, options_.step_shortcuts ? &origins[p] : nullptr));
-  }
+  for (const RankProgram& program : attention.ranks)
+    templates.push_back(builder.build_template(program.rank, step.tokens));
   CostBreakdown cost;
   if (options_.step_shortcuts) {
-    std::vector<const RankProgram*> programs;
-    std::vector<std::vector<uint32_t>> copies;
-    for (size_t p = 0; p < templates.size(); ++p) {
-      programs.push_back(&templates[p].program);
-      copies.push_back(copies_of(origins[p], templates[p].program.ops.size()));
-    }
-    {
-      const PreparedTiming prepared(plan, step);
-      cost = time_schedule(plan, prepared, template_durations(plan, step, programs, origins), true);
-    }
-    step = Schedule{};  // release the unrolled programs before the rest is read off the templates
-    cost.volume = template_volume(programs, copies);
-    template_transfers(topology_, plan, programs, copies, cost.parts);
+    cost = time_step_templates(plan, step, templates);
   } else {
+    for (const StepTemplate& t : templates)
+      step.ranks.push_back(unroll(t));
     cost = evaluate_times(plan, step);
     cost.volume = comm_volume(step);
     count_transfers(topology_, plan, step, cost.parts);
@@ -182,16 +264,30 @@ ComputeParts compute_parts(const StepTemplate& t, ComputeTimer& timer, const Tok
 
 }  // namespace
 
-double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank) const {
+double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, MemoryEstimate* memory) const {
   StepBuilder builder(plan);
   ComputeTimer timer(topology_.gpu(), calibration_, plan.workload);
   const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp, M = plan.workload.microbatches;
   const double v = std::max(1, plan.params.virtual_stages);  // interleaved: the ramp is one chunk per stage
-  TokenSetPool pool;
+  // With memory asked for, the attention programs evaluate_step would build; one micro-batch of one
+  // virtual stage is the plan itself, so those programs are the templates' own and are not built twice.
+  Schedule attention;
+  if (memory) {
+    build_timed(plan, attention);
+    *memory = step_memory(plan, attention);
+  }
+  const bool reuse = memory && M == 1 && plan.params.virtual_stages <= 1;
+  std::map<int, size_t> built;  // rank -> its program in `attention`
+  for (size_t p = 0; reuse && p < attention.ranks.size(); ++p)
+    built.emplace(attention.ranks[p].rank, p);
+  TokenSetPool& pool = attention.tokens;
   std::map<int, std::vector<std::pair<int, ComputeParts>>> columns;  // stage rank -> (stage, parts)
   double most = -1;
   for (int rank : timed_ranks(plan)) {
-    const ComputeParts parts = compute_parts(builder.build_template(rank, pool), timer, pool);
+    const auto have = built.find(rank);
+    const StepTemplate t = have != built.end() ? builder.build_template(attention.ranks[have->second], pool)
+                                               : builder.build_template(rank, pool);
+    const ComputeParts parts = compute_parts(t, timer, pool);
     columns[rank % W].push_back({rank / W, parts});
     const double seconds = M * (parts.forward + parts.backward) + parts.epilogue;
     if (busiest_rank && seconds > most) most = seconds, *busiest_rank = rank;
@@ -217,22 +313,30 @@ double CostModel::step_lower_bound_ms(const Plan& plan, int rank) const {
   WF_ASSERT(plan.scope == Scope::Step, "step_lower_bound_ms needs a plan of step scope");
   if (rank < 0) step_compute_bound_ms(plan, &rank);
   StepBuilder builder(plan);
-  Schedule step;
+  Schedule step;  // the column's dims, flow sets and token sets
   step.dims = builder.dims();
   step.flow_sets = builder.flow_sets();
   const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp;
   std::vector<StepTemplate> templates;
-  std::vector<std::vector<uint32_t>> origins(static_cast<size_t>(Pp));
-  std::vector<const RankProgram*> programs;
+  std::vector<FlatStep> flats;
   templates.reserve(size_t(Pp));
+  flats.reserve(size_t(Pp));
   for (int p = 0; p < Pp; ++p) {
     templates.push_back(builder.build_template(p * W + rank % W, step.tokens));
-    step.ranks.push_back(unroll(templates.back(), 0, &origins[size_t(p)]));
+    flats.push_back(unroll_flat(templates.back()));
   }
-  for (const StepTemplate& t : templates)
-    programs.push_back(&t.program);
-  const PreparedTiming prepared(plan, step, Timing::LowerBound);
-  return time_schedule(plan, prepared, template_durations(plan, step, programs, origins), false).step_ms;
+  std::vector<const RankProgram*> programs;
+  std::vector<detail::ProgramView> views;
+  for (size_t p = 0; p < templates.size(); ++p) {
+    programs.push_back(&templates[p].program);
+    views.emplace_back(templates[p].program, flats[p]);
+  }
+  const std::vector<std::vector<double>> once = template_op_durations(plan, step, programs);
+  std::vector<std::vector<double>> duration;
+  for (size_t p = 0; p < templates.size(); ++p)
+    duration.push_back(flat_durations(once[p], flats[p]));
+  const detail::TimelineShape shape(views, detail::PairMode::StagesOnly);
+  return time_schedule(plan, shape, duration, false).step_ms;
 }
 
 }  // namespace wallfacer

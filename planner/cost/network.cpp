@@ -65,9 +65,53 @@ void TreePriceCache::store(const std::vector<int>& gpus, int64_t buffer_bytes, d
   seconds_.emplace(std::make_pair(buffer_bytes, gpus), seconds);
 }
 
+size_t FlowPriceCache::KeyHash::operator()(const std::vector<int32_t>& key) const {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ key.size();
+  for (int32_t v : key)
+    h = (h ^ uint32_t(v)) * 0x100000001B3ull;
+  return size_t(h ^ (h >> 29));
+}
+
+FlowPriceCache::Prices FlowPriceCache::find(const std::vector<int32_t>& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = prices_.find(key);
+  return it == prices_.end() ? nullptr : it->second;
+}
+
+void FlowPriceCache::make_room(size_t ints) {
+  if (ints_ + ints > kMaxInts) prices_.clear(), group_prices_.clear(), ints_ = 0;
+}
+
+void FlowPriceCache::store(std::vector<int32_t> key, Prices prices) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t ints = key.size() + 4 * prices->size();
+  make_room(ints);
+  if (prices_.emplace(std::move(key), std::move(prices)).second) ints_ += ints;
+}
+
+FlowPriceCache::GroupPrices FlowPriceCache::find_groups(const std::vector<int32_t>& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = group_prices_.find(key);
+  return it == group_prices_.end() ? nullptr : it->second;
+}
+
+void FlowPriceCache::store_groups(std::vector<int32_t> key, GroupPrices prices) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t ints = key.size();
+  for (const GroupPrice& price : *prices)
+    ints += 4 * (1 + price.frontier.size());
+  make_room(ints);
+  if (group_prices_.emplace(std::move(key), std::move(prices)).second) ints_ += ints;
+}
+
 NetworkPricer::NetworkPricer(const Topology& topology, const Plan& plan, const std::vector<FlowSet>& flow_sets,
-                             TreePriceCache* tree_prices)
-    : topology_(topology), plan_(plan), flow_sets_(flow_sets), counter_(topology), tree_prices_(tree_prices) {}
+                             TreePriceCache* tree_prices, FlowPriceCache* flow_prices)
+    : topology_(topology),
+      plan_(plan),
+      flow_sets_(flow_sets),
+      counter_(topology),
+      tree_prices_(tree_prices),
+      flow_prices_(flow_prices) {}
 
 // ---- point-to-point ------------------------------------------------------------------------
 
@@ -77,12 +121,24 @@ NetworkPricer::SetIndex& NetworkPricer::set_index(int flow_set) {
   if (!fresh) return index;
   const auto& flows = flow_sets_[size_t(flow_set)].flows;
   if (flows.size() <= kExactFlows) {
-    // Count first, then price: a flow's share depends on every flow of the set.
+    // Every flow's price depends on the GPUs of the set's flows alone.
+    std::vector<int32_t> key{1};
     for (const auto& [src, dst] : flows)
-      counter_.add(gpu_of(src), gpu_of(dst));
-    for (const auto& [src, dst] : flows)
-      index.prices.emplace(pair_key(src, dst), counter_.price(gpu_of(src), gpu_of(dst)));
-    counter_.clear();
+      key.insert(key.end(), {gpu_of(src), gpu_of(dst)});
+    FlowPriceCache::Prices prices = flow_prices_ ? flow_prices_->find(key) : nullptr;
+    if (!prices) {
+      // Count first, then price: a flow's share depends on every flow of the set.
+      for (const auto& [src, dst] : flows)
+        counter_.add(gpu_of(src), gpu_of(dst));
+      auto computed = std::make_shared<std::vector<FlowPrice>>();
+      for (const auto& [src, dst] : flows)
+        computed->push_back(counter_.price(gpu_of(src), gpu_of(dst)));
+      counter_.clear();
+      prices = computed;
+      if (flow_prices_) flow_prices_->store(std::move(key), prices);
+    }
+    for (size_t f = 0; f < flows.size(); ++f)
+      index.prices.emplace(pair_key(flows[f].first, flows[f].second), (*prices)[f]);
     return index;
   }
   for (size_t f = 0; f < flows.size(); ++f) {
@@ -135,7 +191,7 @@ double NetworkPricer::p2p_seconds(int flow_set, int src_rank, int dst_rank, int6
 
 // ---- collectives ---------------------------------------------------------------------------
 
-void NetworkPricer::GroupPrice::add(const FlowPrice& flow) {
+void GroupPrice::add(const FlowPrice& flow) {
   bandwidth_GBps = std::min(bandwidth_GBps, flow.bandwidth_GBps);
   latency_us = std::max(latency_us, flow.latency_us);
   auto covers = [](const FlowPrice& a, const FlowPrice& b) {  // a takes at least as long as b at every size
@@ -147,7 +203,7 @@ void NetworkPricer::GroupPrice::add(const FlowPrice& flow) {
   frontier.push_back(flow);
 }
 
-double NetworkPricer::GroupPrice::slowest_seconds(double bytes) const {
+double GroupPrice::slowest_seconds(double bytes) const {
   double seconds = 0;
   for (const FlowPrice& flow : frontier)
     seconds = std::max(seconds,
@@ -214,8 +270,39 @@ NetworkPricer::Pattern& NetworkPricer::pattern(GroupKind kind, const std::vector
     p.flows += group.ranks.size() * (ring ? size_t(ring_lanes(int(g)).channels) : offsets.size());
   }
   if (p.flows > kExactFlows) return p;
-  // Small: price every group against every flow of its kind that can run at the same time. A
-  // rank runs one collective at a time, so another group's flows that start at one of this
+  // Every group's price depends on the pattern (ring channels or offsets) and the GPUs of the
+  // kind's groups alone: a group's channels follow from its GPUs on this topology
+  // (ring_channels.hpp), and their count is in the key as well.
+  std::vector<int32_t> key{ring ? 3 : 2, int32_t(offsets.size())};
+  key.insert(key.end(), offsets.begin(), offsets.end());
+  std::vector<int> groups;
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    if (plan_.groups[g].kind != kind) continue;
+    groups.push_back(int(g));
+    key.push_back(int32_t(plan_.groups[g].ranks.size()));
+    if (ring) key.push_back(plan_.groups[g].ranks.size() > 1 ? ring_lanes(int(g)).channels : 1);
+    for (int rank : plan_.groups[g].ranks)
+      key.push_back(gpu_of(rank));
+  }
+  if (FlowPriceCache::GroupPrices known = flow_prices_ ? flow_prices_->find_groups(key) : nullptr) {
+    for (size_t k = 0; k < groups.size(); ++k)
+      p.prices.emplace(groups[k], (*known)[k]);
+    return p;
+  }
+  price_pattern(p);
+  if (flow_prices_) {
+    auto prices = std::make_shared<std::vector<GroupPrice>>();
+    for (int g : groups)
+      prices->push_back(p.prices.at(g));
+    flow_prices_->store_groups(std::move(key), std::move(prices));
+  }
+  return p;
+}
+
+// Small patterns: every group priced against every flow of its kind that can run at the same time.
+void NetworkPricer::price_pattern(Pattern& p) {
+  const GroupKind kind = p.kind;
+  // A rank runs one collective at a time, so another group's flows that start at one of this
   // group's members are not concurrent with it (e.g. two groups over the same ranks).
   auto for_each_flow = [&](int g, auto&& visit) {
     const std::vector<int>& members = plan_.groups[size_t(g)].ranks;
@@ -251,7 +338,6 @@ NetworkPricer::Pattern& NetworkPricer::pattern(GroupKind kind, const std::vector
     for_each_foreign_flow([&](int a, int b) { counter_.add(gpu_of(a), gpu_of(b)); });
   }
   counter_.clear();
-  return p;
 }
 
 void NetworkPricer::index_kind(GroupKind kind) {
@@ -294,7 +380,7 @@ void NetworkPricer::count_pattern_near(const Pattern& p, int group) {
   }
 }
 
-NetworkPricer::GroupPrice NetworkPricer::group_price(Pattern& p, int group) {
+GroupPrice NetworkPricer::group_price(Pattern& p, int group) {
   if (auto it = p.prices.find(group); it != p.prices.end()) return it->second;
   count_pattern_near(p, group);
   GroupPrice price;

@@ -53,13 +53,13 @@ struct Edge {
 // result. A stream runs its ops one after the other in program order, so its edges come nearly
 // sorted (a start computed as end minus duration may fall an ulp before the previous end): each
 // stream's are sorted by insertion, in about linear time, and the four streams merged.
-std::vector<Edge> sorted_edges(const RankProgram& program, const std::vector<double>& duration,
+std::vector<Edge> sorted_edges(const ProgramView& program, const std::vector<double>& duration,
                                const std::vector<double>& end, TierClassifier& tiers) {
   std::vector<Edge> streams[kNumStreams];
-  for (size_t i = 0; i < program.ops.size(); ++i) {
-    const Op& op = program.ops[i];
+  for (size_t i = 0; i < program.size(); ++i) {
+    const Op& op = program.op(i);
     if (duration[i] <= 0 || end[i] < 0) continue;
-    const int category = op.stream == Stream::Compute ? 0 : 1 + int(tiers.of(op, program));
+    const int category = op.stream == Stream::Compute ? 0 : 1 + int(tiers.of(op, program.program()));
     std::vector<Edge>& edges = streams[int(op.stream)];
     edges.push_back({end[i] - duration[i], +1, category});
     edges.push_back({end[i], -1, category});
@@ -112,7 +112,7 @@ CommTier TierClassifier::of(const Op& op, const RankProgram& program) {
   return group_tier(program.collectives[size_t(op.coll)].group, program.rank);
 }
 
-StepParts step_parts(const RankProgram& program, const std::vector<double>& duration, const std::vector<double>& end,
+StepParts step_parts(const ProgramView& program, const std::vector<double>& duration, const std::vector<double>& end,
                      double step_s, double mean_compute_s, double busiest_compute_s, TierClassifier& tiers) {
   StepParts parts;
   const std::vector<Edge> edges = sorted_edges(program, duration, end, tiers);

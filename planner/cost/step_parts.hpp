@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <wallfacer/cost/cost_model.hpp>
+#include "timeline.hpp"
 
 namespace wallfacer::detail {
 
@@ -28,7 +29,7 @@ class TierClassifier {
 // transfers by tier and idle time. Load imbalance is its compute above `mean_compute_s` (the
 // timed ranks' mean) plus the idle time up to how much more compute the busiest timed rank has
 // (`busiest_compute_s`): the time it waits for a busier rank.
-StepParts step_parts(const RankProgram& program, const std::vector<double>& duration, const std::vector<double>& end,
+StepParts step_parts(const ProgramView& program, const std::vector<double>& duration, const std::vector<double>& end,
                      double step_s, double mean_compute_s, double busiest_compute_s, TierClassifier& tiers);
 
 }  // namespace wallfacer::detail

@@ -2,7 +2,9 @@
 #include "timeline.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <set>
 #include <unordered_map>
 #include <utility>
 
@@ -18,15 +20,30 @@ struct OpRef {
   int32_t op = -1;
 };
 
-// An op with the key that decides whom it meets (sorted, equal keys meet): three numbers and a
-// side (messages: sends first), packed so that sorting compares two words.
-struct Keyed {
-  Keyed(int32_t a, int32_t b, int32_t c, int32_t side, OpRef op)
-      : high(uint64_t(uint32_t(a)) << 32 | uint32_t(b)), low(uint64_t(uint32_t(c)) << 1 | uint64_t(side)), ref(op) {}
-  uint64_t high, low;
+// A message end or collective op with the dense id of the key that decides whom it meets (equal
+// ids meet) and its side (messages: sends first).
+struct End {
   OpRef ref;
-  bool same_key(const Keyed& other) const { return high == other.high && (low >> 1) == (other.low >> 1); }
-  bool is_send() const { return (low & 1) == 0; }
+  uint32_t id;
+  bool send;
+};
+
+// Dense ids of meeting keys (three numbers), numbered in order of first appearance.
+class KeyIds {
+ public:
+  uint32_t of(int32_t a, int32_t b, int32_t c) {
+    const std::pair<uint64_t, uint64_t> key{uint64_t(uint32_t(a)) << 32 | uint32_t(b), uint64_t(uint32_t(c))};
+    return ids_.try_emplace(key, uint32_t(ids_.size())).first->second;
+  }
+  uint32_t count() const { return uint32_t(ids_.size()); }
+
+ private:
+  struct KeyHash {
+    size_t operator()(const std::pair<uint64_t, uint64_t>& k) const {
+      return size_t((k.first * 0x9E3779B97F4A7C15ull) ^ (k.second + 0x632BE59BD9B4E019ull + (k.first << 6)));
+    }
+  };
+  std::unordered_map<std::pair<uint64_t, uint64_t>, uint32_t, KeyHash> ids_;
 };
 
 }  // namespace
@@ -45,12 +62,12 @@ struct TimelineShape::Impl {
     std::vector<uint8_t> kind;              // by op: kCompute | kForward (what the totals read)
   };
   static constexpr uint8_t kCompute = 1, kForward = 2;
-  std::vector<const RankProgram*> programs;
+  std::vector<ProgramView> programs;
   std::vector<Lanes> lanes;
   std::vector<OpRef> meet_ops;             // every meeting's ops, one meeting after another
   std::vector<uint32_t> meet_begin = {0};  // meeting m: meet_ops[begin[m], begin[m + 1])
 
-  void add_lanes(const RankProgram& program);
+  void add_lanes(const ProgramView& program);
   void add_meet(const OpRef* begin, const OpRef* end) {
     const auto index = int32_t(meet_begin.size() - 1);
     for (const OpRef* ref = begin; ref != end; ++ref) {
@@ -59,21 +76,14 @@ struct TimelineShape::Impl {
     }
     meet_begin.push_back(uint32_t(meet_ops.size()));
   }
-  void pair_messages(std::vector<Keyed>& ends);
-  size_t message_ends() const {
-    size_t count = 0;
-    for (const RankProgram* program : programs)
-      for (const Op& op : program->ops)
-        count += op.kind == OpKind::Send || op.kind == OpKind::Recv ? 1 : 0;
-    return count;
-  }
+  void pair_messages(const std::vector<End>& ends, uint32_t keys);
   void pair_matched(bool stage_only);
   void pair_symmetric();
   void meet_collectives();
 };
 
-void TimelineShape::Impl::add_lanes(const RankProgram& program) {
-  const size_t n = program.ops.size();
+void TimelineShape::Impl::add_lanes(const ProgramView& program) {
+  const size_t n = program.size();
   Lanes& l = lanes.emplace_back();
   l.waiting.assign(n, 0);
   l.meet.assign(n, -1);
@@ -82,7 +92,7 @@ void TimelineShape::Impl::add_lanes(const RankProgram& program) {
   l.kind.assign(n, 0);
   int32_t last[kNumStreams] = {-1, -1, -1, -1};
   for (size_t i = 0; i < n; ++i) {
-    const Op& op = program.ops[i];
+    const Op& op = program.op(i);
     l.kind[i] = uint8_t((op.stream == Stream::Compute ? kCompute : 0) | (op.phase == Phase::Forward ? kForward : 0));
     int32_t& previous = last[int(op.stream)];
     if (previous >= 0) {
@@ -90,8 +100,8 @@ void TimelineShape::Impl::add_lanes(const RankProgram& program) {
       ++l.waiting[i];
     }
     previous = int32_t(i);
-    l.waiting[i] += op.dep_count;
-    for (const int32_t* d = program.deps_begin(op); d != program.deps_end(op); ++d)
+    l.waiting[i] += int32_t(program.deps_end(i) - program.deps_begin(i));
+    for (const int32_t* d = program.deps_begin(i); d != program.deps_end(i); ++d)
       ++l.first_dependent[size_t(*d) + 1];
   }
   for (size_t i = 0; i < n; ++i)
@@ -99,43 +109,57 @@ void TimelineShape::Impl::add_lanes(const RankProgram& program) {
   l.dependents.resize(l.first_dependent[n]);
   std::vector<uint32_t> fill(l.first_dependent.begin(), l.first_dependent.end() - 1);
   for (size_t i = 0; i < n; ++i)
-    for (const int32_t* d = program.deps_begin(program.ops[i]); d != program.deps_end(program.ops[i]); ++d)
+    for (const int32_t* d = program.deps_begin(i); d != program.deps_end(i); ++d)
       l.dependents[fill[size_t(*d)]++] = int32_t(i);
 }
 
-// Dense ids of the ends' keys (sides apart), numbered in order of first appearance.
-std::vector<uint32_t> key_ids(const std::vector<Keyed>& ends, uint32_t& count) {
-  struct KeyHash {
-    size_t operator()(const std::pair<uint64_t, uint64_t>& k) const {
-      return size_t((k.first * 0x9E3779B97F4A7C15ull) ^ (k.second + 0x632BE59BD9B4E019ull + (k.first << 6)));
+// The message ends of every program, each with its key's id: `key(op, rank, program index)`
+// gives (a, b, c, side) for an end and side -1 for any other op. The copies of one template op in a
+// flat program share its key, found once.
+template <typename Key>
+std::vector<End> message_ends_of(const std::vector<ProgramView>& programs, KeyIds& ids, Key&& key) {
+  std::vector<End> ends;
+  size_t ops = 0;
+  for (const ProgramView& program : programs)
+    ops += program.size();
+  ends.reserve(ops);  // at most one end per op; pages never written cost nothing
+  constexpr int64_t kUnknown = -2, kNone = -1;
+  std::vector<int64_t> memo;  // by template op: id << 1 | side, or kNone
+  for (size_t p = 0; p < programs.size(); ++p) {
+    const ProgramView& program = programs[p];
+    memo.assign(program.flat() ? program.program().ops.size() : 0, kUnknown);
+    for (size_t i = 0; i < program.size(); ++i) {
+      int64_t* known = program.flat() ? &memo[program.origin(i)] : nullptr;
+      int64_t found = known ? *known : kUnknown;
+      if (found == kUnknown) {
+        const std::array<int32_t, 4> k = key(program.op(i), program.rank(), int32_t(p));
+        found = k[3] < 0 ? kNone : int64_t(ids.of(k[0], k[1], k[2])) << 1 | k[3];
+        if (known) *known = found;
+      }
+      if (found != kNone) ends.push_back({OpRef{int32_t(p), int32_t(i)}, uint32_t(found >> 1), (found & 1) == 0});
     }
-  };
-  std::unordered_map<std::pair<uint64_t, uint64_t>, uint32_t, KeyHash> ids;
-  std::vector<uint32_t> id(ends.size());
-  for (size_t e = 0; e < ends.size(); ++e)
-    id[e] = ids.try_emplace({ends[e].high, ends[e].low >> 1}, uint32_t(ids.size())).first->second;
-  count = uint32_t(ids.size());
-  return id;
+  }
+  return ends;
 }
 
 // Pairs the k-th send of each key with its k-th receive, in the order the ends are listed
 // (collected program by program, op by op: each program's order).
-void TimelineShape::Impl::pair_messages(std::vector<Keyed>& ends) {
-  uint32_t keys = 0;
-  const std::vector<uint32_t> id = key_ids(ends, keys);
+void TimelineShape::Impl::pair_messages(const std::vector<End>& ends, uint32_t keys) {
+  meet_ops.reserve(meet_ops.size() + ends.size());
+  meet_begin.reserve(meet_begin.size() + ends.size() / 2);
   // Counting sort by key, sends then receives, stable.
   std::vector<uint32_t> sends(keys + 1, 0), recvs(keys + 1, 0);
-  for (size_t e = 0; e < ends.size(); ++e)
-    ++(ends[e].is_send() ? sends : recvs)[id[e] + 1];
+  for (const End& e : ends)
+    ++(e.send ? sends : recvs)[e.id + 1];
   for (uint32_t k = 0; k < keys; ++k)
     sends[k + 1] += sends[k], recvs[k + 1] += recvs[k];
   std::vector<OpRef> send_refs(sends[keys]), recv_refs(recvs[keys]);
   std::vector<uint32_t> send_fill(sends.begin(), sends.end() - 1), recv_fill(recvs.begin(), recvs.end() - 1);
-  for (size_t e = 0; e < ends.size(); ++e) {
-    if (ends[e].is_send())
-      send_refs[send_fill[id[e]]++] = ends[e].ref;
+  for (const End& e : ends) {
+    if (e.send)
+      send_refs[send_fill[e.id]++] = e.ref;
     else
-      recv_refs[recv_fill[id[e]]++] = ends[e].ref;
+      recv_refs[recv_fill[e.id]++] = e.ref;
   }
   for (uint32_t k = 0; k < keys; ++k) {
     const uint32_t pairs = std::min(sends[k + 1] - sends[k], recvs[k + 1] - recvs[k]);
@@ -150,68 +174,83 @@ void TimelineShape::Impl::pair_messages(std::vector<Keyed>& ends) {
 // pipeline stage messages, whose ends always meet for real (a sample times whole pipeline
 // columns), whatever the mode for the strategy's messages.
 void TimelineShape::Impl::pair_matched(bool stage_only) {
-  std::vector<Keyed> ends;
-  ends.reserve(message_ends());
-  for (size_t p = 0; p < programs.size(); ++p)
-    for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
-      const Op& op = programs[p]->ops[i];
-      const int32_t rank = programs[p]->rank;
-      if (stage_only && !is_stage_message(op)) continue;
-      if (op.kind == OpKind::Send)
-        ends.emplace_back(rank, op.peer, op.tag, 0, OpRef{int32_t(p), int32_t(i)});
-      else if (op.kind == OpKind::Recv)
-        ends.emplace_back(op.peer, rank, op.tag, 1, OpRef{int32_t(p), int32_t(i)});
-    }
-  pair_messages(ends);
+  KeyIds ids;
+  const std::vector<End> ends =
+      message_ends_of(programs, ids, [stage_only](const Op& op, int32_t rank, int32_t) -> std::array<int32_t, 4> {
+        if (stage_only && !is_stage_message(op)) return {0, 0, 0, -1};
+        if (op.kind == OpKind::Send) return {rank, op.peer, op.tag, 0};
+        if (op.kind == OpKind::Recv) return {op.peer, rank, op.tag, 1};
+        return {0, 0, 0, -1};
+      });
+  pair_messages(ends, ids.count());
 }
 
 // Both ends on the timed rank: its send and its receive of the same tag.
 void TimelineShape::Impl::pair_symmetric() {
-  std::vector<Keyed> ends;
-  ends.reserve(message_ends());
-  for (size_t p = 0; p < programs.size(); ++p)
-    for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
-      const Op& op = programs[p]->ops[i];
-      if ((op.kind == OpKind::Send || op.kind == OpKind::Recv) && !is_stage_message(op))
-        ends.emplace_back(int32_t(p), op.tag, 0, op.kind == OpKind::Send ? 0 : 1, OpRef{int32_t(p), int32_t(i)});
-    }
-  pair_messages(ends);
+  KeyIds ids;
+  const std::vector<End> ends =
+      message_ends_of(programs, ids, [](const Op& op, int32_t, int32_t p) -> std::array<int32_t, 4> {
+        if ((op.kind != OpKind::Send && op.kind != OpKind::Recv) || is_stage_message(op)) return {0, 0, 0, -1};
+        return {p, op.tag, 0, op.kind == OpKind::Send ? 0 : 1};
+      });
+  pair_messages(ends, ids.count());
 }
 
 // The k-th collective a rank runs on a group meets the k-th of every other member (only when
 // every member is timed).
 void TimelineShape::Impl::meet_collectives() {
-  std::vector<Keyed> ops;
+  std::vector<End> ops;
+  KeyIds ids;
+  size_t count = 0;
+  for (const ProgramView& program : programs)
+    count += program.size();
+  ops.reserve(count);                         // at most one per op
   std::unordered_map<int32_t, int32_t> seen;  // group -> collectives of it so far, per program
   for (size_t p = 0; p < programs.size(); ++p) {
     seen.clear();
-    for (size_t i = 0; i < programs[p]->ops.size(); ++i) {
-      const Op& op = programs[p]->ops[i];
+    for (size_t i = 0; i < programs[p].size(); ++i) {
+      const Op& op = programs[p].op(i);
       if (op.stream != Stream::Collective || op.coll < 0) continue;
-      const int32_t group = programs[p]->collectives[size_t(op.coll)].group;
-      ops.emplace_back(group, seen[group]++, 0, 0, OpRef{int32_t(p), int32_t(i)});
+      const int32_t group = programs[p].program().collectives[size_t(op.coll)].group;
+      ops.push_back({OpRef{int32_t(p), int32_t(i)}, ids.of(group, seen[group]++, 0), true});
     }
   }
-  uint32_t keys = 0;
-  const std::vector<uint32_t> id = key_ids(ops, keys);
+  const uint32_t keys = ids.count();
   std::vector<uint32_t> begin(keys + 1, 0);
-  for (uint32_t k : id)
-    ++begin[k + 1];
+  for (const End& e : ops)
+    ++begin[e.id + 1];
   for (uint32_t k = 0; k < keys; ++k)
     begin[k + 1] += begin[k];
   std::vector<OpRef> members(ops.size());
   std::vector<uint32_t> fill(begin.begin(), begin.end() - 1);
-  for (size_t e = 0; e < ops.size(); ++e)
-    members[fill[id[e]]++] = ops[e].ref;
+  for (const End& e : ops)
+    members[fill[e.id]++] = e.ref;
+  meet_ops.reserve(meet_ops.size() + members.size());
+  meet_begin.reserve(meet_begin.size() + keys);
   for (uint32_t k = 0; k < keys; ++k)
     if (begin[k + 1] - begin[k] > 1) add_meet(members.data() + begin[k], members.data() + begin[k + 1]);
 }
 
-TimelineShape::TimelineShape(std::vector<const RankProgram*> programs, PairMode mode) : impl_(new Impl) {
+namespace {
+
+std::vector<ProgramView> views_of(const std::vector<const RankProgram*>& programs) {
+  std::vector<ProgramView> views;
+  views.reserve(programs.size());
+  for (const RankProgram* program : programs)
+    views.emplace_back(*program);
+  return views;
+}
+
+}  // namespace
+
+TimelineShape::TimelineShape(const std::vector<const RankProgram*>& programs, PairMode mode)
+    : TimelineShape(views_of(programs), mode) {}
+
+TimelineShape::TimelineShape(std::vector<ProgramView> programs, PairMode mode) : impl_(new Impl) {
   impl_->programs = std::move(programs);
   impl_->lanes.reserve(impl_->programs.size());
-  for (const RankProgram* program : impl_->programs)
-    impl_->add_lanes(*program);
+  for (const ProgramView& program : impl_->programs)
+    impl_->add_lanes(program);
   if (mode == PairMode::Matched) {
     impl_->pair_matched(false);
     impl_->meet_collectives();
@@ -229,6 +268,10 @@ TimelineShape& TimelineShape::operator=(TimelineShape&&) noexcept = default;
 
 size_t TimelineShape::size() const {
   return impl_->programs.size();
+}
+
+const ProgramView& TimelineShape::program(size_t p) const {
+  return impl_->programs[p];
 }
 
 namespace {
@@ -345,7 +388,7 @@ std::vector<RankTiming> TimelineRun::run() {
 
   std::vector<RankTiming> times(state_.size());
   for (size_t p = 0; p < state_.size(); ++p)
-    for (size_t i = 0; i < shape_.programs[p]->ops.size(); ++i) {
+    for (size_t i = 0; i < shape_.programs[p].size(); ++i) {
       const uint8_t kind = shape_.lanes[p].kind[i];
       const bool forward = (kind & TimelineShape::Impl::kForward) != 0;
       if (kind & TimelineShape::Impl::kCompute)
@@ -364,6 +407,15 @@ std::vector<RankTiming> TimelineShape::run(const std::vector<std::vector<double>
   std::vector<RankTiming> times = timeline.run();
   if (op_ends) *op_ends = timeline.take_ends();
   return times;
+}
+
+PairMode pair_mode_for(int plan_ranks, const std::vector<ProgramView>& programs, bool lower_bound) {
+  if (lower_bound) return PairMode::StagesOnly;
+  std::set<int> distinct;
+  for (const ProgramView& program : programs)
+    distinct.insert(program.rank());
+  const bool every_rank = int(distinct.size()) == plan_ranks && distinct.size() == programs.size();
+  return every_rank ? PairMode::Matched : PairMode::Symmetric;
 }
 
 std::vector<RankTiming> time_programs(const std::vector<const RankProgram*>& programs,

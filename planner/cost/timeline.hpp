@@ -28,8 +28,35 @@
 #include <vector>
 
 #include <wallfacer/schedule/schedule.hpp>
+#include <wallfacer/schedule/step.hpp>
 
 namespace wallfacer::detail {
+
+// The ops of one program as the timeline reads them: a program's own, or a step template's ops in
+// the order its unrolled step runs them (FlatStep), without the copies.
+class ProgramView {
+ public:
+  ProgramView(const RankProgram& program) : program_(&program) {}  // NOLINT: a view of it
+  ProgramView(const RankProgram& step_template, const FlatStep& flat) : program_(&step_template), flat_(&flat) {}
+  // The rank, its collectives, and (without a flat step) its ops.
+  const RankProgram& program() const { return *program_; }
+  int rank() const { return program_->rank; }
+  size_t size() const { return flat_ ? flat_->origin.size() : program_->ops.size(); }
+  const Op& op(size_t i) const { return program_->ops[flat_ ? flat_->origin[i] : i]; }
+  // A step template's unrolled order: op i copies the template's op origin(i).
+  bool flat() const { return flat_ != nullptr; }
+  uint32_t origin(size_t i) const { return flat_->origin[i]; }
+  const int32_t* deps_begin(size_t i) const {
+    return flat_ ? flat_->deps.data() + flat_->dep_begin[i] : program_->deps_begin(program_->ops[i]);
+  }
+  const int32_t* deps_end(size_t i) const {
+    return flat_ ? flat_->deps.data() + flat_->dep_begin[i + 1] : program_->deps_end(program_->ops[i]);
+  }
+
+ private:
+  const RankProgram* program_;
+  const FlatStep* flat_ = nullptr;
+};
 
 enum class PairMode { Matched, Symmetric, Unpaired, StagesOnly };
 
@@ -44,7 +71,8 @@ struct RankTiming {
 // many GPU orders). Keeps pointers to the programs.
 class TimelineShape {
  public:
-  TimelineShape(std::vector<const RankProgram*> programs, PairMode mode);
+  TimelineShape(std::vector<ProgramView> programs, PairMode mode);
+  TimelineShape(const std::vector<const RankProgram*>& programs, PairMode mode);
   ~TimelineShape();
   TimelineShape(TimelineShape&&) noexcept;
   TimelineShape& operator=(TimelineShape&&) noexcept;
@@ -56,12 +84,17 @@ class TimelineShape {
   std::vector<RankTiming> run(const std::vector<std::vector<double>>& duration,
                               std::vector<std::vector<double>>* op_ends = nullptr) const;
   size_t size() const;
+  const ProgramView& program(size_t p) const;
 
   struct Impl;
 
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// How to pair the programs' message ends: with every rank of a plan of `plan_ranks` ranks at hand
+// (each once) Matched, else Symmetric; `lower_bound`: StagesOnly.
+PairMode pair_mode_for(int plan_ranks, const std::vector<ProgramView>& programs, bool lower_bound);
 
 // TimelineShape(programs, mode).run(duration).
 std::vector<RankTiming> time_programs(const std::vector<const RankProgram*>& programs,

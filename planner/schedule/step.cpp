@@ -624,9 +624,14 @@ std::vector<FlowSet> StepBuilder::flow_sets() const {
 }
 
 StepTemplate StepBuilder::build_template(int rank, TokenSetPool& pool) const {
-  Attention attention = take_apart(impl_->attention.build_rank(rank, pool), rank, pool,
-                                   impl_->plan.workload.heads / impl_->plan.params.tensor_parallel);
-  return StepTemplateBuilder(impl_->plan, std::move(attention), pool, impl_->attention_flow_sets).build();
+  return build_template(impl_->attention.build_rank(rank, pool), pool);
+}
+
+StepTemplate StepBuilder::build_template(RankProgram attention, TokenSetPool& pool) const {
+  const int rank = attention.rank;
+  Attention parts =
+      take_apart(std::move(attention), rank, pool, impl_->plan.workload.heads / impl_->plan.params.tensor_parallel);
+  return StepTemplateBuilder(impl_->plan, std::move(parts), pool, impl_->attention_flow_sets).build();
 }
 
 Schedule StepBuilder::build(const std::vector<int>& ranks, int layers) const {

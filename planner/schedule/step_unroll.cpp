@@ -99,16 +99,33 @@ class Unroller {
     bind(p.inputs, out.inputs);
     bind(p.outputs, out.outputs);
     out.ops.reserve(flat_.size());
-    const int total = m_ * v_, w = std::min(t_.warmup, total);
-    for (int k = 0; k < w; ++k)
-      forward(out, position_.forward_slot(k));
-    for (int k = 0; k + w < total; ++k) {
-      forward(out, position_.forward_slot(k + w));
-      backward(out, position_.backward_slot(k));
-    }
-    for (int k = std::max(0, total - w); k < total; ++k)
-      backward(out, position_.backward_slot(k));
-    copy(out, Section::Epilogue, m_ - 1, -1, 0);
+    lay_out([&](uint32_t i, int micro, int layer, const std::vector<int32_t>& deps) {
+      Op op = p.ops[i];
+      for (int32_t& b : op.buf)
+        b = buffer(b, micro, layer);
+      if (origin_) origin_->push_back(i);
+      return out.add(op, deps);
+    });
+    return out;
+  }
+
+  FlatStep run_flat() {
+    FlatStep out;
+    out.origin.reserve(flat_.size());
+    // Each instance copies at most its template ops' dependencies.
+    size_t deps = 0;
+    for (int k = 0; k < kSections; ++k)
+      for (uint32_t i = bound_[k]; i < bound_[k + 1]; ++i)
+        deps += size_t(instances(Section(k))) * t_.program.ops[i].dep_count;
+    out.deps.reserve(deps);
+    out.dep_begin.reserve(flat_.size() + 1);
+    out.dep_begin.push_back(0);
+    lay_out([&](uint32_t i, int, int, const std::vector<int32_t>& deps) {
+      out.origin.push_back(i);
+      out.deps.insert(out.deps.end(), deps.begin(), deps.end());
+      out.dep_begin.push_back(uint32_t(out.deps.size()));
+      return int32_t(out.origin.size() - 1);
+    });
     return out;
   }
 
@@ -127,19 +144,37 @@ class Unroller {
     return first + (is_layer(s) ? micro * n_ + layer_or_chunk : micro * v_ + layer_or_chunk);
   }
 
-  void forward(RankProgram& out, detail::PipelineSlot at) {
-    const int first = at.chunk * chunk_layers_;
-    copy(out, Section::Prologue, at.micro, -1, at.chunk);
-    for (int l = first; l < first + chunk_layers_; ++l)
-      copy(out, Section::Forward, at.micro, l, at.chunk);
-    copy(out, Section::Head, at.micro, -1, at.chunk);
+  // Every section instance in (interleaved) 1F1B order, each op handed to `emit(template op,
+  // micro-batch, layer, its flat dependencies)`, which returns its flat index.
+  template <typename Emit>
+  void lay_out(Emit&& emit) {
+    const int total = m_ * v_, w = std::min(t_.warmup, total);
+    for (int k = 0; k < w; ++k)
+      forward(position_.forward_slot(k), emit);
+    for (int k = 0; k + w < total; ++k) {
+      forward(position_.forward_slot(k + w), emit);
+      backward(position_.backward_slot(k), emit);
+    }
+    for (int k = std::max(0, total - w); k < total; ++k)
+      backward(position_.backward_slot(k), emit);
+    copy(Section::Epilogue, m_ - 1, -1, 0, emit);
   }
-  void backward(RankProgram& out, detail::PipelineSlot at) {
+
+  template <typename Emit>
+  void forward(detail::PipelineSlot at, Emit& emit) {
     const int first = at.chunk * chunk_layers_;
-    copy(out, Section::GradientIn, at.micro, -1, at.chunk);
+    copy(Section::Prologue, at.micro, -1, at.chunk, emit);
+    for (int l = first; l < first + chunk_layers_; ++l)
+      copy(Section::Forward, at.micro, l, at.chunk, emit);
+    copy(Section::Head, at.micro, -1, at.chunk, emit);
+  }
+  template <typename Emit>
+  void backward(detail::PipelineSlot at, Emit& emit) {
+    const int first = at.chunk * chunk_layers_;
+    copy(Section::GradientIn, at.micro, -1, at.chunk, emit);
     for (int l = first + chunk_layers_ - 1; l >= first; --l)
-      copy(out, Section::Backward, at.micro, l, at.chunk);
-    copy(out, Section::Tail, at.micro, -1, at.chunk);
+      copy(Section::Backward, at.micro, l, at.chunk, emit);
+    copy(Section::Tail, at.micro, -1, at.chunk, emit);
   }
 
   // Whether chunk `chunk` runs the variant of a section rather than its main ops.
@@ -220,7 +255,8 @@ class Unroller {
     return op.label == StepOp::GradSync && !t_.sync_every_microbatch && micro < m_ - 1;
   }
 
-  void copy(RankProgram& out, Section section, int micro, int layer, int chunk) {
+  template <typename Emit>
+  void copy(Section section, int micro, int layer, int chunk, Emit& emit) {
     const RankProgram& p = t_.program;
     const uint32_t begin = bound_[int(section)], end = bound_[int(section) + 1];
     const int32_t id = instance(section, micro, is_layer(section) ? layer : chunk);
@@ -229,9 +265,8 @@ class Unroller {
     const uint32_t split = variant_begin(s_, section, end);
     const bool variant = split < end && takes_variant(section, chunk);
     last_run_[int(section)][variant ? 1 : 0] = id;
-    std::vector<int32_t> deps;
     for (uint32_t i = begin; i < end; ++i) {
-      Op op = p.ops[i];
+      const Op& op = p.ops[i];
       if (split < end && (i >= split) != variant) {
         flat[i - begin] = kSkipped;
         continue;
@@ -240,15 +275,12 @@ class Unroller {
         flat[i - begin] = kSkipped;
         continue;
       }
-      deps.clear();
+      deps_.clear();
       for (const int32_t* d = p.deps_begin(op); d != p.deps_end(op); ++d) {
         const int32_t resolved = resolve(uint32_t(*d), section, micro, layer, chunk);
-        if (resolved >= 0) deps.push_back(resolved);
+        if (resolved >= 0) deps_.push_back(resolved);
       }
-      for (int32_t& b : op.buf)
-        b = buffer(b, micro, layer);
-      flat[i - begin] = out.add(op, deps);
-      if (origin_) origin_->push_back(i);
+      flat[i - begin] = emit(i, micro, layer, deps_);
     }
   }
 
@@ -265,19 +297,30 @@ class Unroller {
   std::vector<uint32_t> instance_base_;  // by instance id: its slice of flat_
   std::vector<int32_t> flat_;            // template op of an instance -> flat index
   std::vector<int32_t> buffer_at_;
+  std::vector<int32_t> deps_;  // the op being copied
 };
 
-}  // namespace
-
-RankProgram unroll(const StepTemplate& step, int layers, std::vector<uint32_t>* origin) {
-  const int n = layers == 0 ? step.layers : layers;
+void check_layers(const StepTemplate& step, int n) {
   if (n < 1 || n > step.layers)
     throw InputError(fmt::format("cannot unroll {} layers of a {}-layer step", n, step.layers));
   if (n % step.chunks != 0)
     throw InputError(fmt::format("cannot unroll {} layers over {} virtual stages: a multiple of {} is needed", n,
                                  step.chunks, step.chunks));
+}
+
+}  // namespace
+
+RankProgram unroll(const StepTemplate& step, int layers, std::vector<uint32_t>* origin) {
+  const int n = layers == 0 ? step.layers : layers;
+  check_layers(step, n);
   if (origin) origin->clear();
   return Unroller(step, n, origin).run();
+}
+
+FlatStep unroll_flat(const StepTemplate& step, int layers) {
+  const int n = layers == 0 ? step.layers : layers;
+  check_layers(step, n);
+  return Unroller(step, n, nullptr).run_flat();
 }
 
 double layer_attention_flops(const Workload& w) {

@@ -342,8 +342,10 @@ struct Searcher {
       return;
     }
     c.feasible = true;
-    // A whole-step search checks the step's memory once the step is priced (price_steps).
+    // A whole-step search checks the step's memory before it prices steps (price_steps), from the
+    // timed ranks' attention programs at hand now when they are all built.
     if (options.scope != Scope::Step) check_memory(c, budget_GiB);
+    if (options.scope == Scope::Step && !c.pruned) w.step_memory = step_memory(c.plan, w.schedule);
     if (c.feasible && !c.pruned) best_step = std::min(best_step, c.cost.step_ms);
     w.schedule = Schedule{};  // release the programs
   }
@@ -454,14 +456,23 @@ struct Searcher {
       Candidate& c = w.candidate;
       if (!c.feasible || c.plan.ranks.empty()) continue;
       c.plan.scope = Scope::Step;
-      // A step that cannot fit is rejected with its memory before any bound: pruned at a bound it
-      // would be listed as feasible.
-      if (w.step_memory) {
+      // A step that cannot fit is rejected with its memory before any bound or pricing: pruned at
+      // a bound it would be listed as feasible, and its time would not count.
+      // (Its compute bound finds the memory where it is not known yet.)
+      auto fits = [&] {
+        if (w.step_memory->total_GiB <= budget_GiB) return true;
+        c.cost = CostBreakdown{};
         c.cost.memory = *w.step_memory;
         check_memory(c, budget_GiB);
-        if (!c.feasible) continue;
+        return false;
+      };
+      if (w.step_memory && !fits()) continue;
+      MemoryEstimate memory;
+      w.estimate = model.step_compute_bound_ms(c.plan, &w.busiest_rank, w.step_memory ? nullptr : &memory);
+      if (!w.step_memory) {
+        w.step_memory = memory;
+        if (!fits()) continue;
       }
-      w.estimate = model.step_compute_bound_ms(c.plan, &w.busiest_rank);
       feasible.push_back(&w);
     }
     std::stable_sort(feasible.begin(), feasible.end(),

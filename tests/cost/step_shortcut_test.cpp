@@ -73,22 +73,52 @@ void for_each_step_plan(const Topology& topology, Visit&& visit) {
   }
 }
 
+// With every rank timed, and with a sample of 4 ranks, whose programs (pipeline columns with
+// pipeline parallelism) meet only each other and are timed group by group.
 TEST(StepShortcuts, TemplateDurationsEqualPricingEveryUnrolledOp) {
   const Topology topology = testing::switch_nodes(2, 4, 450);
-  const CostModel fast(topology, Calibration::defaults());
-  CostOptions reference_options;
-  reference_options.step_shortcuts = false;
-  const CostModel reference(topology, Calibration::defaults(), reference_options);
-  int checked = 0, tensor = 0, pipelined = 0;
-  for_each_step_plan(topology, [&](const Plan& plan, const Setting& s) {
-    expect_same_cost(fast.evaluate_step(plan), reference.evaluate_step(plan));
-    ++checked;
-    tensor += s.tensor > 1 ? 1 : 0;
-    pipelined += s.pipeline > 1 ? 1 : 0;
-  });
-  EXPECT_GT(checked, 20);
-  EXPECT_GT(tensor, 4);
-  EXPECT_GT(pipelined, 4);
+  for (int sample : {0, 4}) {
+    SCOPED_TRACE(sample ? "a sample of 4 ranks" : "every rank");
+    CostOptions fast_options, reference_options;
+    fast_options.max_timed_ranks = reference_options.max_timed_ranks = sample;
+    reference_options.step_shortcuts = false;
+    const CostModel fast(topology, Calibration::defaults(), fast_options);
+    const CostModel reference(topology, Calibration::defaults(), reference_options);
+    int checked = 0, tensor = 0, pipelined = 0;
+    for_each_step_plan(topology, [&](const Plan& plan, const Setting& s) {
+      expect_same_cost(fast.evaluate_step(plan), reference.evaluate_step(plan));
+      ++checked;
+      tensor += s.tensor > 1 ? 1 : 0;
+      pipelined += s.pipeline > 1 ? 1 : 0;
+    });
+    EXPECT_GT(checked, 20);
+    EXPECT_GT(tensor, 4);
+    EXPECT_GT(pipelined, 4);
+  }
+}
+
+// The compute bound can also report the step memory, reusing the attention programs it then
+// builds for its templates (one micro-batch of one virtual stage): the bound and its busiest rank
+// are those it finds without, and the memory is evaluate_step's, with every rank timed and with a
+// sample of 4 ranks.
+TEST(StepShortcuts, ComputeBoundWithMemoryEqualsBoundAndStepMemory) {
+  const Topology topology = testing::switch_nodes(2, 4, 450);
+  for (int sample : {0, 4}) {
+    CostOptions options;
+    options.max_timed_ranks = sample;
+    const CostModel model(topology, Calibration::defaults(), options);
+    int plans = 0;
+    for_each_step_plan(topology, [&](const Plan& plan, const Setting&) {
+      int alone = -1, with_memory = -1;
+      MemoryEstimate memory;
+      const double bound = model.step_compute_bound_ms(plan, &alone);
+      EXPECT_EQ(model.step_compute_bound_ms(plan, &with_memory, &memory), bound);
+      EXPECT_EQ(with_memory, alone);
+      EXPECT_EQ(memory.total_GiB, model.evaluate_step(plan).memory.total_GiB);
+      ++plans;
+    });
+    EXPECT_GT(plans, 20);
+  }
 }
 
 // The search prunes whole-step candidates on step_lower_bound_ms: it never exceeds the step, with

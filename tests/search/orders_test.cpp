@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
+#include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/plan/workload.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include <wallfacer/topology/topology.hpp>
@@ -101,6 +103,84 @@ TEST(NodeOrders, PlacingAPlanGivesWhatMakePlanGives) {
         ASSERT_EQ(placed.groups[g].all_reduce, made.groups[g].all_reduce);
     }
   }
+}
+
+// The search prices one candidate under many GPU orders with one PreparedTiming: compute durations
+// and all-to-all slices found once, each distinct transfer or collective priced once per order and
+// copied to every op that names it. Under every order that must equal pricing every op on its own
+// (CostModel::evaluate_times of the schedule), to the bit: ring and tree all-reduces, all-to-alls,
+// data, tensor and pipeline parallelism, estimate and bound timing.
+TEST(NodeOrders, PricingDistinctTransfersOncePerOrderEqualsPricingEveryOp) {
+  const Topology t = Topology::load("pcie-8gpu", 2);
+  const detail::NodeOrders orders(t, 16);
+  const Workload w = load_workload("gpt-3b", {});
+  const CostModel model(t, Calibration::defaults());
+  const std::vector<std::vector<int>> all = orders.all_distinct(5040);
+  ASSERT_GT(all.size(), 20u);
+  int priced = 0;
+  for (StrategyKind kind : all_strategies())
+    for (int T : {1, 2})
+      for (int Pp : {1, 2})
+        for (StrategyParams params : enumerate_params(kind, w, 16 / (T * Pp))) {
+          params.tensor_parallel = T;
+          params.pipeline_parallel = Pp;
+          if (!check_feasible(kind, params, w, 16).ok) continue;
+          for (AllReduceAlgorithm algorithm : {AllReduceAlgorithm::Ring, AllReduceAlgorithm::Tree}) {
+            Plan plan = make_plan(kind, params, w, t, 16, {}, algorithm);
+            Schedule schedule;
+            model.build_timed(plan, schedule);
+            std::vector<int> positions;
+            for (const RankSlot& slot : plan.ranks)
+              positions.push_back(slot.gpu);
+            for (Timing timing : {Timing::Estimate, Timing::LowerBound}) {
+              std::optional<PreparedTiming> prepared;
+              for (size_t o = 0; o < all.size(); o += 11) {
+                orders.place(plan, positions, all[o]);
+                if (!prepared) prepared.emplace(plan, schedule, timing);
+                const CostBreakdown once = model.evaluate_times(plan, *prepared, /*with_parts=*/false);
+                const CostBreakdown every = model.evaluate_times(plan, schedule, timing);
+                ASSERT_EQ(once.step_ms, every.step_ms) << to_string(kind) << " order " << o;
+                ASSERT_EQ(once.forward_ms, every.forward_ms) << to_string(kind) << " order " << o;
+                ASSERT_EQ(once.compute_ms, every.compute_ms) << to_string(kind) << " order " << o;
+                ++priced;
+              }
+            }
+          }
+        }
+  EXPECT_GT(priced, 200);
+}
+
+// A cost model keeps the prices of flows that run together by the GPUs they connect and hands them
+// to every later pricer (FlowPriceCache): one model pricing many candidates under many orders, the
+// whole step included, gives each exactly what a fresh model gives it. The nodes have two NICs, so
+// ring collectives across them run on two channels whose rings depend on the order.
+TEST(NodeOrders, FlowPricesKeptAcrossPlansEqualPricesComputedAfresh) {
+  const Topology t = Topology::load("pcie-8gpu", 2);
+  const detail::NodeOrders orders(t, 16);
+  Workload w = load_workload("gpt-3b", {});
+  w.layers = 2;
+  const CostModel shared(t, Calibration::defaults());
+  const std::vector<std::vector<int>> all = orders.all_distinct(5040);
+  int compared = 0;
+  for (StrategyKind kind : all_strategies())
+    for (int T : {1, 2})
+      for (StrategyParams params : enumerate_params(kind, w, 16 / T)) {
+        params.tensor_parallel = T;
+        if (!check_feasible(kind, params, w, 16).ok) continue;
+        for (size_t o = 0; o < all.size(); o += 53) {
+          Plan plan = make_plan(kind, params, w, t, 16, orders.gpu_order(all[o]));
+          const CostModel fresh(t, Calibration::defaults());
+          ASSERT_EQ(shared.evaluate(plan).step_ms, fresh.evaluate(plan).step_ms) << to_string(kind) << " order " << o;
+          if (o % 159 != 0) continue;
+          plan.scope = Scope::Step;
+          const CostModel fresh_step(t, Calibration::defaults());
+          const CostBreakdown a = shared.evaluate_step(plan), b = fresh_step.evaluate_step(plan);
+          ASSERT_EQ(a.step_ms, b.step_ms) << to_string(kind) << " order " << o;
+          ASSERT_EQ(a.attention_ms, b.attention_ms) << to_string(kind) << " order " << o;
+          ++compared;
+        }
+      }
+  EXPECT_GT(compared, 40);
 }
 
 }  // namespace

@@ -267,40 +267,52 @@ TEST(StepSearch, ChoosesTheLowestZeroStageThatFits) {
 
 // With a budget that only some candidates' steps fit, the rest are rejected with their memory, none
 // listed as feasible (a pruned candidate is never memory-checked by pricing, so the rejection must
-// come first), and the memory each rejection names is the step memory model's.
+// come first), and the memory each rejection names is the step memory model's; with memory
+// settings chosen by the search and with the workload's own. A candidate that fits and is priced
+// carries the figures evaluate_step gives it.
 TEST(StepSearch, CandidatesThatCannotFitAreRejectedNotPruned) {
   const Topology topology = Topology::load("dgx-h100", 1);
   Workload w = load_workload("llama-3-8b");
   w.layers = 4;
   w.seq = 65536;
   w.batch = 1;
+  w.checkpointing = Checkpointing::None;
   const CostModel model(topology, Calibration::defaults());
-  SearchOptions options;
-  options.scope = Scope::Step;
-  options.tensor_degrees = {1, 2, 4, 8};
-  options.zero_stages = {0, 1};
-  options.checkpointing_modes = {Checkpointing::None};
-  options.memory_budget_fraction = 0.2;
-  const SearchResult result = search_plans(topology, w, model, options);
-  const double budget = 0.2 * topology.gpu().memory_GiB;
-  int fit = 0, rejected = 0;
-  for (const Candidate& c : result.candidates) {
-    if (c.plan.ranks.empty() || !c.chose_memory_settings) continue;
-    Schedule attention;
-    model.build_timed(c.plan, attention);
-    const double GiB = step_memory(c.plan, attention).total_GiB;
-    if (c.feasible) {
-      ++fit;
-      EXPECT_LE(GiB, budget) << c.describe_params() << (c.pruned ? " (pruned)" : "");
-    } else {
-      ++rejected;
-      EXPECT_GT(GiB, budget) << c.describe_params() << ": " << c.reason;
-      EXPECT_NE(c.reason.find("GiB budget"), std::string::npos) << c.reason;
-      EXPECT_NEAR(c.cost.memory.total_GiB, GiB, 1e-9);
+  for (bool choose : {true, false}) {
+    SCOPED_TRACE(choose ? "memory settings chosen" : "the workload's memory settings");
+    SearchOptions options;
+    options.scope = Scope::Step;
+    options.tensor_degrees = {1, 2, 4, 8};
+    if (choose) {
+      options.zero_stages = {0, 1};
+      options.checkpointing_modes = {Checkpointing::None};
     }
+    options.memory_budget_fraction = choose ? 0.2 : 0.25;
+    const SearchResult result = search_plans(topology, w, model, options);
+    const double budget = options.memory_budget_fraction * topology.gpu().memory_GiB;
+    int fit = 0, rejected = 0, priced = 0;
+    for (const Candidate& c : result.candidates) {
+      if (c.plan.ranks.empty() || c.chose_memory_settings != choose) continue;
+      Schedule attention;
+      model.build_timed(c.plan, attention);
+      const double GiB = step_memory(c.plan, attention).total_GiB;
+      if (c.feasible) {
+        ++fit;
+        EXPECT_LE(GiB, budget) << c.describe_params() << (c.pruned ? " (pruned)" : "");
+        if (c.pruned) continue;
+        ++priced;
+        EXPECT_EQ(c.cost.step_ms, model.evaluate_step(c.plan).step_ms) << c.describe_params();
+      } else {
+        ++rejected;
+        EXPECT_GT(GiB, budget) << c.describe_params() << ": " << c.reason;
+        EXPECT_NE(c.reason.find("GiB budget"), std::string::npos) << c.reason;
+        EXPECT_NEAR(c.cost.memory.total_GiB, GiB, 1e-9);
+      }
+    }
+    EXPECT_GT(fit, 0) << "no candidate fits: the test does not exercise the search";
+    EXPECT_GT(priced, 0);
+    EXPECT_GT(rejected, 0) << "every candidate fits: the test does not exercise the rejection";
   }
-  EXPECT_GT(fit, 0) << "no candidate fits: the test does not exercise the search";
-  EXPECT_GT(rejected, 0) << "every candidate fits: the test does not exercise the rejection";
 }
 
 }  // namespace

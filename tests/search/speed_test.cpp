@@ -1,8 +1,8 @@
 // The answer-time goal of `wallfacer plan` (under 2 s of CPU) on the 32-GPU A100 cluster of
 // docs/benchmarks.md ("A 32-GPU A100 cluster, exhaustive"), held to a generous bound so that a
 // loaded test machine does not fail it: the exhaustive whole-step search, as the CLI runs it by
-// default, must not fall back to the tens of seconds it took before GPU orders were merged by the
-// cluster's symmetries. The measured figures live in docs/benchmarks.md.
+// default, must stay within a few times the goal (it took tens of seconds before GPU orders were
+// merged by the cluster's symmetries). The measured figures live in docs/benchmarks.md.
 #include <gtest/gtest.h>
 
 #include <ctime>
@@ -22,7 +22,23 @@ double thread_cpu_seconds() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
+// Sanitizers and unoptimised builds run several times slower: there the bound only catches a fall
+// back to tens of seconds. An optimised build is held to three times the goal, room for a loaded
+// machine (its thread CPU time grows with cache and page contention, about 1.5 to 2 times in the
+// runs of docs/benchmarks.md).
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WALLFACER_SPEED_TEST_SLOW_BUILD 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || !defined(NDEBUG)
+#define WALLFACER_SPEED_TEST_SLOW_BUILD 1
+#endif
+#ifdef WALLFACER_SPEED_TEST_SLOW_BUILD
 constexpr double kGenerousCpuSeconds = 60;
+#else
+constexpr double kGenerousCpuSeconds = 6;
+#endif
 
 TEST(SearchSpeed, ExhaustiveStepSearchOnThe32GpuA100ClusterStaysWithinItsBound) {
   const Topology topology = Topology::load(WALLFACER_SOURCE_DIR "/bench/a100-32.yaml");

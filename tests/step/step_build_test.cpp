@@ -236,6 +236,52 @@ TEST(StepUnroll, LayerBackwardWaitsForItsOwnForward) {
   EXPECT_THROW(unroll(t, w.layers + 1), InputError);
 }
 
+// The flat order the cost model times (unroll_flat) is the unrolled program without its op copies:
+// flat op i copies the template op unroll() reports for it and waits for the same ops, for every
+// strategy with pipeline stages, virtual stages, micro-batches, ZeRO 0 to 3 and every
+// checkpointing mode, and for fewer layers than the template's.
+TEST(StepUnroll, FlatOrderIsTheUnrolledProgramWithoutItsCopies) {
+  struct Setting {
+    int Pp, v, M, zero;
+    Checkpointing mode;
+  };
+  int compared = 0;
+  for (const Setting& s : {Setting{1, 1, 1, 1, Checkpointing::Selective}, Setting{1, 1, 2, 3, Checkpointing::Full},
+                           Setting{2, 1, 4, 0, Checkpointing::None}, Setting{2, 2, 4, 2, Checkpointing::Selective}}) {
+    Workload w = step_workload(s.mode, s.zero);
+    w.layers = 4;
+    w.microbatches = s.M;
+    w.batch = 2 * s.M;
+    for (StrategyKind kind : all_strategies())
+      for (StrategyParams params : enumerate_params(kind, w, 4)) {
+        params.pipeline_parallel = s.Pp;
+        params.virtual_stages = s.v;
+        if (!check_feasible(kind, params, w, 4 * s.Pp).ok) continue;
+        const Plan plan = testing::hand_plan(kind, params, w);
+        SCOPED_TRACE(fmt::format("{} Pp={} v={} M={} ZeRO {}", to_string(kind), s.Pp, s.v, s.M, s.zero));
+        TokenSetPool pool;
+        for (int r = 0; r < plan.num_ranks(); r += 3) {
+          const StepTemplate t = StepBuilder(plan).build_template(r, pool);
+          for (int layers : {0, t.chunks}) {
+            std::vector<uint32_t> origin;
+            const RankProgram program = unroll(t, layers, &origin);
+            const FlatStep flat = unroll_flat(t, layers);
+            ASSERT_EQ(flat.origin, origin);
+            ASSERT_EQ(flat.dep_begin.size(), program.ops.size() + 1);
+            for (size_t i = 0; i < program.ops.size(); ++i) {
+              const std::vector<int32_t> deps(program.deps_begin(program.ops[i]), program.deps_end(program.ops[i]));
+              const std::vector<int32_t> flat_deps(flat.deps.begin() + flat.dep_begin[i],
+                                                   flat.deps.begin() + flat.dep_begin[i + 1]);
+              ASSERT_EQ(flat_deps, deps) << "op " << i;
+            }
+            ++compared;
+          }
+        }
+      }
+  }
+  EXPECT_GT(compared, 40);
+}
+
 // The optimizer starts after every gradient synchronisation; ZeRO-3 gathers each layer's weights
 // before its forward and again before its backward.
 TEST(StepUnroll, OptimizerWaitsForGradientsAndZero3Gathers) {

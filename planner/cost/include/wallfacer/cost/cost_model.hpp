@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -107,7 +108,11 @@ namespace detail {
 class NetworkPricer;
 class TimelineShape;
 class TreePriceCache;
+class FlowPriceCache;
+struct RankTiming;
 }  // namespace detail
+
+struct StepTemplate;
 
 // How the ops of a schedule wait for each other (which message ends and collectives start
 // together), prepared once to price the schedule many times: the search prices one schedule under
@@ -161,7 +166,9 @@ class CostModel {
   // forward and after its last backward.
   // `busiest_rank`, when given, receives the timed rank with the most compute (M micro-batches'
   // forward and backward and the epilogue; the first in timed_ranks order on ties).
-  double step_compute_bound_ms(const Plan& plan, int* busiest_rank = nullptr) const;
+  // `memory`, when given, receives the step memory evaluate_step reports (step_memory of the
+  // timed ranks' attention programs), found from the programs the bound builds anyway.
+  double step_compute_bound_ms(const Plan& plan, int* busiest_rank = nullptr, MemoryEstimate* memory = nullptr) const;
   // A lower bound of evaluate_step(plan).step_ms that counts communication: the whole step of
   // `rank`'s pipeline column (the rank alone without pipeline parallelism) timed as
   // Timing::LowerBound; any rank gives a bound, -1 the busiest one of step_compute_bound_ms (under
@@ -180,23 +187,35 @@ class CostModel {
   std::vector<int> timed_ranks(const Plan& plan) const;
 
  private:
+  // What of a prepared schedule's op durations does not depend on the GPU order (OrderFree).
+  void prepare_order_free(const Plan& plan, const PreparedTiming& prepared, detail::NetworkPricer& network) const;
   // Durations of the prepared schedule's ops (by program, then op) on the plan's GPU order: the
-  // order-free part computed once per PreparedTiming, the transfers priced by `network`.
+  // order-free part computed once per PreparedTiming, the distinct transfers priced by `network`.
   std::vector<std::vector<double>> order_durations(const Plan& plan, const PreparedTiming& prepared,
                                                    detail::NetworkPricer& network) const;
-  // Times a prepared schedule with its ops' durations (by program, then op).
-  CostBreakdown time_schedule(const Plan& plan, const PreparedTiming& prepared,
+  // Times the programs of a timeline shape with their ops' durations (by program, then op).
+  CostBreakdown time_schedule(const Plan& plan, const detail::TimelineShape& shape,
                               const std::vector<std::vector<double>>& duration, bool with_parts) const;
-  // Durations of unrolled programs priced on their templates: op i of program p lasts as long as
-  // template op origins[p][i] of templates[p], priced within `step`'s flow sets and tokens.
-  std::vector<std::vector<double>> template_durations(const Plan& plan, const Schedule& step,
-                                                      const std::vector<const RankProgram*>& templates,
-                                                      const std::vector<std::vector<uint32_t>>& origins) const;
+  // Where the step goes on the critical program, given (critical program, step, mean and busiest
+  // compute seconds of the timed programs).
+  using PartsOf = std::function<StepParts(size_t, double, double, double)>;
+  // The times of timed programs (by program) as a breakdown: the step ends with the last of them
+  // (its critical program the first on ties); `parts`, when given, fills the parts.
+  CostBreakdown summarize_timings(const Plan& plan, const std::vector<detail::RankTiming>& timings,
+                                  const PartsOf* parts) const;
+  // The whole step of `plan` from its timed ranks' step templates (evaluate_step's timing).
+  CostBreakdown time_step_templates(const Plan& plan, const Schedule& step,
+                                    const std::vector<StepTemplate>& templates) const;
+  // Durations of the template ops (by template, then op), priced within `step`'s flow sets and
+  // tokens: what each of their unrolled copies lasts.
+  std::vector<std::vector<double>> template_op_durations(const Plan& plan, const Schedule& step,
+                                                         const std::vector<const RankProgram*>& templates) const;
 
   const Topology& topology_;
   Calibration calibration_;
   CostOptions options_;
   std::shared_ptr<detail::TreePriceCache> tree_prices_;  // shared by copies: a search prices many plans
+  std::shared_ptr<detail::FlowPriceCache> flow_prices_;  // likewise
 };
 
 // Dense peak used for MFU and the fallback efficiency: BF16 or FP16 by dtype; FP32 the device's

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <tuple>
@@ -33,6 +34,18 @@ constexpr size_t kExactFlows = 4096;
 struct FlowPrice {
   double bandwidth_GBps = 0;
   double latency_us = 0;
+};
+
+// Price of one group's flows under a collective pattern, every group of its kind running it.
+struct GroupPrice {
+  double bandwidth_GBps = std::numeric_limits<double>::infinity();  // slowest member-to-member flow
+  double latency_us = 0;                                            // largest route latency among those flows
+  // The flows that may take longest for some size: none other is both slower and later. A ring
+  // step waits for the slowest of its flows, which need not be the one with the largest latency.
+  std::vector<FlowPrice> frontier;
+  void add(const FlowPrice& flow);
+  // Seconds of the slowest flow carrying `bytes`.
+  double slowest_seconds(double bytes) const;
 };
 
 // Counts flows per contended resource and turns counts into per-flow bandwidth.
@@ -66,10 +79,37 @@ class TreePriceCache {
   std::map<std::pair<int64_t, std::vector<int>>, double> seconds_;
 };
 
+// Prices of flows that run together (every flow of a small flow set, every group of a kind under
+// one collective pattern) by the GPUs those flows connect: a pricer's answers depend on nothing
+// else, so every plan that puts them on the same GPUs (each pricer of one candidate, candidates
+// with equal groups) gets them from here after the first. Keys are the GPU lists themselves (and
+// for a pattern whether it runs on the groups' ring channels, which follow from their GPUs, and
+// how many), so equal keys mean equal prices. Bounded; thread-safe.
+class FlowPriceCache {
+ public:
+  using Prices = std::shared_ptr<const std::vector<FlowPrice>>;  // a flow set's, flow by flow
+  Prices find(const std::vector<int32_t>& key) const;
+  void store(std::vector<int32_t> key, Prices prices);
+  using GroupPrices = std::shared_ptr<const std::vector<GroupPrice>>;  // a pattern's, group by group
+  GroupPrices find_groups(const std::vector<int32_t>& key) const;
+  void store_groups(std::vector<int32_t> key, GroupPrices prices);
+
+ private:
+  struct KeyHash {
+    size_t operator()(const std::vector<int32_t>& key) const;
+  };
+  static constexpr size_t kMaxInts = size_t(1) << 24;  // keys and prices, about 64 MiB
+  mutable std::mutex mutex_;
+  std::unordered_map<std::vector<int32_t>, Prices, KeyHash> prices_;
+  std::unordered_map<std::vector<int32_t>, GroupPrices, KeyHash> group_prices_;
+  size_t ints_ = 0;  // of both maps
+  void make_room(size_t ints);
+};
+
 class NetworkPricer {
  public:
   NetworkPricer(const Topology& topology, const Plan& plan, const std::vector<FlowSet>& flow_sets,
-                TreePriceCache* tree_prices = nullptr);
+                TreePriceCache* tree_prices = nullptr, FlowPriceCache* flow_prices = nullptr);
   // Seconds a Send/Recv of `bytes` from src_rank to dst_rank takes inside flow set `flow_set`
   // (-1: a lone flow).
   double p2p_seconds(int flow_set, int src_rank, int dst_rank, int64_t bytes);
@@ -96,16 +136,6 @@ class NetworkPricer {
   double all_to_all_seconds(int group, const std::vector<std::pair<int, int64_t>>& slices);
 
  private:
-  struct GroupPrice {
-    double bandwidth_GBps = std::numeric_limits<double>::infinity();  // slowest member-to-member flow
-    double latency_us = 0;                                            // largest route latency among those flows
-    // The flows that may take longest for some size: none other is both slower and later. A ring
-    // step waits for the slowest of its flows, which need not be the one with the largest latency.
-    std::vector<FlowPrice> frontier;
-    void add(const FlowPrice& flow);
-    // Seconds of the slowest flow carrying `bytes`.
-    double slowest_seconds(double bytes) const;
-  };
   // Flows of every group of one kind: where member k sends to member k + offset (mod size), for
   // each offset (all-to-all steps), or, for the ring algorithms, to its successor in each of the
   // group's ring channels.
@@ -129,6 +159,7 @@ class NetworkPricer {
 
   SetIndex& set_index(int flow_set);
   Pattern& pattern(GroupKind kind, const std::vector<int>& offsets, bool ring = false);
+  void price_pattern(Pattern& pattern);
   const RingLanes& ring_lanes(int group);
   // Calls visit(l) for every member l that member k of `group` sends to (or receives from) in
   // the pattern.
@@ -166,6 +197,7 @@ class NetworkPricer {
   std::map<int, std::unordered_map<int, std::vector<std::pair<int, int>>>> members_by_node_;
   std::map<std::pair<int, int64_t>, double> tree_seconds_;  // by (group, buffer bytes)
   TreePriceCache* tree_prices_;                             // across pricers; may be null
+  FlowPriceCache* flow_prices_;                             // across pricers; may be null
 };
 
 }  // namespace wallfacer::detail

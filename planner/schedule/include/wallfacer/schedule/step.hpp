@@ -70,6 +70,17 @@ bool in_epilogue(const StepSections& sections, uint32_t op);
 // only in their buffers and dependencies.
 RankProgram unroll(const StepTemplate& step, int layers = 0, std::vector<uint32_t>* origin = nullptr);
 
+// The same program without its ops copied: by flat op, the template op it copies and its
+// dependencies (flat op indices), as unroll() gives them. What timing a step needs, at a fraction
+// of the memory (a copy differs from its template op only in its buffers and dependencies).
+struct FlatStep {
+  std::vector<uint32_t> origin;     // by flat op: its template op
+  std::vector<uint32_t> dep_begin;  // by flat op, and one past the last: its slice of `deps`
+  std::vector<int32_t> deps;
+  size_t size() const { return origin.size(); }
+};
+FlatStep unroll_flat(const StepTemplate& step, int layers = 0);
+
 // Builds the step templates of a plan (validates it like ScheduleBuilder).
 class StepBuilder {
  public:
@@ -81,6 +92,10 @@ class StepBuilder {
   ScheduleDims dims() const;
   std::vector<FlowSet> flow_sets() const;
   StepTemplate build_template(int rank, TokenSetPool& pool) const;
+  // The same from the rank's attention program of one micro-batch, already built into `pool` by a
+  // ScheduleBuilder of a plan equal to this one but for running one micro-batch (and one virtual
+  // stage): a caller that holds it need not build it again.
+  StepTemplate build_template(RankProgram attention, TokenSetPool& pool) const;
   // Unrolled programs of the given ranks (all when empty) with `layers` of the model's layers (0 =
   // all; with pipeline parallelism a multiple of the stages, each stage running its share).
   Schedule build(const std::vector<int>& ranks = {}, int layers = 0) const;
