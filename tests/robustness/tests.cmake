@@ -30,7 +30,9 @@ if(TARGET wallfacer AND WALLFACER_MPI_ENABLED)
            COMMAND sh -c "mkdir -p '${_faults_dir}' && \"$@\"" sh $<TARGET_FILE:wallfacer> plan --strategy ring --tp 1
                    --gpus 4 --seq 256 --heads 4 --kv-heads 4 --head-dim 16 --out ${_faults_dir}/ring4.yaml)
   set_tests_properties(robustness_fault_plan PROPERTIES FIXTURES_SETUP robustness_fault_plan)
-  set(_mpirun ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -x WALLFACER_TEST_FAULT -np 4)
+  # The ranks run on this host and inherit mpirun's environment, WALLFACER_TEST_FAULT included.
+  # No `-x`: Open MPI refuses it next to OMPI_MCA_mca_base_env_list, which scripts/sanitize.sh sets.
+  set(_mpirun ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 4)
   set(_waits_on_2 "after waiting [0-9.]+ s on \\[(send to|receive from) rank 2")
   set(_expect_stop "rank [013]: lost rank 2 \\(process [0-9]+ on [^)]+\\) is stopped \\(SIGSTOP or a debugger\\) ${_waits_on_2}")
   set(_expect_heartbeat "rank [013]: lost rank 2: no heartbeat for [0-9.]+ s \\(stopped, hung, or its host unreachable\\) ${_waits_on_2}")
