@@ -40,7 +40,7 @@ int launcher_rank() {
   return -1;
 }
 
-void ensure_blas_threads() {
+void ensure_blas_threads_once() {
   std::call_once(g_blas_threads_once, [] {
     if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) openblas_set_num_threads(1);
   });
@@ -461,6 +461,10 @@ std::string blas_core_fix() {
   return {};
 }
 
+void use_default_blas_threads() {
+  ensure_blas_threads_once();
+}
+
 void set_blas_threads(int threads) {
   std::call_once(g_blas_threads_once, [] {});
   openblas_set_num_threads(std::max(1, threads));
@@ -481,7 +485,7 @@ template <typename T>
 void attention_forward(const QueryBlock<T>& q, const KeyBlock<T>& kv, const AttnShape& shape, T* acc_o, T* acc_lse,
                        int64_t acc_row_stride, int64_t lse_stride) {
   if (q.rows == 0 || kv.rows == 0) return;
-  ensure_blas_threads();
+  ensure_blas_threads_once();
   const Geometry<T> g = resolve<T>(shape);
   const int64_t acc_stride = acc_row_stride ? acc_row_stride : int64_t{g.heads} * g.d;
   const int64_t lstride = lse_stride ? lse_stride : q.rows;
@@ -500,7 +504,7 @@ template <typename T>
 void attention_backward(const QueryBlock<T>& q, const KeyBlock<T>& kv, const BackwardInputs<T>& in,
                         const AttnShape& shape, T* dq, T* dk, T* dv) {
   if (q.rows == 0 || kv.rows == 0) return;
-  ensure_blas_threads();
+  ensure_blas_threads_once();
   const Geometry<T> g = resolve<T>(shape);
   const int64_t lstride = in.lse_stride ? in.lse_stride : q.rows;
   const std::vector<PosRange> q_ranges = tile_ranges(q.pos, q.rows, g.tile_q);

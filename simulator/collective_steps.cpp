@@ -29,18 +29,21 @@ void distribute(std::vector<CollectiveTransfer>& sends, const std::vector<double
     sends[i].bytes = sum > 0 ? total * weights[i] / sum : total / double(sends.size());
 }
 
-// Bytes of each ring step: all-reduce steps carry equal shares of the member's buffer; all-gather
-// forwards member (pos - k)'s block and reduce-scatter the partial of block (pos - k - 1), so the
-// last step hands each member its own block.
+// Bytes of each ring step of a member at position `pos` of `ring` (ring position -> member index;
+// the group order when null): all-reduce steps carry equal shares of the member's buffer;
+// all-gather forwards the block of the member at (pos - k) and reduce-scatter the partial of the
+// block at (pos - k - 1), so the last step hands each member its own block.
 std::vector<double> ring_step_bytes(OpKind kind, const CollectiveSpec& spec, double member_bytes, size_t p, size_t pos,
-                                    const TokenSetPool& pool) {
+                                    const TokenSetPool& pool, const std::vector<int32_t>* ring) {
   size_t count = kind == OpKind::AllReduce ? 2 * (p - 1) : p - 1;
+  auto member_at = [&](size_t position) { return ring ? size_t((*ring)[position]) : position; };
   std::vector<double> weights(count, 1.0);
   // A flat vector (gradients, weights) has no token lists: p equal blocks.
   for (size_t k = 0; k < count && !is_flat_collective(spec); ++k) {
-    if (kind == OpKind::AllGather) weights[k] = slice_weight(spec.in_tokens, spec.in_heads, (pos + p - k) % p, pool);
+    if (kind == OpKind::AllGather)
+      weights[k] = slice_weight(spec.in_tokens, spec.in_heads, member_at((pos + p - k) % p), pool);
     if (kind == OpKind::ReduceScatter)
-      weights[k] = slice_weight(spec.out_tokens, spec.out_heads, (pos + 2 * p - k - 1) % p, pool);
+      weights[k] = slice_weight(spec.out_tokens, spec.out_heads, member_at((pos + 2 * p - k - 1) % p), pool);
   }
   double sum = std::accumulate(weights.begin(), weights.end(), 0.0);
   for (double& w : weights)
@@ -48,28 +51,53 @@ std::vector<double> ring_step_bytes(OpKind kind, const CollectiveSpec& spec, dou
   return weights;
 }
 
+// One ring channel as a member at position `pos` of `ring` sees it (the group order when null).
+struct RingLane {
+  int next = -1, prev = -1;   // ranks
+  std::vector<double> bytes;  // per step; empty when the steps are equal
+};
+
+RingLane ring_lane(OpKind kind, const CollectiveSpec& spec, double lane_bytes, const std::vector<int>& group,
+                   size_t pos, const TokenSetPool& pool, const std::vector<int32_t>* ring) {
+  const size_t p = group.size();
+  auto member_at = [&](size_t position) { return ring ? size_t((*ring)[position]) : position; };
+  RingLane lane{group[member_at((pos + 1) % p)], group[member_at((pos + p - 1) % p)], {}};
+  // All-reduce and flat steps are equal: no per-step table (8,190 of them per member at 4,096 ranks).
+  if (kind != OpKind::AllReduce && !is_flat_collective(spec))
+    lane.bytes = ring_step_bytes(kind, spec, lane_bytes, p, pos, pool, ring);
+  return lane;
+}
+
 // Steps [g·n/limit, (g+1)·n/limit) become merged transfer g: the same partition on every member,
-// so merged sends still pair with merged receives.
+// so merged sends still pair with merged receives. Each step is one transfer per channel, all
+// channels in the same order on every member.
 CollectiveSteps ring_steps(OpKind kind, const CollectiveSpec& spec, double member_bytes, const std::vector<int>& group,
-                           size_t pos, const TokenSetPool& pool, size_t limit) {
-  size_t p = group.size();
-  int next = group[(pos + 1) % p], prev = group[(pos + p - 1) % p];
+                           size_t self, const TokenSetPool& pool, size_t limit, const RingChannels* rings) {
+  const size_t p = group.size();
+  const size_t width = rings && rings->count() > 1 ? size_t(rings->count()) : 1;
+  const double lane_bytes = member_bytes / double(width);
+  std::vector<RingLane> lanes;
+  for (size_t c = 0; c < width; ++c) {
+    const std::vector<int32_t>* ring = width > 1 ? &rings->rings[c] : nullptr;
+    const size_t pos = ring ? size_t(rings->at[c][self]) : self;
+    lanes.push_back(ring_lane(kind, spec, lane_bytes, group, pos, pool, ring));
+  }
   size_t count = kind == OpKind::AllReduce ? 2 * (p - 1) : p - 1;
   size_t transfers = limit > 0 ? std::min(limit, count) : count;
-  // All-reduce and flat steps are equal: no per-step table (8,190 of them per member at 4,096 ranks).
-  std::vector<double> bytes;
-  if (kind != OpKind::AllReduce && !is_flat_collective(spec))
-    bytes = ring_step_bytes(kind, spec, member_bytes, p, pos, pool);
   CollectiveSteps steps;
-  steps.sends.reserve(transfers);
-  steps.recvs.reserve(transfers);
+  steps.width = int(width);
+  steps.sends.reserve(transfers * width);
+  steps.recvs.reserve(transfers * width);
   for (size_t g = 0; g < transfers; ++g) {
     size_t begin = g * count / transfers, end = (g + 1) * count / transfers;
-    double total = bytes.empty()
-                       ? member_bytes * double(end - begin) / double(count)
-                       : std::accumulate(bytes.begin() + ptrdiff_t(begin), bytes.begin() + ptrdiff_t(end), 0.0);
-    steps.sends.push_back({next, total, int(end - begin)});
-    steps.recvs.push_back({prev, 0, int(end - begin)});
+    for (size_t c = 0; c < width; ++c) {
+      const RingLane& lane = lanes[c];
+      double total = lane.bytes.empty() ? lane_bytes * double(end - begin) / double(count)
+                                        : std::accumulate(lane.bytes.begin() + ptrdiff_t(begin),
+                                                          lane.bytes.begin() + ptrdiff_t(end), 0.0);
+      steps.sends.push_back({lane.next, total, int(end - begin), int(c)});
+      steps.recvs.push_back({lane.prev, 0, int(end - begin), int(c)});
+    }
   }
   return steps;
 }
@@ -150,7 +178,7 @@ int64_t common_tokens(const TokenSet& a, const TokenSet& b) {
 
 CollectiveSteps expand_collective(const CollectiveSpec& spec, double member_bytes, const std::vector<int>& group,
                                   int self, const TokenSetPool& pool, const ExpandOptions& options,
-                                  const TreeRounds* tree) {
+                                  const TreeRounds* tree, const RingChannels* rings) {
   auto it = std::find(group.begin(), group.end(), self);
   if (it == group.end())
     throw ScheduleError(
@@ -165,7 +193,9 @@ CollectiveSteps expand_collective(const CollectiveSpec& spec, double member_byte
         if (tree) return tree_steps(spec, group, pos, *tree, options.grad_elem_bytes);
         return tree_steps(spec, group, pos, index_tree_rounds(single_channel_layout(group)), options.grad_elem_bytes);
       }
-      return ring_steps(spec.kind, spec, member_bytes, group, pos, pool, size_t(options.max_ring_steps));
+      WF_ASSERT(!rings || (rings->at.size() == rings->rings.size() && rings->at.front().size() == group.size()),
+                "a group's ring channels cover its members");
+      return ring_steps(spec.kind, spec, member_bytes, group, pos, pool, size_t(options.max_ring_steps), rings);
     case OpKind::AllToAll:
       return all_to_all_steps(spec, member_bytes, group, pos, pool, options.all_to_all);
     default:

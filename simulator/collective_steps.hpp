@@ -1,6 +1,7 @@
 // How the simulator turns one member's part of a collective into point-to-point transfers, so
 // collectives contend on links like the rest of the traffic: ring all-gather and reduce-scatter
-// (p-1 steps), ring all-reduce (2(p-1) steps of M/p) or, where the plan says so, NCCL's double
+// (p-1 steps), ring all-reduce (2(p-1) steps of M/p), each step one transfer per ring channel
+// (ring_channels.hpp) with its share of the step's bytes, or, where the plan says so, NCCL's double
 // binary tree (per channel, one transfer of M/2 over the channels each way on every tree edge,
 // pairwise in rounds; the replay delays the first by the tree's path latency), and all-to-all as
 // one direct transfer to
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include <wallfacer/schedule/all_reduce.hpp>
+#include <wallfacer/schedule/ring_channels.hpp>
 #include <wallfacer/schedule/schedule.hpp>
 
 namespace wallfacer::sim {
@@ -25,19 +27,25 @@ struct CollectiveTransfer {
   int peer = -1;     // rank
   double bytes = 0;  // sends only; receives take whatever the peer sends
   int merged = 1;    // ring steps this transfer stands for (see max_ring_steps)
+  int lane = 0;      // the ring channel (ring_channels.hpp) the transfer belongs to
   int channel = -1;  // filled in by the replay: where the transfer pairs with its peer
   double delay = 0;  // filled in by the replay: seconds to wait before a merged ring or tree send
 };
 
 // When a member may post its next transfer.
 enum class StepOrder : uint8_t {
-  Ring,      // receive k+1 after receive k; send k+1 after send k and receive k (it forwards what arrived)
+  // Step k+1's receives after step k's; its sends after step k's sends and receives (a member
+  // forwards what arrived). A step is one transfer per ring channel.
+  Ring,
   Pairwise,  // receives one after the other, sends one after the other, each chain on its own
   Direct,    // everything at once
 };
 
 struct CollectiveSteps {
   StepOrder order = StepOrder::Ring;
+  // Transfers per ring step: the group's ring channels, whose step k runs at once, k-th step's
+  // transfers at [k * width, (k + 1) * width), by channel. 1 for every other order.
+  int width = 1;
   std::vector<CollectiveTransfer> sends, recvs;  // in step order
 };
 
@@ -64,11 +72,12 @@ TreeRounds index_tree_rounds(const TreeLayout& layout);
 
 // `group` lists the member ranks in group order, or for a tree all-reduce in the layout's member
 // order (TreeLayout::members), whose transfers come from `tree` (one channel over `group` when
-// null); `self` is this member's rank. Throws ScheduleError when `self` is not in the group or
-// the spec does not fit it.
+// null); `self` is this member's rank. A ring collective runs on `rings` (members as indices into
+// `group`), each channel carrying member_bytes / channels, or on the one ring in group order when
+// null. Throws ScheduleError when `self` is not in the group or the spec does not fit it.
 CollectiveSteps expand_collective(const CollectiveSpec& spec, double member_bytes, const std::vector<int>& group,
                                   int self, const TokenSetPool& pool, const ExpandOptions& options = {},
-                                  const TreeRounds* tree = nullptr);
+                                  const TreeRounds* tree = nullptr, const RingChannels* rings = nullptr);
 
 // Tokens two token sets have in common.
 int64_t common_tokens(const TokenSet& a, const TokenSet& b);

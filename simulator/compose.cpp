@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <unordered_map>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
+#include <wallfacer/schedule/ring_channels.hpp>
 #include <wallfacer/schedule/step.hpp>
 
 namespace wallfacer::sim {
@@ -16,11 +18,12 @@ namespace {
 
 // About how many activities the replay of rank 0's program of `layers` layers runs: one per
 // compute op and point-to-point transfer, and a collective's transfers and merged-step delays
-// (collective_steps.hpp) bounded the same way the expansion bounds them.
-double rank0_activities(const Plan& plan, int layers, int max_ring_steps) {
+// (collective_steps.hpp) bounded the same way the expansion bounds them, one per ring channel.
+double rank0_activities(const Plan& plan, const Topology& topology, int layers, int max_ring_steps) {
   const Schedule schedule = StepBuilder(plan).build({0}, layers);
   const RankProgram& program = schedule.ranks.front();
   double total = 0;
+  std::unordered_map<int, int> channels_of;  // by group
   for (const Op& op : program.ops) {
     if (op.kind == OpKind::Recv) continue;
     if (!is_collective(op.kind)) {
@@ -35,17 +38,20 @@ double rank0_activities(const Plan& plan, int layers, int max_ring_steps) {
     }
     const double steps = op.kind == OpKind::AllReduce ? 2 * (p - 1) : p - 1;
     const bool merged = max_ring_steps > 0 && steps > max_ring_steps;
-    total += merged ? 2.0 * max_ring_steps : steps;  // a merged step waits on a timer first
+    auto [known, fresh] = channels_of.try_emplace(spec.group, 1);
+    if (fresh) known->second = ring_channels(plan, spec.group, topology).count();
+    const double channels = op.kind == OpKind::AllToAll ? 1 : known->second;
+    total += channels * (merged ? 2.0 * max_ring_steps : steps);  // a merged step waits on a timer first
   }
   return total;
 }
 
 // Composition replays the step's non-repeating part (F) three times and a layer six times; the
 // full replay F once and a layer n times. Compose where that is less work.
-bool composition_pays_off(const Plan& plan, const SimOptions& options) {
+bool composition_pays_off(const Plan& plan, const Topology& topology, const SimOptions& options) {
   const int stages = plan.params.pipeline_parallel;
-  const double one = rank0_activities(plan, stages, options.max_ring_steps);
-  const double layer = std::max(0.0, rank0_activities(plan, 2 * stages, options.max_ring_steps) - one);
+  const double one = rank0_activities(plan, topology, stages, options.max_ring_steps);
+  const double layer = std::max(0.0, rank0_activities(plan, topology, 2 * stages, options.max_ring_steps) - one);
   const double fixed = std::max(0.0, one - layer);
   const double n = double(plan.workload.layers / stages);
   const bool pays_off = 3 * fixed + 6 * layer < fixed + n * layer;
@@ -62,7 +68,7 @@ bool composes_step(const Plan& plan, const Topology& topology, const SimOptions&
     return false;
   const bool regular_nodes = topology.gpus_per_node() * topology.num_nodes() == topology.num_gpus();
   if (!regular_nodes || plan.workload.layers / plan.params.pipeline_parallel <= kComposeReplays) return false;
-  return options.composition == SimOptions::Composition::Always || composition_pays_off(plan, options);
+  return options.composition == SimOptions::Composition::Always || composition_pays_off(plan, topology, options);
 }
 
 bool repeats_exactly(const SimResult& one, const SimResult& two, const SimResult& three, std::string& why) {

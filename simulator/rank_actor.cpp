@@ -200,13 +200,17 @@ void RankActor::advance_collective() {
   Collective& c = collective_;
   const CollectiveSteps& steps = *c.steps;
   const bool direct = steps.order == StepOrder::Direct, ring = steps.order == StepOrder::Ring;
-  while (c.recvs_posted < steps.recvs.size() && (direct || c.recvs_posted == c.recvs_done)) {
+  // Ring steps are `width` transfers (one per ring channel): a step starts once the one before it
+  // is done. Pairwise chains are steps of one transfer.
+  const size_t width = ring ? size_t(steps.width) : 1;
+  auto step_start = [width](size_t index) { return index / width * width; };
+  while (c.recvs_posted < steps.recvs.size() && (direct || c.recvs_done >= step_start(c.recvs_posted))) {
     activities_.recv(steps.recvs[c.recvs_posted].channel, make_tag(TagKind::CollectiveRecv, c.recvs_posted));
     ++c.recvs_posted;
     transfer_started();
   }
-  while (c.sends_posted < steps.sends.size() &&
-         (direct || (c.sends_posted == c.sends_done && (!ring || c.recvs_done >= c.sends_posted)))) {
+  while (c.sends_posted < steps.sends.size() && (direct || (c.sends_done >= step_start(c.sends_posted) &&
+                                                            (!ring || c.recvs_done >= step_start(c.sends_posted))))) {
     const CollectiveTransfer& send = steps.sends[c.sends_posted];
     // A merged ring step first spends the latency of the steps it replaces (bar its own).
     if (send.delay > 0) {

@@ -8,13 +8,14 @@
 #include <wallfacer/core/log.hpp>
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/schedule/all_reduce.hpp>
+#include <wallfacer/schedule/ring_channels.hpp>
 #include "rank_actor.hpp"
 
 namespace wallfacer::sim {
 namespace {
 
-uint64_t channel_key(int src, int dst, int group) {
-  return (uint64_t(src) << 42) | (uint64_t(dst) << 21) | uint64_t(group + 1);
+ChannelKey channel_key(int src, int dst, int group, int lane) {
+  return {(uint64_t(src) << 32) | uint32_t(dst), (uint64_t(uint32_t(group + 1)) << 32) | uint32_t(lane)};
 }
 
 bool is_compute(OpKind kind) {
@@ -82,10 +83,12 @@ void Replay::validate_schedule() const {
   }
 }
 
-int Replay::add_channel(int src, int dst, int group) {
-  auto [it, inserted] = channels_.try_emplace(channel_key(src, dst, group), 0);
+int Replay::add_channel(int src, int dst, int group, int lane) {
+  auto [it, inserted] = channels_.try_emplace(channel_key(src, dst, group, lane), 0);
   if (inserted) {
-    std::string name = group < 0 ? fmt::format("p{}>{}", src, dst) : fmt::format("c{}:{}>{}", group, src, dst);
+    std::string name = group < 0  ? fmt::format("p{}>{}", src, dst)
+                       : lane > 0 ? fmt::format("c{}.{}:{}>{}", group, lane, src, dst)
+                                  : fmt::format("c{}:{}>{}", group, src, dst);
     it->second = engine_.add_channel(name);
     WF_ASSERT(size_t(it->second) == channel_ends_.size(), "channels are numbered in creation order");
     channel_ends_.emplace_back(src, dst);
@@ -120,7 +123,7 @@ void Replay::prepare_rank(int rank) {
             fmt::format("rank {} op {}: {} peer {} out of range", rank, i, to_string(op.kind), op.peer));
       bool send = op.kind == OpKind::Send;
       int src = send ? rank : op.peer, dst = send ? op.peer : rank;
-      op_channels_[size_t(rank)][i] = add_channel(src, dst, -1);
+      op_channels_[size_t(rank)][i] = add_channel(src, dst, -1, 0);
       if (send) channel_bytes_[size_t(op_channels_[size_t(rank)][i])] += double(op.bytes);
     } else if (is_collective(op.kind)) {
       prepare_collective(rank, i);
@@ -154,10 +157,12 @@ void Replay::prepare_collective(int rank, size_t i) {
   expanded = double(op.bytes);
   const TreeGroup* tree =
       op.kind == OpKind::AllReduce && spec.algorithm == AllReduceAlgorithm::Tree ? &tree_group(spec.group) : nullptr;
+  const RingChannels* rings = tree || op.kind == OpKind::AllToAll ? nullptr : &ring_channels_of(spec.group);
   steps = expand_collective(spec, double(op.bytes), tree ? tree->members : plan_.groups[size_t(spec.group)].ranks, rank,
-                            schedule_.tokens, expand_options_, tree ? &tree->rounds : nullptr);
+                            schedule_.tokens, expand_options_, tree ? &tree->rounds : nullptr, rings);
+  // Each ring channel pairs through its own mailboxes: two channels may join the same two ranks.
   for (auto& send : steps.sends) {
-    send.channel = add_channel(rank, send.peer, spec.group);
+    send.channel = add_channel(rank, send.peer, spec.group, send.lane);
     channel_bytes_[size_t(send.channel)] += send.bytes;
     int src = gpu_of_rank(rank), dst = gpu_of_rank(send.peer);
     if (send.merged > 1 && src != dst) send.delay = (send.merged - 1) * route_latency_s(src, dst);
@@ -166,7 +171,13 @@ void Replay::prepare_collective(int rank, size_t i) {
     if (tree && &send == &steps.sends[0]) send.delay = std::max(0.0, tree->latency_s - route_latency_s(src, dst));
   }
   for (auto& recv : steps.recvs)
-    recv.channel = add_channel(recv.peer, rank, spec.group);
+    recv.channel = add_channel(recv.peer, rank, spec.group, recv.lane);
+}
+
+const RingChannels& Replay::ring_channels_of(int group) {
+  auto [it, inserted] = ring_channels_.try_emplace(group);
+  if (inserted) it->second = ring_channels(plan_, group, topology_);
+  return it->second;
 }
 
 double Replay::route_latency_s(int src_gpu, int dst_gpu) {

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <wallfacer/cost/compute_time.hpp>
@@ -45,6 +46,9 @@ struct RankOutcome {
 };
 
 class RankActor;
+
+// A mailbox's identity: (source rank, destination rank), (group + 1, ring channel).
+using ChannelKey = std::pair<uint64_t, uint64_t>;
 
 class Replay {
  public:
@@ -94,7 +98,10 @@ class Replay {
   void validate_schedule() const;
   void prepare_rank(int rank);
   void prepare_collective(int rank, size_t op_index);
-  int add_channel(int src, int dst, int group);
+  // The mailbox of transfers from rank src to rank dst: point to point (group -1) or in one ring
+  // channel (lane) of a group's collectives.
+  int add_channel(int src, int dst, int group, int lane);
+  const RingChannels& ring_channels_of(int group);  // cached
   void spread_channel_bytes();
   double route_latency_s(int src_gpu, int dst_gpu);  // cached: merged ring steps ask often
   struct TreeGroup {                                 // a group's tree all-reduce (all_reduce.hpp)
@@ -116,8 +123,13 @@ class Replay {
   double peak_flops_ = 0;
   ExpandOptions expand_options_;
   std::vector<std::vector<CollectiveSteps>> steps_;  // [rank][collective]
-  std::unordered_map<uint64_t, int> channels_;       // (src, dst, group) -> channel
-  std::vector<std::pair<int, int>> channel_ends_;    // (src rank, dst rank) per channel
+  struct ChannelKeyHash {
+    size_t operator()(const ChannelKey& key) const noexcept {
+      return std::hash<uint64_t>{}(key.first * 0x9e3779b97f4a7c15ULL ^ key.second);
+    }
+  };
+  std::unordered_map<ChannelKey, int, ChannelKeyHash> channels_;  // (src, dst, group, lane) -> channel
+  std::vector<std::pair<int, int>> channel_ends_;                 // (src rank, dst rank) per channel
   // Bytes sent per channel: what the schedule sends, counted while preparing (a replay either
   // runs every op or fails), spread over the channel's route after the run.
   std::vector<double> channel_bytes_;
@@ -127,6 +139,7 @@ class Replay {
   std::vector<std::vector<double>> expanded_bytes_;       // [rank][collective]: the op bytes expanded (-1: none)
   std::unordered_map<uint64_t, double> route_latency_s_;  // by (source GPU, destination GPU)
   std::unordered_map<int, TreeGroup> tree_groups_;        // by group
+  std::unordered_map<int, RingChannels> ring_channels_;   // by group
   std::vector<RankOutcome> outcomes_;
   std::vector<double> resource_bytes_;
   std::vector<std::unique_ptr<RankActor>> actors_;

@@ -34,19 +34,84 @@ struct Curve {
   const char* source;
 };
 
+CalibrationPoint point(const char* gpu, KernelOp op, DType dtype, bool causal, int64_t tokens, double tflops,
+                       std::string source) {
+  CalibrationPoint p;
+  p.gpu = gpu;
+  p.op = op;
+  p.dtype = dtype;
+  p.head_dim = 128;
+  p.causal = causal;
+  p.block_tokens = tokens;
+  p.tflops = tflops;
+  p.source = std::move(source);
+  return p;
+}
+
 void add_curve(std::vector<CalibrationPoint>& points, const Curve& curve, DType dtype) {
   const std::pair<int64_t, double> shape[] = {{128, kRatio128}, {512, kRatio512}, {16384, 1.0}};
-  for (auto [tokens, ratio] : shape) {
-    CalibrationPoint p;
-    p.gpu = curve.gpu;
-    p.op = curve.op;
-    p.dtype = dtype;
-    p.head_dim = 128;
-    p.block_tokens = tokens;
-    p.tflops = curve.large_tflops * ratio;
-    p.source = tokens == 16384 ? curve.source
-                               : fmt::format("{}; scaled by the assumed small-block ratio {:.3f}", curve.source, ratio);
-    points.push_back(std::move(p));
+  for (auto [tokens, ratio] : shape)
+    points.push_back(point(
+        curve.gpu, curve.op, dtype, false, tokens, curve.large_tflops * ratio,
+        tokens == 16384 ? curve.source
+                        : fmt::format("{}; scaled by the assumed small-block ratio {:.3f}", curve.source, ratio)));
+}
+
+// FlashAttention-3 on H100 SXM5, BF16, head dim 128 (arXiv 2407.08608, Figure 5c without and 5d
+// with the causal mask): forward TFLOP/s at 512 to 16K tokens. The backward scales each by the
+// backward/forward ratio FlashAttention-3 measured at 8K in one run of hopper/benchmark_attn.py
+// (Dao-AILab/flash-attention pull request 1791: 553.9 / 659.1 without the mask, 531.6 / 630.0 with
+// it). At 128 tokens half the 512-token figure, as the other curves assume.
+constexpr std::pair<int64_t, double> kFa3Forward[] = {{512, 467},  {1024, 565}, {2048, 625},
+                                                      {4096, 638}, {8192, 646}, {16384, 648}};
+constexpr std::pair<int64_t, double> kFa3CausalForward[] = {{512, 292},  {1024, 423}, {2048, 521},
+                                                            {4096, 579}, {8192, 602}, {16384, 616}};
+constexpr double kFa3BackwardRatio = 553.9 / 659.1, kFa3CausalBackwardRatio = 531.6 / 630.0;
+
+void add_fa3_curves(std::vector<CalibrationPoint>& points, const char* gpu, const char* note) {
+  for (bool causal : {false, true}) {
+    const auto& forward = causal ? kFa3CausalForward : kFa3Forward;
+    const double backward = causal ? kFa3CausalBackwardRatio : kFa3BackwardRatio;
+    const std::string figure = fmt::format("FlashAttention-3 (arXiv 2407.08608) Fig. 5{} H100 forward, head dim 128{}",
+                                           causal ? "d" : "c", note);
+    for (KernelOp op : {KernelOp::AttnFwd, KernelOp::AttnBwd}) {
+      const double scale = op == KernelOp::AttnFwd ? 1.0 : backward;
+      const std::string how = op == KernelOp::AttnFwd ? figure
+                                                      : fmt::format(
+                                                            "{} x {:.3f}, FlashAttention-3's backward/forward at 8K "
+                                                            "(Dao-AILab/flash-attention PR 1791)",
+                                                            figure, backward);
+      points.push_back(point(gpu, op, DType::BF16, causal, 128, 0.5 * forward[0].second * scale,
+                             how + "; half the 512-token figure (assumption)"));
+      for (auto [tokens, tflops] : forward)
+        points.push_back(point(gpu, op, DType::BF16, causal, tokens, tflops * scale, how));
+    }
+  }
+}
+
+// FlashAttention-2 on A100 80GB, head dim 128, causal against full mask at the same sequence
+// length, forward + backward (arXiv 2307.08691, Figure 4d over 4b: 133/173, 155/187, 173/196,
+// 182/201, 189/203 from 1K to 16K). A causal diagonal block runs at the full-mask curve times that
+// ratio in both directions; below 1K the 1K ratio (the 512-token full-mask bar is hidden in the
+// figure: an assumption).
+constexpr std::pair<int64_t, double> kFa2CausalRatio[] = {{128, 133.0 / 173},  {512, 133.0 / 173},  {1024, 133.0 / 173},
+                                                          {2048, 155.0 / 187}, {4096, 173.0 / 196}, {8192, 182.0 / 201},
+                                                          {16384, 189.0 / 203}};
+
+void add_fa2_causal_curves(std::vector<CalibrationPoint>& points, const Curve& forward, const Curve& backward) {
+  // The full-mask curve of add_curve at `tokens`: linear in log2(tokens) between its three points.
+  auto full = [](const Curve& curve, int64_t tokens) {
+    const double x = std::log2(double(tokens));
+    const double share = x <= 9 ? kRatio128 + (kRatio512 - kRatio128) * (x - 7) / 2
+                                : kRatio512 + (1.0 - kRatio512) * (std::min(x, 14.0) - 9) / 5;
+    return curve.large_tflops * share;
+  };
+  for (const Curve* curve : {&forward, &backward}) {
+    for (auto [tokens, ratio] : kFa2CausalRatio)
+      points.push_back(point(curve->gpu, curve->op, DType::BF16, true, tokens, full(*curve, tokens) * ratio,
+                             fmt::format("{} x {:.3f}, FlashAttention-2's causal/full ratio at {} tokens (arXiv "
+                                         "2307.08691, Fig. 4d/4b)",
+                                         curve->source, ratio, tokens)));
   }
 }
 
@@ -199,12 +264,6 @@ Calibration Calibration::defaults() {
   static const Curve curves[] = {
       {"A100", KernelOp::AttnFwd, 228.0, "FlashAttention-2 (arXiv 2307.08691) A100 forward, 73% of 312 TF/s"},
       {"A100", KernelOp::AttnBwd, 197.0, "FlashAttention-2 (arXiv 2307.08691) A100 backward, 63% of 312 TF/s"},
-      {"H100", KernelOp::AttnFwd, 740.0, "FlashAttention-3 (arXiv 2407.08608) H100 BF16 forward, up to 740 TF/s"},
-      {"H100", KernelOp::AttnBwd, 525.0,
-       "FlashAttention-3 backward >= 1.5x FlashAttention-2's ~350 TF/s on H100 (arXiv 2407.08608; assumption: "
-       "lower end of the range)"},
-      {"H200", KernelOp::AttnFwd, 740.0, "H100 figure; same GH100 compute (docs/hardware.md §1; assumption)"},
-      {"H200", KernelOp::AttnBwd, 525.0, "H100 figure; same GH100 compute (docs/hardware.md §1; assumption)"},
       {"V100", KernelOp::AttnFwd, 62.5, "assumption: 50% of the 125 TF/s FP16 peak (no FlashAttention-2 on Volta)"},
       {"V100", KernelOp::AttnBwd, 54.0,
        "assumption: forward figure x 0.864, the FlashAttention-2 backward/forward ratio on A100"},
@@ -231,6 +290,9 @@ Calibration Calibration::defaults() {
       add_curve(c.points_, curve, DType::BF16);
     }
   }
+  add_fa2_causal_curves(c.points_, curves[0], curves[1]);
+  add_fa3_curves(c.points_, "H100", "");
+  add_fa3_curves(c.points_, "H200", "; the H100 figures, same GH100 compute (docs/hardware.md §1; assumption)");
   return c;
 }
 
@@ -277,13 +339,20 @@ Calibration Calibration::parse(const std::string& yaml_text, const std::string& 
   }
   // The fp8 GEMM ceilings have no file key; a file that keeps the defaults keeps them too.
   if (keep) c.gemm_fp8_ = defaults().gemm_fp8_;
-  // A curve in the file replaces the default curve with the same GPU, op, dtype and head_dim.
+  // A curve in the file replaces the default curve with the same GPU, op, dtype, head_dim and
+  // mask. A file that calibrates a GPU's op at all also drops the defaults' causal curves of that
+  // GPU and op: they describe the default kernel, so without causal points of its own the file's
+  // kernel prices causal blocks on its ordinary curve.
   if (keep) {
     std::set<CurveKey> replaced;
-    for (const auto& p : file_points)
+    std::set<std::pair<std::string, KernelOp>> calibrated;
+    for (const auto& p : file_points) {
       replaced.insert(curve_key(p));
+      calibrated.insert({lower(p.gpu), p.op});
+    }
     for (const auto& p : defaults().points_)
-      if (!replaced.count(curve_key(p))) c.points_.push_back(p);
+      if (!replaced.count(curve_key(p)) && !(p.causal && calibrated.count({lower(p.gpu), p.op})))
+        c.points_.push_back(p);
   }
   for (auto& p : file_points)
     c.points_.push_back(std::move(p));

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include <wallfacer/schedule/all_reduce.hpp>
+#include <wallfacer/schedule/ring_channels.hpp>
 
 namespace wallfacer::detail {
 namespace {
@@ -134,24 +135,93 @@ double NetworkPricer::p2p_seconds(int flow_set, int src_rank, int dst_rank, int6
 
 // ---- collectives ---------------------------------------------------------------------------
 
-NetworkPricer::Pattern& NetworkPricer::pattern(GroupKind kind, const std::vector<int>& offsets) {
-  auto [it, fresh] = patterns_.try_emplace(std::make_pair(int(kind), offsets));
+void NetworkPricer::GroupPrice::add(const FlowPrice& flow) {
+  bandwidth_GBps = std::min(bandwidth_GBps, flow.bandwidth_GBps);
+  latency_us = std::max(latency_us, flow.latency_us);
+  auto covers = [](const FlowPrice& a, const FlowPrice& b) {  // a takes at least as long as b at every size
+    return a.latency_us >= b.latency_us && a.bandwidth_GBps <= b.bandwidth_GBps;
+  };
+  for (const FlowPrice& kept : frontier)
+    if (covers(kept, flow)) return;
+  std::erase_if(frontier, [&](const FlowPrice& kept) { return covers(flow, kept); });
+  frontier.push_back(flow);
+}
+
+double NetworkPricer::GroupPrice::slowest_seconds(double bytes) const {
+  double seconds = 0;
+  for (const FlowPrice& flow : frontier)
+    seconds = std::max(seconds,
+                       flow.latency_us * 1e-6 + (flow.bandwidth_GBps < kInf ? bytes / (flow.bandwidth_GBps * 1e9) : 0));
+  return seconds;
+}
+
+const NetworkPricer::RingLanes& NetworkPricer::ring_lanes(int group) {
+  auto [it, fresh] = ring_lanes_.try_emplace(group);
+  RingLanes& lanes = it->second;
+  if (!fresh) return lanes;
+  const RingChannels channels = ring_channels(plan_, group, topology_);
+  const size_t n = plan_.groups[size_t(group)].ranks.size();
+  lanes.channels = channels.count();
+  lanes.next.assign(size_t(lanes.channels) * n, -1);
+  lanes.prev.assign(lanes.next.size(), -1);
+  for (size_t c = 0; c < channels.rings.size(); ++c) {
+    const std::vector<int32_t>& ring = channels.rings[c];
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t from = ring[i], to = ring[(i + 1) % n];
+      lanes.next[c * n + size_t(from)] = to;
+      lanes.prev[c * n + size_t(to)] = from;
+    }
+  }
+  return lanes;
+}
+
+template <typename Visit>
+void NetworkPricer::for_each_successor(const Pattern& p, int group, int k, Visit&& visit) {
+  const int n = int(plan_.groups[size_t(group)].ranks.size());
+  if (!p.ring) {
+    for (int offset : p.offsets)
+      visit((k + offset) % n);
+    return;
+  }
+  const RingLanes& lanes = ring_lanes(group);
+  for (int c = 0; c < lanes.channels; ++c)
+    visit(int(lanes.next[size_t(c) * size_t(n) + size_t(k)]));
+}
+
+template <typename Visit>
+void NetworkPricer::for_each_predecessor(const Pattern& p, int group, int k, Visit&& visit) {
+  const int n = int(plan_.groups[size_t(group)].ranks.size());
+  if (!p.ring) {
+    for (int offset : p.offsets)
+      visit((k - offset % n + n) % n);
+    return;
+  }
+  const RingLanes& lanes = ring_lanes(group);
+  for (int c = 0; c < lanes.channels; ++c)
+    visit(int(lanes.prev[size_t(c) * size_t(n) + size_t(k)]));
+}
+
+NetworkPricer::Pattern& NetworkPricer::pattern(GroupKind kind, const std::vector<int>& offsets, bool ring) {
+  auto [it, fresh] = patterns_.try_emplace(std::make_tuple(int(kind), ring, offsets));
   Pattern& p = it->second;
   if (!fresh) return p;
   p.kind = kind;
   p.offsets = offsets;
-  for (const CommGroup& group : plan_.groups)
-    if (group.kind == kind && group.ranks.size() > 1) p.flows += group.ranks.size() * offsets.size();
+  p.ring = ring;
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    const CommGroup& group = plan_.groups[g];
+    if (group.kind != kind || group.ranks.size() < 2) continue;
+    p.flows += group.ranks.size() * (ring ? size_t(ring_lanes(int(g)).channels) : offsets.size());
+  }
   if (p.flows > kExactFlows) return p;
   // Small: price every group against every flow of its kind that can run at the same time. A
   // rank runs one collective at a time, so another group's flows that start at one of this
   // group's members are not concurrent with it (e.g. two groups over the same ranks).
-  auto for_each_flow = [&](const CommGroup& group, auto&& visit) {
-    const size_t n = group.ranks.size();
-    if (n < 2) return;
-    for (int offset : offsets)
-      for (size_t k = 0; k < n; ++k)
-        visit(group.ranks[k], group.ranks[(k + size_t(offset)) % n]);
+  auto for_each_flow = [&](int g, auto&& visit) {
+    const std::vector<int>& members = plan_.groups[size_t(g)].ranks;
+    if (members.size() < 2) return;
+    for (int k = 0; k < int(members.size()); ++k)
+      for_each_successor(p, g, k, [&](int l) { visit(members[size_t(k)], members[size_t(l)]); });
   };
   // Every flow of the kind counted once; each group then takes out, while it is priced, the other
   // groups' flows that start at one of its members. (Counting them again per group made a
@@ -159,7 +229,7 @@ NetworkPricer::Pattern& NetworkPricer::pattern(GroupKind kind, const std::vector
   std::unordered_map<int, std::vector<std::pair<int, int>>> flows_from;  // rank -> (group, peer)
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     if (plan_.groups[g].kind != kind) continue;
-    for_each_flow(plan_.groups[g], [&](int a, int b) {
+    for_each_flow(int(g), [&](int a, int b) {
       counter_.add(gpu_of(a), gpu_of(b));
       flows_from[a].emplace_back(int(g), b);
     });
@@ -173,12 +243,9 @@ NetworkPricer::Pattern& NetworkPricer::pattern(GroupKind kind, const std::vector
             if (other != int(g)) visit(a, b);
     };
     for_each_foreign_flow([&](int a, int b) { counter_.remove(gpu_of(a), gpu_of(b)); });
-    GroupPrice price{kInf, 0};
-    for_each_flow(plan_.groups[g], [&](int a, int b) {
-      if (gpu_of(a) == gpu_of(b)) return;
-      const FlowPrice flow = counter_.price(gpu_of(a), gpu_of(b));
-      price.bandwidth_GBps = std::min(price.bandwidth_GBps, flow.bandwidth_GBps);
-      price.latency_us = std::max(price.latency_us, flow.latency_us);
+    GroupPrice price;
+    for_each_flow(int(g), [&](int a, int b) {
+      if (gpu_of(a) != gpu_of(b)) price.add(counter_.price(gpu_of(a), gpu_of(b)));
     });
     p.prices.emplace(int(g), price);
     for_each_foreign_flow([&](int a, int b) { counter_.add(gpu_of(a), gpu_of(b)); });
@@ -211,17 +278,18 @@ void NetworkPricer::count_pattern_near(const Pattern& p, int group) {
     if (it == by_node.end()) continue;
     for (const auto& [g, k] : it->second) {
       const auto& members = plan_.groups[size_t(g)].ranks;
-      const int n = int(members.size());
-      if (n < 2) continue;
+      if (members.size() < 2) continue;
       // A rank runs one collective at a time: another group's flows from our members don't compete.
       const bool concurrent = g == group || !own.count(members[size_t(k)]);
-      for (int offset : p.offsets) {
-        if (concurrent)
-          counter_.add(gpu_of(members[size_t(k)]), gpu_of(members[size_t((k + offset) % n)]));  // leaves the node
-        const int from = members[size_t((k - offset % n + n) % n)];
+      if (concurrent)
+        for_each_successor(p, g, k, [&](int l) {
+          counter_.add(gpu_of(members[size_t(k)]), gpu_of(members[size_t(l)]));  // leaves the node
+        });
+      for_each_predecessor(p, g, k, [&](int l) {
+        const int from = members[size_t(l)];
         if (!nodes.count(node_of(from)) && (g == group || !own.count(from)))
           counter_.add(gpu_of(from), gpu_of(members[size_t(k)]));  // arrives
-      }
+      });
     }
   }
 }
@@ -229,17 +297,13 @@ void NetworkPricer::count_pattern_near(const Pattern& p, int group) {
 NetworkPricer::GroupPrice NetworkPricer::group_price(Pattern& p, int group) {
   if (auto it = p.prices.find(group); it != p.prices.end()) return it->second;
   count_pattern_near(p, group);
-  GroupPrice price{kInf, 0};
+  GroupPrice price;
   const auto& members = plan_.groups[size_t(group)].ranks;
-  const size_t n = members.size();
-  for (int offset : p.offsets)
-    for (size_t k = 0; k < n; ++k) {
-      const int a = gpu_of(members[k]), b = gpu_of(members[(k + size_t(offset)) % n]);
-      if (a == b) continue;
-      const FlowPrice flow = counter_.price(a, b);
-      price.bandwidth_GBps = std::min(price.bandwidth_GBps, flow.bandwidth_GBps);
-      price.latency_us = std::max(price.latency_us, flow.latency_us);
-    }
+  for (int k = 0; k < int(members.size()); ++k)
+    for_each_successor(p, group, k, [&](int l) {
+      const int a = gpu_of(members[size_t(k)]), b = gpu_of(members[size_t(l)]);
+      if (a != b) price.add(counter_.price(a, b));
+    });
   counter_.clear();
   p.prices.emplace(group, price);
   return price;
@@ -262,12 +326,15 @@ double NetworkPricer::collective_seconds(OpKind kind, int group, int64_t bytes) 
   const CommGroup& g = plan_.groups[size_t(group)];
   const int p = int(g.ranks.size());
   if (p < 2) return 0;
-  const GroupPrice price = group_price(pattern(g.kind, {1}), group);
-  // Ring algorithms (docs/algorithms.md §10.1): p-1 steps (all-reduce 2(p-1)), each one latency, and the
-  // member's bytes over the slowest ring edge under contention.
+  const GroupPrice price = group_price(pattern(g.kind, {1}, true), group);
+  // Ring algorithms (docs/algorithms.md §10.1): p-1 steps (all-reduce 2(p-1)), each one latency plus
+  // the step's bytes over a ring edge under contention. The channels run at once, each carrying
+  // its share of every step, and a step waits for the slowest of their edges (as the replay runs
+  // them): steps x the slowest edge's latency + bytes / (steps x channels) at its bandwidth, which
+  // is steps·α + bytes/(channels·β) where one edge has both the largest α and the smallest β.
   const int steps = kind == OpKind::AllReduce ? 2 * (p - 1) : p - 1;
-  const double transfer = price.bandwidth_GBps < kInf ? double(bytes) / (price.bandwidth_GBps * 1e9) : 0;
-  return steps * price.latency_us * 1e-6 + transfer;
+  const double channels = ring_lanes(group).channels;
+  return steps * price.slowest_seconds(double(bytes) / (steps * channels));
 }
 
 void NetworkPricer::add_load(std::vector<ResourceLoad>& loads, int src_gpu, int dst_gpu, double first_s,

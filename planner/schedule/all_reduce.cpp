@@ -111,14 +111,35 @@ std::array<TreeLinks, 2> double_tree_links(int n, int position) {
   return links;
 }
 
-int tree_channels(const Topology& topology) {
-  const int per_node = topology.gpus_per_node();
+namespace {
+
+// The NIC of each local GPU of node 0 as an index among the node's NICs (by NIC order), -1 where
+// a GPU has none; nodes are alike.
+std::vector<int> nic_index_of_local_gpu(const Topology& topology) {
+  const int per_node = std::min(topology.gpus_per_node(), topology.num_gpus());
   std::vector<int> nics;
-  for (int gpu = 0; gpu < per_node && gpu < topology.num_gpus(); ++gpu)
+  for (int gpu = 0; gpu < per_node; ++gpu)
     if (topology.node_of_gpu(gpu) == 0 && topology.nic_of_gpu(gpu) >= 0) nics.push_back(topology.nic_of_gpu(gpu));
   std::sort(nics.begin(), nics.end());
-  const int distinct = int(std::unique(nics.begin(), nics.end()) - nics.begin());
-  return std::max(1, std::min(distinct, per_node) / 2);
+  nics.erase(std::unique(nics.begin(), nics.end()), nics.end());
+  std::vector<int> index(size_t(std::max(per_node, 0)), -1);
+  for (int gpu = 0; gpu < per_node; ++gpu) {
+    if (topology.node_of_gpu(gpu) != 0) continue;
+    const auto it = std::find(nics.begin(), nics.end(), topology.nic_of_gpu(gpu));
+    if (it != nics.end()) index[size_t(gpu)] = int(it - nics.begin());
+  }
+  return index;
+}
+
+}  // namespace
+
+int node_nics(const Topology& topology) {
+  const std::vector<int> index = nic_index_of_local_gpu(topology);
+  return index.empty() ? 0 : *std::max_element(index.begin(), index.end()) + 1;
+}
+
+int tree_channels(const Topology& topology) {
+  return std::max(1, std::min(node_nics(topology), topology.gpus_per_node()) / 2);
 }
 
 TreeLayout tree_layout(const Plan& plan, int group, const Topology& topology) {
@@ -137,12 +158,22 @@ TreeLayout tree_layout(const Plan& plan, int group, const Topology& topology) {
   }
   const std::array<std::vector<int32_t>, 2> node_parents = binary_tree_parents(identity_order(nodes.size()));
   const int channels = tree_channels(topology);
+  const std::vector<int> nic_index = nic_index_of_local_gpu(topology);
+  const int nics = std::max(1, nic_index.empty() ? 0 : *std::max_element(nic_index.begin(), nic_index.end()) + 1);
+  // Tree t of channel c joins a node through NIC 2c - t: at the first local GPU from 2c - t on
+  // behind it (local GPU 2c - t itself where every GPU has its own NIC, or all share one).
+  auto entry_gpu = [&](int c, int t) {
+    const int start = ((2 * c - t) % per_node + per_node) % per_node, nic = ((2 * c - t) % nics + nics) % nics;
+    for (int k = 0; k < per_node && k < int(nic_index.size()); ++k)
+      if (nic_index[size_t((start + k) % per_node)] == nic) return (start + k) % per_node;
+    return start;
+  };
   for (int c = 0; c < channels; ++c) {
     std::array<std::vector<int32_t>, 2> parents{std::vector<int32_t>(size_t(n), -1),
                                                 std::vector<int32_t>(size_t(n), -1)};
     std::array<std::vector<int32_t>, 2> heads{std::vector<int32_t>(nodes.size()), std::vector<int32_t>(nodes.size())};
     for (size_t t = 0; t < 2; ++t) {
-      const int entry = ((2 * c - int(t)) % per_node + per_node) % per_node;  // local GPU joining the node
+      const int entry = entry_gpu(c, int(t));  // local GPU joining the node
       for (size_t j = 0; j < nodes.size(); ++j) {
         std::vector<int32_t> chain = nodes[j];
         auto distance = [&](int32_t m) {
@@ -269,6 +300,12 @@ double ring_all_reduce_estimate_s(int members, double bytes, double alpha_s, dou
   return 2 * (p - 1) * alpha_s + 2 * (p - 1) / p * bytes / bytes_per_s;
 }
 
+double ring_estimate_bytes_per_s(int nodes, int fewest, int nics, double intra_bytes_per_s, double inter_bytes_per_s) {
+  if (nodes < 2) return intra_bytes_per_s;
+  const int channels = std::min(fewest, nics);
+  return channels > 1 ? std::min(intra_bytes_per_s, channels * inter_bytes_per_s) : inter_bytes_per_s;
+}
+
 double tree_all_reduce_estimate_s(int nodes, int per_node, int channels, double bytes, double intra_alpha_s,
                                   double intra_bytes_per_s, double inter_alpha_s, double inter_bytes_per_s) {
   if (nodes * per_node < 2) return 0;
@@ -283,7 +320,7 @@ void choose_all_reduce_algorithms(Plan& plan, const Topology& topology, std::opt
   const AlphaBeta intra = per_node > 1 ? link_class(topology, 0, 1) : AlphaBeta{};
   const AlphaBeta inter = topology.num_nodes() > 1 ? link_class(topology, 0, per_node) : intra;
   const double bytes = double(plan.workload.attention_parameters_per_layer()) * bytes_of(plan.workload.grad_comm_dtype);
-  const int channels = tree_channels(topology);
+  const int channels = tree_channels(topology), nics = node_nics(topology);
   for (CommGroup& group : plan.groups) {
     group.all_reduce = AllReduceAlgorithm::Ring;
     const int p = int(group.ranks.size());
@@ -295,15 +332,19 @@ void choose_all_reduce_algorithms(Plan& plan, const Topology& topology, std::opt
     std::map<int, int> per_group_node;  // node -> members there
     for (int r : group.ranks)
       ++per_group_node[plan.ranks[size_t(r)].node];
-    int most = 0;
-    for (const auto& [node, count] : per_group_node)
+    int most = 0, fewest = p;
+    for (const auto& [node, count] : per_group_node) {
       most = std::max(most, count);
+      fewest = std::min(fewest, count);
+    }
     const int nodes = int(per_group_node.size());
     const AlphaBeta& link = nodes > 1 ? inter : intra;
     if (!(link.bytes_per_s > 0) || (most > 1 && !(intra.bytes_per_s > 0))) continue;
+    const double ring_bytes_per_s =
+        ring_estimate_bytes_per_s(nodes, fewest, nics, intra.bytes_per_s, inter.bytes_per_s);
     if (tree_all_reduce_estimate_s(nodes, most, channels, bytes, intra.alpha_s, intra.bytes_per_s, inter.alpha_s,
                                    inter.bytes_per_s) <
-        ring_all_reduce_estimate_s(p, bytes, link.alpha_s, link.bytes_per_s))
+        ring_all_reduce_estimate_s(p, bytes, link.alpha_s, ring_bytes_per_s))
       group.all_reduce = AllReduceAlgorithm::Tree;
   }
 }

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include <wallfacer/cost/network.hpp>
+#include <wallfacer/schedule/ring_channels.hpp>
 
 namespace wallfacer::detail {
 
@@ -276,18 +277,31 @@ std::vector<int> NodeOrders::first_nodes(const std::vector<int>& local_order) co
 }
 
 std::pair<double, double> NodeOrders::ring_score(const std::vector<int>& local_order) const {
-  const std::vector<int> ring = first_nodes(local_order);
-  ContentionCounter counter(topology_);
-  const size_t k = ring.size();
-  for (size_t i = 0; i < k; ++i)
-    counter.add(ring[i], ring[(i + 1) % k]);
-  double worst = std::numeric_limits<double>::infinity(), sum = 0;
-  for (size_t i = 0; i < k; ++i) {
-    const double bw = counter.price(ring[i], ring[(i + 1) % k]).bandwidth_GBps;
-    worst = std::min(worst, bw);
-    sum += bw;
+  // The rings a collective over these GPUs runs on (ring_channels.hpp): the ring in rank order, or
+  // across nodes with several NICs one per NIC, all at once.
+  const std::vector<int> gpus = first_nodes(local_order);
+  Plan plan;
+  std::vector<int> ranks;
+  for (int r = 0; r < int(gpus.size()); ++r) {
+    const int gpu = gpus[size_t(r)];
+    plan.ranks.push_back({r, gpu, topology_.node_of_gpu(gpu), topology_.local_gpu(gpu), ""});
+    ranks.push_back(r);
   }
-  return {worst, sum};
+  plan.groups.push_back({"ring", GroupKind::World, ranks});
+  const RingChannels channels = ring_channels(plan, 0, topology_);
+  ContentionCounter counter(topology_);
+  const size_t k = gpus.size();
+  for (const std::vector<int32_t>& ring : channels.rings)
+    for (size_t i = 0; i < k; ++i)
+      counter.add(gpus[size_t(ring[i])], gpus[size_t(ring[(i + 1) % k])]);
+  double worst = std::numeric_limits<double>::infinity(), sum = 0;
+  for (const std::vector<int32_t>& ring : channels.rings)
+    for (size_t i = 0; i < k; ++i) {
+      const double bw = counter.price(gpus[size_t(ring[i])], gpus[size_t(ring[(i + 1) % k])]).bandwidth_GBps;
+      worst = std::min(worst, bw);
+      sum += bw;
+    }
+  return {worst * channels.count(), sum};
 }
 
 std::vector<int> NodeOrders::best_ring_order(size_t limit) const {

@@ -32,9 +32,10 @@ class NodeOrders {
   std::vector<std::vector<int>> all_distinct(size_t limit) const;
   // Number of orders that differ by more than twin swaps, saturating at `limit`.
   size_t count_distinct(size_t limit) const;
-  // The order whose ring over the used GPUs has the best contended bottleneck bandwidth (then the
-  // fastest pairwise all-to-all over those GPUs, then the best ring sum), among the distinct
-  // orders when at most `limit` exist, else built greedily.
+  // The order whose rings over the used GPUs (the ring channels a collective over them runs on,
+  // ring_channels.hpp) have the best contended bandwidth (then the fastest pairwise all-to-all over
+  // those GPUs, then the best ring sum), among the distinct orders when at most `limit` exist,
+  // else built greedily.
   std::vector<int> best_ring_order(size_t limit) const;
   // The global GPU of each rank under a node-local order.
   std::vector<int> gpu_order(const std::vector<int>& local_order) const;
@@ -60,7 +61,8 @@ class NodeOrders {
   void find_symmetries();
   std::vector<int> class_sequence(const std::vector<int>& order) const;
   std::vector<int> materialize(const std::vector<int>& class_sequence) const;
-  // (min, sum) of contended ring bandwidth over the first one or two nodes.
+  // Contended bandwidth of the ring channels over the first one or two nodes: (the slowest edge
+  // times the channels, the sum over every edge).
   std::pair<double, double> ring_score(const std::vector<int>& local_order) const;
   // Seconds per byte of a pairwise all-to-all over the first one or two nodes.
   double all_to_all_score(const std::vector<int>& local_order) const;

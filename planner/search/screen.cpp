@@ -1,7 +1,8 @@
 // Screening estimates for the heuristic search on large clusters (screen.hpp): the
 // closed forms of docs/algorithms.md §10.2 and §10.4 per strategy, with one latency and bandwidth for
-// links inside a node and one for links between nodes. Rough by design: they only choose which
-// candidates the schedule-based cost model prices.
+// links inside a node and one for links between nodes (for ring collectives, that of their channels,
+// one per NIC). Rough by design: they only choose which candidates the schedule-based cost model
+// prices.
 #include "screen.hpp"
 
 #include <algorithm>
@@ -27,10 +28,19 @@ struct Screen {
   double s = 2;                                  // bytes per element
   std::optional<AllReduceAlgorithm> all_reduce;  // forced on the plans (SearchOptions)
   int tree_channels = 1;
+  int nics = 1;  // per node
 
   // A group of `members` ranks `stride` apart stays inside a node when it fits in one.
   const LinkClass& link(int members, int stride) const {
     return int64_t(members) * stride <= gpus_per_node ? intra : inter;
+  }
+  // The same group's ring collectives: between nodes on one ring channel per NIC its members
+  // reach on a node (ring_estimate_bytes_per_s), as the cost model prices them.
+  LinkClass ring_link(int members, int stride) const {
+    if (int64_t(members) * stride <= gpus_per_node) return intra;
+    const int per_node = std::min(members, std::max(gpus_per_node / std::max(stride, 1), 1));
+    return {inter.alpha_s, ring_estimate_bytes_per_s((members + per_node - 1) / per_node, per_node, nics,
+                                                     intra.bytes_per_s, inter.bytes_per_s)};
   }
   // Seconds of a q x k block over `head_fraction` of the heads, with `live` of its pairs computed.
   double block(double q, double k, double head_fraction, double live, bool backward) const {
@@ -98,7 +108,7 @@ std::pair<double, double> gather_like(const Screen& c, int S, double kv_fraction
   const double batch = double(w.batch) / c.p.data_parallel;
   const double n = double(w.seq) / S;
   const double bytes = (S - 1) * 2 * batch * n * double(w.kv_width()) * c.s * kv_fraction_of_hidden;
-  const LinkClass& l = c.link(S, 1);
+  const LinkClass l = c.ring_link(S, 1);
   const double fwd = Screen::ring_collective(l, S, bytes) + c.block(n, double(w.seq), 1, 1, false);
   const double bwd = Screen::ring_collective(l, S, bytes) + Screen::ring_collective(l, S, 2 * bytes) +
                      c.block(n, double(w.seq), 1, 1, true);
@@ -110,7 +120,7 @@ std::pair<double, double> wallfacer(const Screen& c) {
   const WallFacerKnobs& k = knobs_of<WallFacerKnobs>(StrategyKind::WallFacer, c.p);
   const int S = c.p.sequence_parallel, C = std::max(k.team, 1), G = int(std::max<int64_t>(S / (int64_t(C) * C), 1));
   const bool collect_intra = k.placement != TeamPlacement::P2PIntra;
-  const LinkClass& team = collect_intra ? c.link(C, 1) : c.link(C, G);
+  const LinkClass team = collect_intra ? c.ring_link(C, 1) : c.ring_link(C, G);
   const LinkClass& sub = collect_intra ? c.link(G, C) : c.link(G, 1);
   const double batch = double(w.batch) / c.p.data_parallel;
   const double n = double(w.seq) / S;
@@ -132,7 +142,7 @@ std::pair<double, double> wallfacer(const Screen& c) {
 // choose (all_reduce.hpp). Every strategy but LSS runs it over all ranks after the backward pass.
 double grad_allreduce(const Screen& c, int members) {
   if (members < 2) return 0;
-  const LinkClass& l = c.link(members, 1);
+  const LinkClass l = c.ring_link(members, 1);
   const double bytes = double(c.w.attention_parameters_per_layer()) * bytes_of(c.w.grad_comm_dtype);
   const double ring = ring_all_reduce_estimate_s(members, bytes, l.alpha_s, l.bytes_per_s);
   const int per_node = std::min(members, c.gpus_per_node);
@@ -164,7 +174,8 @@ double screen_estimate_ms(StrategyKind strategy, const StrategyParams& params, c
            std::max(topology.gpus_per_node(), 1),
            double(bytes_of(workload.dtype)),
            all_reduce,
-           tree_channels(topology)};
+           tree_channels(topology),
+           node_nics(topology)};
   const int g = topology.gpus_per_node();
   c.intra = g > 1 ? link_between(topology, 0, 1) : LinkClass{};
   c.inter = topology.num_nodes() > 1 ? link_between(topology, 0, g) : c.intra;

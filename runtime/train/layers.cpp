@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 
+#include <wallfacer/runtime/attention_kernels.hpp>
+
 #include <algorithm>
 #include <cmath>
 
@@ -38,6 +40,7 @@ template <typename T>
 void matmul(const T* a, bool transpose_a, const T* b, bool transpose_b, T* c, int64_t m, int64_t n, int64_t k,
             bool accumulate) {
   if (current_trace) current_trace->record(m, n, k);
+  kernels::use_default_blas_threads();
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!accumulate) std::fill(c, c + m * n, T(0));

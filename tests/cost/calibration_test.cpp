@@ -21,8 +21,20 @@ constexpr double kH100Peak = 989.4;
 
 TEST(Calibration, DefaultsCarryTheSourcedLargeBlockFigures) {
   const Calibration c = Calibration::defaults();
-  // FlashAttention-3 on H100, BF16 forward: up to 740 TF/s (docs/hardware.md §5).
-  EXPECT_DOUBLE_EQ(c.tflops("H100-SXM5-80GB", KernelOp::AttnFwd, DType::BF16, 128, 16384, 16384, kH100Peak), 740.0);
+  // FlashAttention-3 on H100, BF16, head dim 128: 648 TF/s forward at 16K tokens, 616 with the
+  // causal mask (arXiv 2407.08608, Figure 5c/5d); the backward at FlashAttention-3's measured
+  // backward/forward ratio at 8K (553.9/659.1, 531.6/630.0).
+  EXPECT_DOUBLE_EQ(c.tflops("H100-SXM5-80GB", KernelOp::AttnFwd, DType::BF16, 128, 16384, 16384, kH100Peak), 648.0);
+  EXPECT_NEAR(c.tflops("H100-SXM5-80GB", KernelOp::AttnBwd, DType::BF16, 128, 16384, 16384, kH100Peak),
+              648.0 * 553.9 / 659.1, 1e-9);
+  EXPECT_DOUBLE_EQ(c.curve("H100-SXM5-80GB", KernelOp::AttnFwd, DType::BF16, 128, kH100Peak, true).tflops(8192, 8192),
+                   602.0);
+  EXPECT_NEAR(c.curve("H100-SXM5-80GB", KernelOp::AttnBwd, DType::BF16, 128, kH100Peak, true).tflops(8192, 8192),
+              602.0 * 531.6 / 630.0, 1e-9);
+  // FlashAttention-2 on A100 with the causal mask: the full-mask curve x 189/203 at 16K
+  // (arXiv 2307.08691, Figure 4d over 4b).
+  EXPECT_NEAR(c.curve("A100-SXM4-80GB", KernelOp::AttnFwd, DType::BF16, 128, 312, true).tflops(16384, 16384),
+              228.0 * 189 / 203, 1e-9);
   // FlashAttention-2 on A100: 73 % of 312 TF/s forward.
   EXPECT_NEAR(c.tflops("A100-SXM4-80GB", KernelOp::AttnFwd, DType::BF16, 128, 16384, 16384, 312), 0.73 * 312, 0.5);
   for (const auto& p : c.points())
@@ -145,9 +157,35 @@ TEST(Calibration, CausalPointsPriceCausalBlocksOnly) {
   // No causal backward points: causal backward blocks use the ordinary curve (here the fallback).
   EXPECT_EQ(c.curve("CPU-X", KernelOp::AttnBwd, DType::FP32, 16, 1.0, true).is_fallback(),
             c.curve("CPU-X", KernelOp::AttnBwd, DType::FP32, 16, 1.0).is_fallback());
-  // H100 has no causal points: its causal curve is its ordinary one.
-  EXPECT_DOUBLE_EQ(c.curve("H100", KernelOp::AttnFwd, DType::BF16, 128, kH100Peak, true).tflops(4096, 4096),
-                   c.curve("H100", KernelOp::AttnFwd, DType::BF16, 128, kH100Peak).tflops(4096, 4096));
+  // V100 has no causal points: its causal curve is its ordinary one.
+  EXPECT_DOUBLE_EQ(c.curve("V100", KernelOp::AttnFwd, DType::FP16, 128, 125, true).tflops(4096, 4096),
+                   c.curve("V100", KernelOp::AttnFwd, DType::FP16, 128, 125).tflops(4096, 4096));
+  // A causal diagonal block runs below a full block of its size on the default GPUs.
+  for (const char* gpu : {"A100", "H100", "H200"})
+    for (KernelOp op : {KernelOp::AttnFwd, KernelOp::AttnBwd})
+      for (int64_t tokens : {128, 512, 2048, 16384, 65536})
+        EXPECT_LT(c.curve(gpu, op, DType::BF16, 128, 1000, true).tflops(tokens, tokens),
+                  c.curve(gpu, op, DType::BF16, 128, 1000).tflops(tokens, tokens))
+            << gpu << " " << tokens;
+}
+
+// A file that calibrates a GPU's kernel without causal points drops the defaults' causal curves of
+// that GPU and op: causal blocks then run on the file's own curve, not on the default kernel's.
+TEST(Calibration, AFileKernelWithoutCausalPointsPricesCausalBlocksOnItsOwnCurve) {
+  const std::string text = R"(points:
+  - {gpu: H100, op: forward, dtype: bf16, head_dim: 128, block_tokens: 4096, tflops: 300}
+)";
+  const Calibration c = Calibration::parse(text, "cal.yaml");
+  EXPECT_DOUBLE_EQ(c.curve("H100", KernelOp::AttnFwd, DType::BF16, 128, kH100Peak, true).tflops(4096, 4096), 300.0);
+  // The backward, not in the file, keeps both default curves, causal included.
+  const Calibration d = Calibration::defaults();
+  EXPECT_DOUBLE_EQ(c.curve("H100", KernelOp::AttnBwd, DType::BF16, 128, kH100Peak, true).tflops(4096, 4096),
+                   d.curve("H100", KernelOp::AttnBwd, DType::BF16, 128, kH100Peak, true).tflops(4096, 4096));
+  EXPECT_LT(d.curve("H100", KernelOp::AttnBwd, DType::BF16, 128, kH100Peak, true).tflops(4096, 4096),
+            d.curve("H100", KernelOp::AttnBwd, DType::BF16, 128, kH100Peak).tflops(4096, 4096));
+  // Other GPUs keep theirs.
+  EXPECT_DOUBLE_EQ(c.curve("A100", KernelOp::AttnFwd, DType::BF16, 128, 312, true).tflops(4096, 4096),
+                   d.curve("A100", KernelOp::AttnFwd, DType::BF16, 128, 312, true).tflops(4096, 4096));
 }
 
 // The CPU topology and its measured calibration (docs/calibration.md, "A CPU"): fp32 work is priced

@@ -1,9 +1,11 @@
 // Contention: flows of one flow set (or groups of one kind running a collective) that share a
 // resource divide its bandwidth. Hand-built plans and schedules on two 2-GPU nodes with one
-// 100 Gb/s NIC each: every inter-node flow of a node crosses that NIC.
+// 100 Gb/s NIC each: every inter-node flow of a node crosses that NIC. Ring collectives across
+// nodes with several NICs: one channel per NIC.
 #include <gtest/gtest.h>
 
 #include <wallfacer/cost/cost_model.hpp>
+#include "common/multi_nic_topology.hpp"
 #include "cost_test_util.hpp"
 
 namespace wallfacer {
@@ -121,6 +123,44 @@ TEST_F(Contention, RingCollectiveTakesPMinusOneLatencies) {
     const double alpha = one_node.route(0, 1).latency_us * 1e-6;
     const double seconds = local.evaluate(p, one_op_schedule(p, op, {}, spec)).forward_ms * 1e-3;
     EXPECT_NEAR(seconds, steps * alpha + kBytes / 450e9, 1e-12) << to_string(kind);
+  }
+}
+
+// Ring collectives over nodes with several NICs run on one channel per NIC (ring_channels.hpp),
+// each with 1/8 of the bytes; with one NIC per node, or inside one node, on the one ring.
+TEST(RingChannels, ACollectiveAcrossNodesGetsEveryNic) {
+  const int64_t bytes = int64_t(30) << 24;
+  for (int nics : {8, 1}) {
+    test::MultiNicFigures f;
+    f.nics = nics;
+    const Topology topology = test::multi_nic_topology(f);
+    const CostModel model(topology, Calibration::defaults());
+    Plan plan;
+    plan.workload = testing::mha_workload(1024);
+    std::vector<int> all;
+    for (int r = 0; r < 16; ++r) {
+      plan.ranks.push_back(RankSlot{r, r, r / 8, r % 8, ""});
+      all.push_back(r);
+    }
+    plan.groups = {{"world", GroupKind::World, all}};
+    Op op;
+    op.kind = OpKind::AllReduce;
+    op.stream = Stream::Collective;
+    op.bytes = bytes;
+    CollectiveSpec spec;
+    spec.kind = OpKind::AllReduce;
+    spec.group = 0;
+    spec.elements = bytes / 4;
+    // 8 channels: a NIC's 25 GB/s each (below the NVSwitch port's 450 / 7); one NIC: the ring's.
+    const double aggregate = nics == 8 ? 8 * f.nic_GBps() : f.nic_GBps();
+    const double expected = 30 * f.route_between_nodes_s() + double(bytes) / (aggregate * 1e9);
+    const double seconds = model.evaluate(plan, one_op_schedule(plan, op, {}, spec)).forward_ms * 1e-3;
+    EXPECT_NEAR(seconds, expected, expected * 1e-12) << nics << " NICs";
+    // The first node's 8 GPUs alone: one ring over the NVSwitch either way.
+    plan.groups[0].ranks.resize(8);
+    const double inside = model.evaluate(plan, one_op_schedule(plan, op, {}, spec)).forward_ms * 1e-3;
+    const double expected_inside = 14 * f.route_inside_node_s() + double(bytes) / (f.nvswitch_GBps * 1e9);
+    EXPECT_NEAR(inside, expected_inside, expected_inside * 1e-12) << nics << " NICs";
   }
 }
 

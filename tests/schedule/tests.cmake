@@ -8,6 +8,7 @@ wallfacer_add_test(NAME test_schedule
           ${CMAKE_CURRENT_LIST_DIR}/feasibility_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/make_plan_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/all_reduce_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/ring_channels_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/parallel_build_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/interpreter.cpp
           ${CMAKE_CURRENT_LIST_DIR}/test_plans.cpp

@@ -137,10 +137,10 @@ TEST(SimulateCommandInput, BadCountsAreRejectedWithTheFlagAndStatus2) {
 
 TEST(SimulateCommandInput, AllReduceFlagReachesThePlanAndTheReplay) {
   ASSERT_TRUE(test::cli_present());
-  // A 16-rank ring over two DGX nodes; its world all-reduce is 30 ring steps per member (480
-  // transfers) or a double binary tree per channel (4 channels x 4 x 15 transfers); everything
-  // else is the same. One attention layer: the whole step under ZeRO-3 reduce-scatters its
-  // gradients, rings whatever the all-reduce algorithm.
+  // A 16-rank ring over two DGX nodes; its world all-reduce is 30 ring steps per member on each
+  // of 8 ring channels, one per NIC (3,840 transfers), or a double binary tree per channel (4
+  // channels x 4 x 15 transfers); everything else is the same. One attention layer: the whole step under ZeRO-3
+  // reduce-scatters its gradients, rings whatever the all-reduce algorithm.
   json simulated[2];
   for (int i = 0; i < 2; ++i) {
     const std::string algorithm = i == 0 ? "ring" : "tree";
@@ -159,7 +159,8 @@ TEST(SimulateCommandInput, AllReduceFlagReachesThePlanAndTheReplay) {
     ASSERT_EQ(sim.status, 0) << sim.output;
     simulated[i] = json::parse(sim.output);
   }
-  EXPECT_EQ(simulated[0]["transfers"].get<int64_t>() - simulated[1]["transfers"].get<int64_t>(), 16 * 30 - 4 * 4 * 15);
+  EXPECT_EQ(simulated[0]["transfers"].get<int64_t>() - simulated[1]["transfers"].get<int64_t>(),
+            16 * 30 * 8 - 4 * 4 * 15);
   const test::CliResult bad = test::run_cli("plan --all-reduce star", "2>&1");
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.output.find("--all-reduce: expects one of auto, ring, tree, got 'star'"), std::string::npos)

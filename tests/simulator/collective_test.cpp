@@ -1,6 +1,7 @@
 // Collectives in the simulator: the point-to-point expansion (ring steps, pairwise and direct
 // all-to-all peers and their sizes) and the simulated times of each kind against the alpha-beta closed
-// forms of docs/algorithms.md §10.1 on a contention-free star.
+// forms of docs/algorithms.md §10.1 on a contention-free star, and of ring collectives over nodes
+// with several NICs on their channels (ring_channels.hpp), where the cost model must agree.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <wallfacer/schedule/all_reduce.hpp>
 #include <wallfacer/simulator/simulator.hpp>
 #include "collective_steps.hpp"
+#include "common/multi_nic_topology.hpp"
 #include "simulator/sim_test_util.hpp"
 
 namespace wallfacer {
@@ -139,28 +141,46 @@ struct OneCollective {
   Plan plan;
   Schedule schedule;
 };
+// Every group in `groups` (rank r on GPU r) runs the collective once, each member sending
+// `member_bytes`.
+OneCollective collective_on(Topology topology, OpKind kind, const std::vector<std::vector<int>>& groups,
+                            double member_bytes, int64_t chunk, int heads,
+                            AllReduceAlgorithm algorithm = AllReduceAlgorithm::Ring) {
+  std::vector<CommGroup> declared;
+  int ranks = 0;
+  for (const std::vector<int>& members : groups) {
+    declared.push_back({"group" + std::to_string(declared.size()), GroupKind::World, members, algorithm});
+    ranks += int(members.size());
+  }
+  Plan plan = test::placement_plan(topology, ranks, declared);
+  Schedule schedule = test::empty_schedule(ranks);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    CollectiveSpec spec = uniform_spec(schedule.tokens, kind, int(groups[g].size()), chunk, heads);
+    spec.group = int(g);
+    if (kind == OpKind::AllReduce) spec.elements = 1 << 20;
+    spec.algorithm = algorithm;
+    for (int rank : groups[g]) {
+      RankProgram& p = schedule.ranks[size_t(rank)];
+      p.collectives.push_back(spec);
+      Op op;
+      op.kind = kind;
+      op.stream = Stream::Collective;
+      op.coll = 0;
+      op.bytes = int64_t(member_bytes);
+      op.step = 0;
+      p.add(op);
+    }
+  }
+  return {std::move(topology), std::move(plan), std::move(schedule)};
+}
+
 OneCollective one_collective(OpKind kind, int members, double member_bytes, int64_t chunk, int heads,
                              double bandwidth_GBps, double latency_us,
                              AllReduceAlgorithm algorithm = AllReduceAlgorithm::Ring) {
   Topology topology = Topology::parse(test::star_topology_yaml(members, bandwidth_GBps, latency_us), "star.yaml");
   std::vector<int> all(static_cast<size_t>(members));
   std::iota(all.begin(), all.end(), 0);
-  Plan plan = test::placement_plan(topology, members, {{"world", GroupKind::World, all, algorithm}});
-  Schedule schedule = test::empty_schedule(members);
-  CollectiveSpec spec = uniform_spec(schedule.tokens, kind, members, chunk, heads);
-  if (kind == OpKind::AllReduce) spec.elements = 1 << 20;
-  spec.algorithm = algorithm;
-  for (RankProgram& p : schedule.ranks) {
-    p.collectives.push_back(spec);
-    Op op;
-    op.kind = kind;
-    op.stream = Stream::Collective;
-    op.coll = 0;
-    op.bytes = int64_t(member_bytes);
-    op.step = 0;
-    p.add(op);
-  }
-  return {std::move(topology), std::move(plan), std::move(schedule)};
+  return collective_on(std::move(topology), kind, {all}, member_bytes, chunk, heads, algorithm);
 }
 
 SimResult simulate_one_collective(OpKind kind, int members, double member_bytes, int64_t chunk, int heads,
@@ -267,6 +287,121 @@ TEST(SimulatorCollectives, DirectAllToAllSharesEachGpusLinkAmongItsPeers) {
     SimResult r = simulate_one_collective(OpKind::AllToAll, p, (p - 1) * piece, 1024, 2 * p, bw, lat_us, options);
     EXPECT_NEAR(r.step_ms, (2 * lat_us * 1e-6 + (p - 1) * piece / (bw * 1e9)) * 1e3, r.step_ms * kRel) << p;
     EXPECT_EQ(r.activities, int64_t(p) * (p - 1)) << p;
+  }
+}
+
+std::vector<int> ranks_from(int first, int count) {
+  std::vector<int> ranks(static_cast<size_t>(count));
+  std::iota(ranks.begin(), ranks.end(), first);
+  return ranks;
+}
+
+// Simulated and priced seconds of the collective, which must agree with `expected` to 1e-9.
+void expect_collective_takes(const OneCollective& c, double expected_s, int64_t transfers, const std::string& what) {
+  const SimResult r = simulate_schedule(c.plan, c.topology, c.schedule, {});
+  EXPECT_NEAR(r.step_ms, expected_s * 1e3, expected_s * 1e3 * kRel) << what;
+  EXPECT_EQ(r.transfers, transfers) << what;
+  const CostModel model(c.topology, Calibration::defaults());
+  EXPECT_NEAR(model.evaluate_times(c.plan, c.schedule).step_ms, expected_s * 1e3, expected_s * 1e3 * kRel) << what;
+}
+
+TEST(SimulatorCollectives, RingChannelsCrossNodesOnEveryNic) {
+  // p = 16 on 2 nodes of 8 GPUs and 8 NICs: 8 channels, each leaving every node through its own
+  // NIC and carrying 1/8 of every step. A GPU sends 7 channels over its NVSwitch port and, where
+  // it leaves its node, one through its PCIe switch and NIC. A step lasts its slowest edge: an
+  // edge between nodes, alpha_net + b / min(PCIe, NIC), or one inside, alpha_nvs + b / (NVSwitch
+  // / 7), with b = block / 8. NIC-bound, that is steps x alpha_net + bytes / (8 x NIC).
+  const int p = 16;
+  const double block = 8 << 20;
+  for (double nic_Gbps : {200.0, 800.0}) {  // NIC-bound, then bound by the NVSwitch port
+    test::MultiNicFigures f;
+    f.nic_Gbps = nic_Gbps;
+    f.pcie_GBps = 128;
+    const double b = block / 8;
+    const double step = std::max(f.route_between_nodes_s() + b / (std::min(f.pcie_GBps, f.nic_GBps()) * 1e9),
+                                 f.route_inside_node_s() + b / (f.nvswitch_GBps / 7 * 1e9));
+    if (nic_Gbps == 200.0) ASSERT_NEAR(step, f.route_between_nodes_s() + b / (f.nic_GBps() * 1e9), 1e-18);
+    for (OpKind kind : {OpKind::AllGather, OpKind::ReduceScatter, OpKind::AllReduce}) {
+      const int steps = kind == OpKind::AllReduce ? 2 * (p - 1) : p - 1;
+      const double bytes = steps * block;
+      const OneCollective c = collective_on(test::multi_nic_topology(f), kind, {ranks_from(0, p)}, bytes, 1024, 8);
+      ASSERT_NEAR(c.topology.route(7, 8).latency_us * 1e-6, f.route_between_nodes_s(), 1e-15);
+      const double expected = steps * step;
+      expect_collective_takes(c, expected, int64_t(p) * steps * 8,
+                              fmt::format("{} at {} Gb/s per NIC", to_string(kind), nic_Gbps));
+    }
+  }
+}
+
+TEST(SimulatorCollectives, RingChannelsFollowTheNicsAndLeaveOneNodeRingsAlone) {
+  const int steps = 2 * 15;
+  const double bytes = steps * double(8 << 20);
+  test::MultiNicFigures f;
+  // One NIC per node: one ring in group order, whose two edges between nodes each get the NIC.
+  f.nics = 1;
+  expect_collective_takes(
+      collective_on(test::multi_nic_topology(f), OpKind::AllReduce, {ranks_from(0, 16)}, bytes, 1024, 8),
+      steps * f.route_between_nodes_s() + bytes / (f.nic_GBps() * 1e9), 16 * steps, "one NIC");
+  // Three nodes, 8 NICs: the same 8 channels (on one switch the edge that closes each ring is as
+  // fast as the others).
+  f.nics = 8;
+  f.nodes = 3;
+  const int steps3 = 2 * 23;
+  const double bytes3 = steps3 * double(8 << 20);
+  expect_collective_takes(
+      collective_on(test::multi_nic_topology(f), OpKind::AllReduce, {ranks_from(0, 24)}, bytes3, 1024, 8),
+      steps3 * f.route_between_nodes_s() + bytes3 / (8 * f.nic_GBps() * 1e9), 24 * steps3 * 8, "three nodes");
+  // Two groups of 4 + 4 GPUs over the same two nodes: 4 channels each, on disjoint NICs.
+  f.nodes = 2;
+  const std::vector<int> low = {0, 1, 2, 3, 8, 9, 10, 11}, high = {4, 5, 6, 7, 12, 13, 14, 15};
+  const int steps8 = 2 * 7;
+  const double bytes8 = steps8 * double(8 << 20);
+  expect_collective_takes(collective_on(test::multi_nic_topology(f), OpKind::AllReduce, {low, high}, bytes8, 1024, 8),
+                          steps8 * f.route_between_nodes_s() + bytes8 / (4 * f.nic_GBps() * 1e9), 16 * steps8 * 4,
+                          "two groups");
+  // A ring inside one node: one channel over the NVSwitch, as on a node without NICs.
+  f.nodes = 1;
+  const int steps1 = 2 * 7;
+  const double bytes1 = steps1 * double(8 << 20);
+  expect_collective_takes(
+      collective_on(test::multi_nic_topology(f), OpKind::AllReduce, {ranks_from(0, 8)}, bytes1, 1024, 8),
+      steps1 * f.route_inside_node_s() + bytes1 / (f.nvswitch_GBps * 1e9), 8 * steps1, "one node");
+}
+
+TEST(CollectiveSteps, RingChannelsSplitEveryStepAndForwardTheirOwnRingsBlocks) {
+  // Two channels over 4 members, rings [0 1 2 3] and [1 0 3 2]; member m holds (m + 1) x 10
+  // tokens. Each channel carries half of member 0's bytes, split by the blocks it forwards in
+  // that channel's ring.
+  TokenSetPool pool;
+  CollectiveSpec spec;
+  spec.kind = OpKind::AllGather;
+  spec.group = 0;
+  int64_t begin = 0;
+  for (int m = 0; m < 4; ++m) {
+    spec.in_tokens.push_back(pool.intern({{begin, begin + (m + 1) * 10}}));
+    spec.in_heads.push_back({0, 8});
+    begin += (m + 1) * 10;
+  }
+  RingChannels rings;
+  rings.rings = {{0, 1, 2, 3}, {1, 0, 3, 2}};
+  rings.at = {{0, 1, 2, 3}, {1, 0, 3, 2}};
+  const std::vector<int> group = {10, 11, 12, 13};
+  const sim::CollectiveSteps steps = sim::expand_collective(spec, 1200.0, group, 10, pool, {}, nullptr, &rings);
+  EXPECT_EQ(steps.width, 2);
+  ASSERT_EQ(steps.sends.size(), 6u);
+  ASSERT_EQ(steps.recvs.size(), 6u);
+  // Channel 0 forwards the blocks of members 0, 3, 2 (10, 40, 30 tokens); channel 1, whose ring
+  // holds member 0 at position 1, those of positions 1, 0, 3: members 0, 1, 2 (10, 20, 30).
+  const double channel0[] = {600 * 10.0 / 80, 600 * 40.0 / 80, 600 * 30.0 / 80};
+  const double channel1[] = {600 * 10.0 / 60, 600 * 20.0 / 60, 600 * 30.0 / 60};
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(steps.sends[2 * k].peer, 11);
+    EXPECT_EQ(steps.recvs[2 * k].peer, 13);
+    EXPECT_EQ(steps.sends[2 * k + 1].peer, 13);
+    EXPECT_EQ(steps.recvs[2 * k + 1].peer, 11);
+    EXPECT_EQ(steps.sends[2 * k + 1].lane, 1);
+    EXPECT_DOUBLE_EQ(steps.sends[2 * k].bytes, channel0[k]);
+    EXPECT_DOUBLE_EQ(steps.sends[2 * k + 1].bytes, channel1[k]);
   }
 }
 

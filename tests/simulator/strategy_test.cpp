@@ -11,6 +11,7 @@
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/plan/workload.hpp>
+#include <wallfacer/schedule/ring_channels.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include <wallfacer/simulator/simulator.hpp>
 #include "simulator/sim_test_util.hpp"
@@ -108,6 +109,30 @@ TEST(SimulatorStrategies, CostModelFollowsTheReplayAcrossNodes) {
     const double simulated = simulate(plan, topology).step_ms;
     EXPECT_NEAR(CostModel(topology, Calibration::defaults()).evaluate(plan).step_ms, simulated, 0.01 * simulated);
   }
+}
+
+// A whole ZeRO-3 step over two DGX H100 nodes: its weight gathers and gradient reduce-scatters
+// over the world and data groups run on one ring channel per NIC (ring_channels.hpp), which the
+// cost model prices and the replay runs transfer by transfer; they agree within the cost model's
+// expected error (2 %).
+TEST(SimulatorStrategies, ZeroThreeStepOnRingChannelsAgreesAcrossNodes) {
+  const Topology topology = Topology::load("dgx-h100", 2);
+  WorkloadOverrides overrides;
+  overrides.seq = 32768;
+  overrides.batch = 8;
+  overrides.layers = 2;
+  overrides.zero_stage = 3;
+  const Workload workload = load_workload("llama-3-8b", overrides);
+  StrategyParams params;
+  params.sequence_parallel = 2;
+  params.data_parallel = 8;
+  Plan plan = make_plan(StrategyKind::Ulysses, params, workload, topology, 16);
+  plan.scope = Scope::Step;
+  const int world = plan.find_group("world");
+  ASSERT_GE(world, 0);
+  EXPECT_EQ(ring_channels(plan, world, topology).count(), 8);
+  const double simulated = simulate(plan, topology).step_ms;
+  EXPECT_NEAR(CostModel(topology, Calibration::defaults()).evaluate_step(plan).step_ms, simulated, 0.02 * simulated);
 }
 
 TEST(SimulatorStrategies, SimulateManyGivesEachPlansOwnResultInOrder) {

@@ -48,6 +48,7 @@ struct Entry {
   int nodes = 0, gpus = 0;
   YAML::Node model_node, training, measured;
   YAML::Node assumed;              // framework defaults taken where the source states nothing
+  YAML::Node unsupported;          // what the run used that the planner cannot express yet
   std::vector<std::string> needs;  // empty: expressible now
   // A training key as stated, or else as assumed (null when neither).
   YAML::Node key(const char* name) const {
@@ -116,6 +117,8 @@ std::vector<std::string> needs_of(const Entry& e) {
     needs.push_back("cluster preset " + e.cluster);
   if (std::find(models.begin(), models.end(), e.model) == models.end()) needs.push_back("model preset " + e.model);
   if (e.model_node["moe"] && e.model_node["moe"].as<bool>()) needs.push_back("mixture of experts");
+  for (const YAML::Node& feature : e.unsupported)
+    needs.push_back(feature.as<std::string>());
   const YAML::Node& t = e.training;
   if (t["tp"] && t["tp"].IsNull()) needs.push_back("a stated tensor parallel degree");
   if (t["pp"] && t["pp"].IsNull()) needs.push_back("a stated pipeline parallel degree");
@@ -154,6 +157,7 @@ std::vector<Entry> load_entries() {
     e.training = n["training"];
     e.measured = n["measured"];
     if (n["assumed"]) e.assumed = n["assumed"];
+    if (n["unsupported"]) e.unsupported = n["unsupported"];
     if (n["calibration"]) e.calibration = n["calibration"].as<std::string>();
     e.needs = needs_of(e);
     entries.push_back(e);

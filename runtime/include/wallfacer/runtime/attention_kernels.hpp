@@ -65,6 +65,12 @@ template <typename T>
 void reset_accumulator(T* acc_o, T* acc_lse, int64_t rows, int heads, int head_dim, int64_t row_stride,
                        int64_t lse_stride);
 
+// Sets OpenBLAS to the kernels' default thread count (1, or OPENBLAS_NUM_THREADS) unless it was
+// set already; idempotent and cheap. Every caller of OpenBLAS must make it first: a GEMM run on
+// OpenBLAS's own threads while other ranks' threads call it too splits its work differently from
+// call to call, so its sums, and the losses of a training run, change in the last bits.
+void use_default_blas_threads();
+
 // Overrides the OpenBLAS thread count used by the kernels (default 1, or OPENBLAS_NUM_THREADS).
 void set_blas_threads(int threads);
 

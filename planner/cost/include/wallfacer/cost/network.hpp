@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -74,7 +75,8 @@ class NetworkPricer {
   double p2p_seconds(int flow_set, int src_rank, int dst_rank, int64_t bytes);
   FlowPrice p2p_price(int flow_set, int src_rank, int dst_rank);
   // Seconds a ring collective (all-gather, reduce-scatter, all-reduce) takes when this member sends
-  // `bytes`, with every group of the same kind running it at once.
+  // `bytes`, with every group of the same kind running it at once, on the group's channels
+  // (ring_channels.hpp): each channel carries bytes / channels over its ring.
   double collective_seconds(OpKind kind, int group, int64_t bytes);
   // Seconds a tree all-reduce of a `buffer_bytes` gradient buffer over `group` takes (all_reduce.hpp): the
   // tree's transfers timed as the simulator runs them: pairwise in their rounds after the
@@ -95,16 +97,30 @@ class NetworkPricer {
 
  private:
   struct GroupPrice {
-    double bandwidth_GBps = 0;  // slowest member-to-member flow of the group under contention
-    double latency_us = 0;      // largest route latency among those flows
+    double bandwidth_GBps = std::numeric_limits<double>::infinity();  // slowest member-to-member flow
+    double latency_us = 0;                                            // largest route latency among those flows
+    // The flows that may take longest for some size: none other is both slower and later. A ring
+    // step waits for the slowest of its flows, which need not be the one with the largest latency.
+    std::vector<FlowPrice> frontier;
+    void add(const FlowPrice& flow);
+    // Seconds of the slowest flow carrying `bytes`.
+    double slowest_seconds(double bytes) const;
   };
-  // Flows of every group of one kind where member k sends to member k + offset (mod size), for
-  // each offset (ring algorithms: offset 1).
+  // Flows of every group of one kind: where member k sends to member k + offset (mod size), for
+  // each offset (all-to-all steps), or, for the ring algorithms, to its successor in each of the
+  // group's ring channels.
   struct Pattern {
     GroupKind kind;
     std::vector<int> offsets;
+    bool ring = false;
     size_t flows = 0;
     std::unordered_map<int, GroupPrice> prices;  // by group index
+  };
+  // A group's ring channels as successor and predecessor tables: next[c * size + k] is the member
+  // after member k in channel c.
+  struct RingLanes {
+    int channels = 1;
+    std::vector<int32_t> next, prev;
   };
   struct SetIndex {
     std::unordered_map<uint64_t, FlowPrice> prices;         // by (src rank, dst rank)
@@ -112,7 +128,14 @@ class NetworkPricer {
   };
 
   SetIndex& set_index(int flow_set);
-  Pattern& pattern(GroupKind kind, const std::vector<int>& offsets);
+  Pattern& pattern(GroupKind kind, const std::vector<int>& offsets, bool ring = false);
+  const RingLanes& ring_lanes(int group);
+  // Calls visit(l) for every member l that member k of `group` sends to (or receives from) in
+  // the pattern.
+  template <typename Visit>
+  void for_each_successor(const Pattern& pattern, int group, int k, Visit&& visit);
+  template <typename Visit>
+  void for_each_predecessor(const Pattern& pattern, int group, int k, Visit&& visit);
   GroupPrice group_price(Pattern& pattern, int group);
   void count_pattern_near(const Pattern& pattern, int group);
   void index_kind(GroupKind kind);
@@ -135,8 +158,9 @@ class NetworkPricer {
     int flow_set = -2, src = -1, dst = -1;
     FlowPrice price;
   } last_;
-  std::map<std::pair<int, std::vector<int>>, Pattern> patterns_;
-  std::unordered_map<uint64_t, int> member_index_;  // (group, rank) -> position in the group
+  std::map<std::tuple<int, bool, std::vector<int>>, Pattern> patterns_;  // by (kind, ring, offsets)
+  std::unordered_map<int, RingLanes> ring_lanes_;                        // by group
+  std::unordered_map<uint64_t, int> member_index_;                       // (group, rank) -> position in the group
   std::vector<bool> group_indexed_;
   // Per group kind: node -> (group, member position) of the members placed on it.
   std::map<int, std::unordered_map<int, std::vector<std::pair<int, int>>>> members_by_node_;

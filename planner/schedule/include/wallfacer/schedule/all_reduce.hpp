@@ -32,10 +32,13 @@ std::array<TreeLinks, 2> double_tree_links(int n, int position);
 // NCCL's tree all-reduce, as modelled: per channel, a double binary tree over the group's nodes,
 // and inside each node a chain of its members from the one that joins the node to the others;
 // the two trees of a channel carry half its share each. There is one channel per two NICs of a
-// node (at least one), so that the channels together use every rail: channel c enters a node at
-// local GPU 2c in tree 0 and 2c - 1 in tree 1 (or the member next after it in local order when
-// the group lacks that GPU), as NCCL spreads its channels over the NICs. A group inside one node
-// is a chain.
+// node (at least one), so that the channels together use every rail: tree t of channel c enters
+// a node through NIC 2c - t, at the first local GPU from 2c - t on that sits behind it (local GPU
+// 2c - t itself where every GPU has its own NIC; or the member next after it in local order when
+// the group lacks that GPU), as NCCL spreads its channels over the NICs. Each NIC then carries
+// one tree of 1/NICs of the buffer, as in NCCL, whose trees run on the ring's channels (one per
+// NIC, ring_channels.hpp) with both trees of a channel through its NIC at half the share each. A
+// group inside one node is a chain.
 struct TreeLayout {
   std::vector<int> members;  // the group's ranks by GPU: member index -> rank
   // parents[c][t][m]: member m's parent in tree t of channel c (member indices; -1: the root).
@@ -77,6 +80,14 @@ double tree_critical_latency_s(const TreeLayout& layout, const std::function<dou
 // Seconds of an uncontended all-reduce of `bytes` over `members` ranks whose links have latency
 // `alpha_s` and bandwidth `bytes_per_s` (both the slowest the group crosses).
 double ring_all_reduce_estimate_s(int members, double bytes, double alpha_s, double bytes_per_s);
+// The bandwidth of a ring collective over `nodes` nodes of at least `fewest` members each, for
+// ring_all_reduce_estimate_s: inside one node the link inside it; across nodes one ring channel
+// per NIC a node's members reach (ring_channels.hpp; at most `fewest` of the node's `nics`), each
+// at the link between nodes, and no more than the link inside a node. Independent of which GPUs
+// of a node the members sit on, as the choice below must be.
+double ring_estimate_bytes_per_s(int nodes, int fewest, int nics, double intra_bytes_per_s, double inter_bytes_per_s);
+// Distinct NICs the GPUs of a node reach (nodes are alike).
+int node_nics(const Topology& topology);
 // The tree over `nodes` nodes of at most `per_node` members in `channels` channels: chains of
 // per_node - 1 hops at the latency inside a node, the node tree's depth at the latency between
 // nodes; every member sends twice the buffer through its own links inside the node (up and down
