@@ -30,4 +30,14 @@ export OMPI_MCA_mca_base_env_list="ASAN_OPTIONS=$ASAN_OPTIONS:fast_unwind_on_mal
 exclude="${WALLFACER_SANITIZE_LABELS_EXCLUDE-sanitize-slow}"
 label_args=()
 [ -n "$exclude" ] && label_args=(-LE "$exclude")
-ctest --test-dir build-sanitize --output-on-failure -j "$(nproc)" "${label_args[@]}" "$@"
+status=0
+ctest --test-dir build-sanitize --output-on-failure -j "$(nproc)" "${label_args[@]}" "$@" || status=$?
+# A report normally fails its test (the process aborts). A test that runs a program and expects it
+# to fail could still pass on the abort, so any report left in ctest's log fails the run too.
+log=build-sanitize/Testing/Temporary/LastTest.log
+if grep -q "^SUMMARY: [A-Za-z]*Sanitizer" "$log"; then
+  echo "sanitizer reports in $log:" >&2
+  grep "^SUMMARY: [A-Za-z]*Sanitizer" "$log" >&2
+  status=1
+fi
+exit "$status"

@@ -13,6 +13,8 @@
 #include <limits>
 #include <mutex>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <wallfacer/core/errors.hpp>
 
@@ -54,9 +56,6 @@ void configure(const EngineConfig& config) {
   sg4::Engine::set_config("contexts/stack-size:" + std::to_string(config.actor_stack_KiB));
 #endif
   sg4::Engine::set_config(config.stack_guard ? "contexts/guard-size:1" : "contexts/guard-size:0");
-  // SimGrid answers the actors' calls in a fixed order whatever thread ran them, so a parallel
-  // run gives the same simulation as a sequential one.
-  if (config.threads > 1) sg4::Engine::set_config("contexts/nthreads:" + std::to_string(config.threads));
 }
 
 sg4::NetZone* make_root_zone(sg4::Engine& engine) {
@@ -308,19 +307,25 @@ SimEngine::SimEngine(const EngineConfig& config) : impl_(std::make_unique<Impl>(
     throw InputError("unknown network model '" + config.network_model + "'");
   g_state = &impl_->state;
   silence_simgrid_logs(config.verbose);
-  char program[] = "wallfacer-simulate";
+  // The context factory and its thread count are fixed when the engine starts, so they go on its
+  // command line: the thread factory sets up its parallel mode only if it sees nthreads > 1 then
+  // (set later, its actors wait on a semaphore it never made). SimGrid answers the actors' calls
+  // in a fixed order whatever thread ran them, so a parallel run gives the same simulation as a
+  // sequential one.
+  std::string program = "wallfacer-simulate";
+  std::vector<std::string> args;
 #if defined(__SANITIZE_ADDRESS__)
   // AddressSanitizer cannot follow ucontext stack switches (Debian's SimGrid has no fiber
-  // annotations) and reports them as errors: sanitized builds run every actor on a thread. The
-  // factory is chosen when the engine starts, so it goes on the command line.
-  char factory[] = "--cfg=contexts/factory:thread";
-  char* argv[] = {program, factory, nullptr};
-  int argc = 2;
-#else
-  char* argv[] = {program, nullptr};
-  int argc = 1;
+  // annotations) and reports them as errors: sanitized builds run every actor on a thread.
+  args.push_back("--cfg=contexts/factory:thread");
 #endif
-  impl_->state.engine = std::make_unique<sg4::Engine>(&argc, argv);
+  if (config.threads > 1) args.push_back("--cfg=contexts/nthreads:" + std::to_string(config.threads));
+  std::vector<char*> argv{program.data()};
+  for (std::string& arg : args)
+    argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  int argc = int(argv.size()) - 1;
+  impl_->state.engine = std::make_unique<sg4::Engine>(&argc, argv.data());
   configure(config);
   sg4::Engine::on_deadlock_cb([] {
     if (g_state) g_state->deadlocked = true;

@@ -20,6 +20,7 @@
 #include "heartbeat.hpp"
 #include "mpi_check.hpp"
 #include "peer_watch.hpp"
+#include "termination_note.hpp"
 
 namespace wallfacer::runtime {
 namespace detail {
@@ -85,6 +86,7 @@ class MpiBackend final : public CpuBackend {
     WF_MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
     tag_limit_ = found && tag_ub ? *tag_ub : 32767;
     exchange_processes();
+    detail::install_termination_note(rank_);
     heartbeat_ = std::make_unique<detail::Heartbeat>(MPI_COMM_WORLD, options_.heartbeat_seconds);
   }
   ~MpiBackend() override {
@@ -284,6 +286,12 @@ class MpiBackend final : public CpuBackend {
   // stall limit passes or a rank it waits on is found lost.
   void wait_until(const std::function<bool()>& done, const std::function<std::vector<int>()>& peers,
                   const std::function<std::string()>& describe) {
+    if (done()) return;
+    // Said if the launcher ends this rank while it waits (another rank died).
+    detail::note_waiting(describe());
+    struct NoteEnd {
+      ~NoteEnd() { detail::note_not_waiting(); }
+    } note_end;
     const auto start = std::chrono::steady_clock::now();
     double next_peer_check = options_.peer_check_seconds;
     // Silence is judged a few times per timeout; each check takes in the beats that arrived.
