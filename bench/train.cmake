@@ -5,6 +5,6 @@ target_link_libraries(bench_train PRIVATE wallfacer::train wallfacer::planner CL
 # bench_cpu_calibration: fp32 GEMM, attention-kernel and memory rates of one core, written as a
 # calibration file (docs/calibration.md, "A CPU"); bench_train prices its steps with it.
 add_executable(bench_cpu_calibration ${CMAKE_CURRENT_LIST_DIR}/cpu_calibration.cpp)
-target_link_libraries(bench_cpu_calibration PRIVATE wallfacer::runtime CLI11::CLI11 fmt::fmt ${BLAS_LIBRARIES})
+target_link_libraries(bench_cpu_calibration PRIVATE wallfacer::train wallfacer::runtime CLI11::CLI11 fmt::fmt ${BLAS_LIBRARIES})
 target_include_directories(bench_cpu_calibration PRIVATE ${OPENBLAS_INCLUDE_DIR})
 target_compile_definitions(bench_train PRIVATE WALLFACER_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <vector>
 
+#include <wallfacer/core/allocator.hpp>
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/runtime/local_backend.hpp>
@@ -113,6 +114,7 @@ int main(int argc, char** argv) {
   app.add_option("--calibration", o.calibration, "This CPU's calibration (bench_cpu_calibration)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  keep_freed_memory();  // as `wallfacer train` (cli/main.cpp): freed activations are not returned to the OS
   Workload w = load_workload("gpt-tiny");
   w.seq = o.seq;
   w.batch = o.batch;

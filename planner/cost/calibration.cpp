@@ -17,6 +17,8 @@
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/yaml_util.hpp>
 
+#include "calibration_pointwise.hpp"
+
 namespace wallfacer {
 namespace {
 
@@ -299,10 +301,10 @@ Calibration Calibration::defaults() {
 Calibration Calibration::parse(const std::string& yaml_text, const std::string& source) {
   const YAML::Node root = yaml::parse(yaml_text, source);
   if (!root.IsDefined() || root.IsNull()) throw InputError(source, 1, "empty calibration file");
-  yaml::check_keys(
-      source, root,
-      {"keep_defaults", "fallback_efficiency", "compute_slowdown_under_comm", "points", "gemm", "hbm", "gemm_shapes"},
-      "calibration file");
+  yaml::check_keys(source, root,
+                   {"keep_defaults", "fallback_efficiency", "compute_slowdown_under_comm", "points", "gemm", "hbm",
+                    "gemm_shapes", "pointwise"},
+                   "calibration file");
   Calibration c;
   c.fallback_efficiency_ = yaml::get_positive(source, root, "fallback_efficiency", c.fallback_efficiency_);
   if (c.fallback_efficiency_ > 1)
@@ -329,6 +331,7 @@ Calibration Calibration::parse(const std::string& yaml_text, const std::string& 
 
   const bool keep = yaml::get_bool(source, root, "keep_defaults", true);
   c.gemm_shapes_ = parse_gemm_shapes(source, root);
+  c.pointwise_ = detail::parse_pointwise(source, root);
   for (auto [key, list] : {std::pair{"gemm", &c.gemm_}, std::pair{"hbm", &c.hbm_}}) {
     std::vector<EfficiencyPoint> given = parse_efficiencies(source, root, key);
     if (keep)
@@ -419,6 +422,15 @@ double Calibration::gemm_shape_tflops(const std::string& gpu, DType dtype, int64
         if (weight > 0) value += weight * rate.at({at(ms, im, a), at(ns, in, b), at(ks, ik, c)});
       }
   return value;
+}
+
+double Calibration::pointwise_GBps(const std::string& gpu, DType dtype, StepOp op, bool backward, int64_t bytes) const {
+  return detail::pointwise_rate(pointwise_, gpu, dtype, op, backward, bytes);
+}
+
+bool Calibration::has_pointwise(const std::string& gpu, DType dtype) const {
+  return std::any_of(pointwise_.begin(), pointwise_.end(),
+                     [&](const PointwisePoint& p) { return p.dtype == dtype && gpu_matches(p.gpu, gpu); });
 }
 
 double Calibration::hbm_efficiency(const std::string& gpu, bool* fallback) const {

@@ -20,7 +20,8 @@ ComputeTimer::ComputeTimer(const GpuModel& gpu, const Calibration& calibration, 
       causal_forward_(
           calibration.curve(gpu.name, KernelOp::AttnFwd, workload.dtype, workload.head_dim, peak_tflops_, true)),
       causal_backward_(
-          calibration.curve(gpu.name, KernelOp::AttnBwd, workload.dtype, workload.head_dim, peak_tflops_, true)) {
+          calibration.curve(gpu.name, KernelOp::AttnBwd, workload.dtype, workload.head_dim, peak_tflops_, true)),
+      measured_pointwise_(calibration.has_pointwise(gpu.name, workload.dtype)) {
   if (!workload.fp8_linear) return;
   if (gpu.peak_fp8_tflops <= 0)
     throw InputError(fmt::format("{} has no fp8 peak in its topology (peak_fp8_tflops); drop fp8_linear", gpu.name));
@@ -69,6 +70,21 @@ double ComputeTimer::gemm_seconds(const Op& op) {
   return op.flops * last.per_unit;
 }
 
+// A recomputation inside the backward runs the forward kernel: it is priced as one.
+double ComputeTimer::pointwise_seconds(const Op& op) {
+  if (measured_pointwise_) {
+    const bool backward = op.phase == Phase::Backward && !(op.flags & kOpRecompute);
+    const auto key = std::tuple{op.label, backward, op.bytes};
+    auto it = pointwise_per_byte_.find(key);
+    if (it == pointwise_per_byte_.end()) {
+      const double GBps = calibration_.pointwise_GBps(gpu_name_, dtype_, op.label, backward, op.bytes);
+      it = pointwise_per_byte_.emplace(key, GBps > 0 ? 1.0 / (GBps * 1e9) : 0.0).first;
+    }
+    if (it->second > 0) return double(op.bytes) * it->second;
+  }
+  return pointwise_bytes_per_s_ > 0 ? double(op.bytes) / pointwise_bytes_per_s_ : 0;
+}
+
 double ComputeTimer::seconds(const Op& op, const TokenSetPool& tokens) {
   switch (op.kind) {
     case OpKind::AttnFwd:
@@ -77,7 +93,7 @@ double ComputeTimer::seconds(const Op& op, const TokenSetPool& tokens) {
     case OpKind::Gemm:
       return gemm_seconds(op);
     case OpKind::Pointwise:
-      return pointwise_bytes_per_s_ > 0 ? double(op.bytes) / pointwise_bytes_per_s_ : 0;
+      return pointwise_seconds(op);
     case OpKind::BwdPrep:
     case OpKind::Copy:
       // BwdPrep reads its rows once (op.bytes), Copy reads and writes them.

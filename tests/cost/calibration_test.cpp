@@ -218,6 +218,50 @@ TEST(Calibration, CpuTopologyPricesGemmsFromItsMeasuredGrid) {
   EXPECT_FALSE(timer.used_gemm_fallback());
 }
 
+// Measured pointwise rates: interpolated in log2(bytes) per op and pass, clamped at the ends, the
+// longest GPU prefix winning; the timer prices a backward op at its backward rate, a
+// recomputation at the forward one, and ops without points at the HBM bandwidth.
+TEST(Calibration, PointwiseRatesPriceMemoryBoundOpsByOpAndPass) {
+  const std::string text = R"(pointwise:
+  - {gpu: CPU-X, op: norm, bytes: 1024, GBps: 2}
+  - {gpu: CPU-X, op: norm, bytes: 4096, GBps: 6}
+  - {gpu: CPU-X, op: norm, pass: backward, bytes: 1024, GBps: 1}
+  - {gpu: CPU-X-core, dtype: fp32, op: activation, pass: forward, bytes: 1000, GBps: 0.5}
+  - {gpu: CPU-X, op: activation, bytes: 1000, GBps: 9}
+)";
+  const Calibration c = Calibration::parse(text, "cal.yaml");
+  EXPECT_TRUE(c.has_pointwise("CPU-X-core", DType::FP32));
+  EXPECT_FALSE(c.has_pointwise("CPU-X-core", DType::BF16));
+  EXPECT_FALSE(c.has_pointwise("H100", DType::FP32));
+  EXPECT_DOUBLE_EQ(c.pointwise_GBps("CPU-X-core", DType::FP32, StepOp::Norm, false, 1024), 2);
+  EXPECT_DOUBLE_EQ(c.pointwise_GBps("CPU-X-core", DType::FP32, StepOp::Norm, false, 2048), 4);  // log2 midpoint
+  EXPECT_DOUBLE_EQ(c.pointwise_GBps("CPU-X-core", DType::FP32, StepOp::Norm, false, 64), 2);
+  EXPECT_DOUBLE_EQ(c.pointwise_GBps("CPU-X-core", DType::FP32, StepOp::Norm, false, 1 << 20), 6);
+  EXPECT_DOUBLE_EQ(c.pointwise_GBps("CPU-X-core", DType::FP32, StepOp::Norm, true, 1 << 20), 1);
+  EXPECT_DOUBLE_EQ(c.pointwise_GBps("CPU-X-core", DType::FP32, StepOp::Activation, false, 1000), 0.5);
+  EXPECT_DOUBLE_EQ(c.pointwise_GBps("CPU-X-9", DType::FP32, StepOp::Activation, false, 1000), 9);
+  EXPECT_EQ(c.pointwise_GBps("CPU-X-core", DType::FP32, StepOp::Loss, false, 1000), 0.0);
+
+  GpuModel gpu;
+  gpu.name = "CPU-X-core";
+  gpu.hbm_GBps = 100;
+  gpu.peak_fp32_tflops = 1;
+  Workload w = load_workload("gpt-tiny");
+  w.dtype = DType::FP32;
+  ComputeTimer timer(gpu, c, w);
+  Op op;
+  op.kind = OpKind::Pointwise;
+  op.label = StepOp::Norm;
+  op.bytes = 2048;
+  EXPECT_NEAR(timer.seconds(op, TokenSetPool{}), 2048 / 4e9, 1e-18);
+  op.phase = Phase::Backward;
+  EXPECT_NEAR(timer.seconds(op, TokenSetPool{}), 2048 / 1e9, 1e-18);
+  op.flags = kOpRecompute;
+  EXPECT_NEAR(timer.seconds(op, TokenSetPool{}), 2048 / 4e9, 1e-18);
+  op.label = StepOp::Loss;  // no points: the HBM bandwidth times the default efficiency
+  EXPECT_NEAR(timer.seconds(op, TokenSetPool{}), 2048 / (100e9 * c.hbm_efficiency(gpu.name)), 1e-18);
+}
+
 struct BadFile {
   std::string text;
   std::string expected;  // substring of what()
@@ -257,7 +301,19 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"gemm_shapes:\n  - {gpu: C, m: 64, n: 64, k: 64, tflops: 1}\n  - {gpu: C, m: 64, n: 64, k: 64, "
                 "tflops: 2}\n",
                 "cal.yaml:3: error: duplicate gemm_shapes entry"},
-        BadFile{"gemm_shapes:\n  - {gpu: C, m: 0, n: 64, k: 64, tflops: 1}\n", "cal.yaml:2: error: 'm' must be"}));
+        BadFile{"gemm_shapes:\n  - {gpu: C, m: 0, n: 64, k: 64, tflops: 1}\n", "cal.yaml:2: error: 'm' must be"},
+        BadFile{"pointwise:\n  - {gpu: C, op: q_proj, bytes: 64, GBps: 1}\n",
+                "cal.yaml:2: error: unknown pointwise op 'q_proj' (one of embedding, norm"},
+        BadFile{"pointwise:\n  - {gpu: C, op: norm, pass: sideways, bytes: 64, GBps: 1}\n",
+                "cal.yaml:2: error: 'pass' must be forward or backward"},
+        BadFile{"pointwise:\n  - {gpu: C, op: norm, bytes: 0, GBps: 1}\n", "cal.yaml:2: error: 'bytes' must be"},
+        BadFile{"pointwise:\n  - {gpu: C, op: norm, bytes: 64, GBps: 0}\n", "cal.yaml:2: error"},
+        BadFile{"pointwise:\n  - {gpu: C, op: norm, bytes: 64}\n", "cal.yaml:2: error: missing required field"},
+        BadFile{"pointwise:\n  - {gpu: C, op: norm, bytes: 64, GBps: 1, speed: 2}\n",
+                "cal.yaml:2: error: unknown key 'speed'"},
+        BadFile{"pointwise:\n  - {gpu: C, op: norm, bytes: 64, GBps: 1}\n  - {gpu: c, op: norm, pass: forward, "
+                "bytes: 64, GBps: 2}\n",
+                "cal.yaml:3: error: duplicate pointwise entry"}));
 
 // Edited calibration files (tests/common/text_mutations.hpp): accepted ones give finite positive
 // rates for every block, the rest are InputErrors.

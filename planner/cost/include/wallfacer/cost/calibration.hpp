@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <wallfacer/plan/workload.hpp>
+#include <wallfacer/schedule/schedule.hpp>
 
 namespace wallfacer {
 
@@ -36,6 +37,22 @@ struct GemmShapePoint {
   DType dtype = DType::FP32;
   int64_t m = 0, n = 0, k = 0;
   double tflops = 0;
+  std::string source;
+};
+
+// A measured rate of one kind of memory-bound op (the whole-step program's Pointwise ops: norms,
+// rotary, residual adds, activations, the loss, the embedding, the optimizer) at one size, in
+// bytes of the op's `Op::bytes` per second: the program's byte count is the unit, whatever the
+// kernel really moves, so a kernel bound by arithmetic (exp, tanh, sin) is priced at its measured
+// pace. `backward`: the op's backward kernel (a recomputation runs the forward one). Points of one
+// GPU, dtype, op and pass are interpolated linearly in log2(bytes), clamped at the ends.
+struct PointwisePoint {
+  std::string gpu;
+  DType dtype = DType::FP32;
+  StepOp op = StepOp::Norm;
+  bool backward = false;
+  int64_t bytes = 0;
+  double GBps = 0;
   std::string source;
 };
 
@@ -91,6 +108,12 @@ class Calibration {
   double gemm_shape_tflops(const std::string& gpu, DType dtype, int64_t m, int64_t n, int64_t k) const;
   bool has_gemm_shapes(const std::string& gpu, DType dtype) const;
   const std::vector<GemmShapePoint>& gemm_shapes() const { return gemm_shapes_; }
+  // The measured rate (GB/s of Op::bytes) of a memory-bound op from the file's `pointwise:` points
+  // of this GPU (longest prefix), dtype, op and pass, interpolated in log2(bytes); 0 when there is
+  // none (then the HBM bandwidth times hbm_efficiency prices it).
+  double pointwise_GBps(const std::string& gpu, DType dtype, StepOp op, bool backward, int64_t bytes) const;
+  bool has_pointwise(const std::string& gpu, DType dtype) const;
+  const std::vector<PointwisePoint>& pointwise() const { return pointwise_; }
   // Achieved share of the HBM bandwidth for memory-bound kernels.
   double hbm_efficiency(const std::string& gpu, bool* fallback = nullptr) const;
   const std::vector<EfficiencyPoint>& gemm_ceilings() const { return gemm_; }
@@ -100,6 +123,7 @@ class Calibration {
  private:
   std::vector<CalibrationPoint> points_;
   std::vector<GemmShapePoint> gemm_shapes_;
+  std::vector<PointwisePoint> pointwise_;
   std::vector<EfficiencyPoint> gemm_, gemm_fp8_, hbm_;
   double fallback_efficiency_ = 0.5;
   double comm_slowdown_ = 1.0;

@@ -1,12 +1,15 @@
 // How long one compute op runs on a GPU, shared by the cost model and the simulator so that both
 // price the same op the same way: attention blocks from the calibrated kernel curves (causal
 // diagonal blocks from their own curve where measured), GEMMs from a measured grid of shapes or
-// else the GPU's large-GEMM ceiling and the size curve, memory-bound ops from the achieved HBM
-// bandwidth (docs/calibration.md).
+// else the GPU's large-GEMM ceiling and the size curve, memory-bound ops from their measured rates
+// where the calibration has them (`pointwise:`) and else from the achieved HBM bandwidth
+// (docs/calibration.md).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <tuple>
 
 #include <wallfacer/cost/calibration.hpp>
 #include <wallfacer/plan/workload.hpp>
@@ -30,6 +33,7 @@ class ComputeTimer {
  private:
   double attention_seconds(const Op& op, const TokenSetPool& tokens);
   double gemm_seconds(const Op& op);
+  double pointwise_seconds(const Op& op);
 
   std::string gpu_name_;
   const Calibration& calibration_;
@@ -38,6 +42,9 @@ class ComputeTimer {
   DType dtype_ = DType::BF16;
   KernelCurve forward_, backward_, causal_forward_, causal_backward_;
   bool gemm_fallback_ = false;
+  bool measured_pointwise_ = false;  // the calibration has `pointwise:` rates for this GPU and dtype
+  // Seconds per byte of the measured pointwise ops, by (label, backward, bytes): programs repeat them.
+  std::map<std::tuple<StepOp, bool, int64_t>, double> pointwise_per_byte_;
   struct LastShape {  // programs repeat shapes: remember the last one asked for
     OpKind kind = OpKind::Copy;
     int64_t a = -1, b = -1, c = -1;
