@@ -3,14 +3,17 @@
 # and runs the test suite there: any memory error, leak or undefined behaviour fails the test
 # that caused it (docs/reliability.md, "Sanitizers"). Extra arguments go to ctest, e.g.
 #   bash scripts/sanitize.sh -R robustness
-# WALLFACER_SANITIZE_LABELS_EXCLUDE (default: sanitize-slow) names ctest labels left out; tests
-# so labelled run in the normal build only, and their list is in tests/sanitize/README.md.
+# WALLFACER_SANITIZE_LABELS_EXCLUDE (default: sanitize-slow) names ctest labels left out, and
+# WALLFACER_SANITIZE_SKIP (a ctest regex) Google Test cases left out by name; such tests run in
+# the normal build only, and their list is in tests/sanitize/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# -O1 -g1 (line tables only): half the compile time of the normal build's -O2 -g, and the
+# optimisation AddressSanitizer's documentation suggests; reports keep their file:line frames.
 cmake -S . -B build-sanitize -G Ninja "${launcher[@]}" -DWALLFACER_SANITIZE=ON -DWALLFACER_BENCH=OFF \
-  -DWALLFACER_CUDA=OFF
+  -DWALLFACER_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
 cmake --build build-sanitize -j "$(nproc)"
 
 # halt_on_error: the first report ends the process, so no test passes past one. Leaks are
@@ -30,6 +33,13 @@ export OMPI_MCA_mca_base_env_list="ASAN_OPTIONS=$ASAN_OPTIONS:fast_unwind_on_mal
 exclude="${WALLFACER_SANITIZE_LABELS_EXCLUDE-sanitize-slow}"
 label_args=()
 [ -n "$exclude" ] && label_args=(-LE "$exclude")
+# Google Test cases are discovered at build time and cannot carry a label of their own: the ones
+# left out are named here (a ctest regex; WALLFACER_SANITIZE_SKIP replaces it, empty runs all).
+# Each runs in the normal build; tests/sanitize/README.md gives the reason.
+default_skip='^SimulatorCompose\.(EightNodesCompose|EveryStrategysStepIsTheFullReplaysOnTwoNodes)$'
+default_skip+='|^Presets/SimulateCommand\.SimulateTopRanksByTimeAndSimulateAgrees/'
+skip="${WALLFACER_SANITIZE_SKIP-$default_skip}"
+[ -n "$skip" ] && label_args+=(-E "$skip")
 status=0
 ctest --test-dir build-sanitize --output-on-failure -j "$(nproc)" "${label_args[@]}" "$@" || status=$?
 # A report normally fails its test (the process aborts). A test that runs a program and expects it

@@ -91,7 +91,9 @@ TEST(Zero, SeveralBucketsPerSynchronisationMatchOneRank) {
   ring.sequence_parallel = 2;
   const Plan ring_plan = tiny_plan(StrategyKind::Ring, ring, w);
   int buckets = 0;
-  for (const Op& op : train::rank_step_program(ring_plan, 0).program().ops)
+  // Kept in a variable: a range-for over a member of a temporary outlives the temporary.
+  const train::RankStep step = train::rank_step_program(ring_plan, 0);
+  for (const Op& op : step.program().ops)
     buckets += op.label == StepOp::GradSync ? 1 : 0;
   EXPECT_GT(buckets, 2 * w.layers + 2);  // more than one per layer's MLP, attention, head, embedding
   StrategyParams lss;
