@@ -320,7 +320,9 @@ TEST(SimulatorCollectives, RingChannelsCrossNodesOnEveryNic) {
     const double b = block / 8;
     const double step = std::max(f.route_between_nodes_s() + b / (std::min(f.pcie_GBps, f.nic_GBps()) * 1e9),
                                  f.route_inside_node_s() + b / (f.nvswitch_GBps / 7 * 1e9));
-    if (nic_Gbps == 200.0) ASSERT_NEAR(step, f.route_between_nodes_s() + b / (f.nic_GBps() * 1e9), 1e-18);
+    if (nic_Gbps == 200.0) {
+      ASSERT_NEAR(step, f.route_between_nodes_s() + b / (f.nic_GBps() * 1e9), 1e-18);
+    }
     for (OpKind kind : {OpKind::AllGather, OpKind::ReduceScatter, OpKind::AllReduce}) {
       const int steps = kind == OpKind::AllReduce ? 2 * (p - 1) : p - 1;
       const double bytes = steps * block;
