@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -17,6 +16,7 @@
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/yaml_util.hpp>
 
+#include "calibration_match.hpp"
 #include "calibration_pointwise.hpp"
 
 namespace wallfacer {
@@ -117,15 +117,8 @@ void add_fa2_causal_curves(std::vector<CalibrationPoint>& points, const Curve& f
   }
 }
 
-std::string lower(std::string s) {
-  for (char& c : s)
-    c = char(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-bool gpu_matches(const std::string& prefix, const std::string& gpu) {
-  return gpu.size() >= prefix.size() && lower(gpu.substr(0, prefix.size())) == lower(prefix);
-}
+using detail::gpu_matches;
+using detail::lower;
 
 bool is_16bit(DType d) {
   return d == DType::BF16 || d == DType::FP16;

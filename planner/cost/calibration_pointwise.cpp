@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <set>
 #include <tuple>
@@ -13,18 +12,10 @@
 #include <wallfacer/core/yaml_util.hpp>
 #include <wallfacer/schedule/schedule.hpp>
 
+#include "calibration_match.hpp"
+
 namespace wallfacer::detail {
 namespace {
-
-std::string lower(std::string s) {
-  for (char& c : s)
-    c = char(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-bool gpu_matches(const std::string& prefix, const std::string& gpu) {
-  return gpu.size() >= prefix.size() && lower(gpu.substr(0, prefix.size())) == lower(prefix);
-}
 
 // The memory-bound ops of the step program, by their names in reports (to_string(StepOp)).
 constexpr StepOp kPointwiseOps[] = {StepOp::Embedding, StepOp::Norm,       StepOp::Rope,
