@@ -445,6 +445,7 @@ int run_plan(const PlanFlags& flags) {
   const bool show_progress = ::isatty(STDERR_FILENO);
   options.progress = search_progress(show_progress);
   options.priced_top = flags.top;  // the rows shown are priced, as pricing every candidate would rank them
+  options.threads = flags.jobs;
   warn_about_assumptions(topology, calibration, workload, options.scope == Scope::Step);
   Ranked ranked{search_plans(topology, workload, model, options), {}};
   if (show_progress) fmt::print(stderr, "\r\x1b[K");
@@ -580,7 +581,8 @@ void register_plan_command(CLI::App& app) {
       ->group(output);
   command
       ->add_option("--jobs", flags->jobs,
-                   "Simulations --simulate-top runs at once (default: one per usable CPU, at most 8)")
+                   "Whole steps the search prices at once, and simulations --simulate-top runs at once; the "
+                   "ranking is the same for any count (default: one per usable CPU, at most 8)")
       ->capture_default_str()
       ->check(at_least(1))
       ->group(output);

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <future>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -27,6 +29,46 @@ constexpr const char* kLog = "search";
 constexpr size_t kFewOrders = 24;
 // The ring-order heuristic scores every distinct order up to this many, else builds one greedily.
 constexpr size_t kScoredOrders = 50000;
+
+// Prices whole steps ahead of the search on other threads: the search asks for the step of the
+// candidate it has decided to price, and meanwhile the ones its queue holds next are priced
+// speculatively. The search still decides, one candidate after the other, what is priced and
+// what is pruned, exactly as on one thread; a speculative price it never asks for is dropped. So
+// the ranking does not depend on the thread count, only the wall time does.
+class StepPricer {
+ public:
+  StepPricer(const CostModel& model, int threads) : model_(model), threads_(std::max(1, threads)) {}
+  ~StepPricer() {
+    for (auto& [order, job] : jobs_)
+      job.wait();  // results nobody asked for
+  }
+  // Starts pricing `plan` (known to the search as `order`) unless it is under way, within the
+  // thread count.
+  void ahead(size_t order, const Plan& plan) {
+    if (busy() || jobs_.count(order)) return;
+    jobs_.emplace(order, std::async(std::launch::async, [this, plan] { return model_.evaluate_step(plan); }));
+  }
+  // Every thread prices: jobs finished but not asked for yet do not count.
+  bool busy() const {
+    if (threads_ < 2) return true;
+    int running = 0;
+    for (const auto& [order, job] : jobs_)
+      running += job.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+    return running >= threads_;
+  }
+  CostBreakdown price(size_t order, const Plan& plan) {
+    auto job = jobs_.find(order);
+    if (job == jobs_.end()) return model_.evaluate_step(plan);
+    CostBreakdown cost = job->second.get();
+    jobs_.erase(job);
+    return cost;
+  }
+
+ private:
+  const CostModel& model_;
+  int threads_;
+  std::map<size_t, std::future<CostBreakdown>> jobs_;
+};
 
 struct Work {
   Candidate candidate;
@@ -449,6 +491,18 @@ struct Searcher {
                        : fmt::format("compute alone takes {:.3f} ms, above the best step", q.key);
   }
 
+  // Speculation for StepPricer: the candidates the queue holds next that the best step so far
+  // does not prune, in the order the search will take them, while threads are free.
+  template <typename Queue>
+  static void price_ahead(StepPricer& pricer, Queue queue, const std::vector<Work*>& feasible, double best) {
+    while (!queue.empty() && !pricer.busy()) {
+      const Queued q = queue.top();
+      queue.pop();
+      if (q.key >= best) return;  // it and everything after it would be pruned now
+      pricer.ahead(q.order, feasible[q.order]->candidate.plan);
+    }
+  }
+
   void price_steps() {
     choose_memory_settings();
     std::vector<Work*> feasible;
@@ -485,6 +539,7 @@ struct Searcher {
     // last of them.
     std::priority_queue<double> top;
     double best = std::numeric_limits<double>::infinity();
+    StepPricer pricer(model, options.threads);
     size_t done = 0;
     while (!queue.empty()) {
       const Queued q = queue.top();
@@ -503,7 +558,9 @@ struct Searcher {
         continue;
       }
       if (options.progress) options.progress("steps", done++, feasible.size());
-      c.cost = model.evaluate_step(c.plan);
+      pricer.ahead(q.order, c.plan);
+      price_ahead(pricer, queue, feasible, best);
+      c.cost = pricer.price(q.order, c.plan);
       c.pruned = false;
       c.reason.clear();
       check_memory(c, budget_GiB);

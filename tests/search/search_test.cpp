@@ -251,7 +251,9 @@ TEST(StepSearch, ChoosesTheLowestZeroStageThatFits) {
     EXPECT_TRUE(c.chose_memory_settings);
     Schedule attention;
     model.build_timed(c.plan, attention);
-    if (!c.pruned) EXPECT_LE(c.cost.memory.total_GiB, budget);
+    if (!c.pruned) {
+      EXPECT_LE(c.cost.memory.total_GiB, budget);
+    }
     // Listed as feasible, priced or pruned, means its step fits.
     EXPECT_LE(step_memory(c.plan, attention).total_GiB, budget) << c.describe_params();
     chosen.insert({c.plan.workload.zero_stage, c.plan.workload.checkpointing});
@@ -371,6 +373,42 @@ TEST(StepSearch, BoundsNeverPruneTheBestStep) {
     const Candidate& c = top3.candidates[i];
     EXPECT_TRUE(c.feasible && !c.pruned) << i;
     EXPECT_NEAR(c.cost.step_ms, steps[i], 1e-9 * steps[i]) << i;
+  }
+}
+
+// Steps priced ahead on other threads change nothing the search reports: the same candidates in
+// the same order, priced or pruned alike, with the same steps and reasons, bit for bit.
+TEST(StepSearch, ThreadsGiveTheSameRanking) {
+  const Topology topology = Topology::load("dgx-h100", 2);
+  Workload w = load_workload("llama-3-8b");
+  w.layers = 4;
+  w.seq = 65536;
+  w.batch = 2;
+  const CostModel model(topology, Calibration::defaults());
+  SearchOptions options;
+  options.scope = Scope::Step;
+  options.tensor_degrees = {1, 2, 4, 8};
+  options.pipeline_degrees = {1, 2};
+  options.priced_top = 3;
+  const SearchResult one = search_plans(topology, w, model, options);
+  for (int threads : {2, 3, 8}) {
+    options.threads = threads;
+    const SearchResult many = search_plans(topology, w, model, options);
+    EXPECT_EQ(many.best, one.best) << threads;
+    ASSERT_EQ(many.candidates.size(), one.candidates.size()) << threads;
+    int priced = 0;
+    for (size_t i = 0; i < one.candidates.size(); ++i) {
+      const Candidate &a = one.candidates[i], &b = many.candidates[i];
+      EXPECT_EQ(b.describe_params(), a.describe_params()) << threads << " threads, row " << i;
+      EXPECT_EQ(b.plan.strategy, a.plan.strategy) << threads << " threads, row " << i;
+      EXPECT_EQ(b.feasible, a.feasible) << threads << " threads, row " << i;
+      EXPECT_EQ(b.pruned, a.pruned) << threads << " threads, row " << i;
+      EXPECT_EQ(b.reason, a.reason) << threads << " threads, row " << i;
+      EXPECT_EQ(b.cost.step_ms, a.cost.step_ms) << threads << " threads, row " << i;
+      EXPECT_EQ(b.cost.memory.total_GiB, a.cost.memory.total_GiB) << threads << " threads, row " << i;
+      priced += a.feasible && !a.pruned;
+    }
+    EXPECT_GE(priced, 3);
   }
 }
 
