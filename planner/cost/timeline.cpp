@@ -293,39 +293,36 @@ const ProgramView& TimelineShape::program(size_t p) const {
 
 namespace {
 
-// One run of a shape with given durations. An op's mutable state is one record, so that
-// handling an op touches one cache line of it (a step holds millions of ops).
+// One run of a shape with given durations.
 class TimelineRun {
  public:
   TimelineRun(const TimelineShape::Impl& shape, const std::vector<std::vector<double>>& duration)
       : shape_(shape), duration_(duration), state_(shape.lanes.size()) {
     for (size_t p = 0; p < state_.size(); ++p) {
-      const TimelineShape::Impl::Lanes& lanes = shape.lanes[p];
-      state_[p].resize(lanes.waiting.size());
-      for (size_t i = 0; i < lanes.waiting.size(); ++i)
-        state_[p][i] = OpState{0.0, kNotStarted, lanes.waiting[i], lanes.meet[i]};
+      state_[p].waiting = shape.lanes[p].waiting;
+      state_[p].meet = shape.lanes[p].meet;
+      state_[p].ready.assign(state_[p].waiting.size(), 0.0);
+      state_[p].end.assign(state_[p].waiting.size(), kNotStarted);
     }
-    meets_.assign(shape.meet_begin.size() - 1, MeetState{});
+    meet_posted_.assign(shape.meet_begin.size() - 1, 0);
+    meet_ready_.assign(shape.meet_begin.size() - 1, 0.0);
   }
 
   std::vector<RankTiming> run();
   // Every op's end, by program (valid after run()).
-  std::vector<std::vector<double>> take_ends() const {
+  std::vector<std::vector<double>> take_ends() {
     std::vector<std::vector<double>> ends(state_.size());
-    for (size_t p = 0; p < state_.size(); ++p) {
-      ends[p].reserve(state_[p].size());
-      for (const OpState& op : state_[p])
-        ends[p].push_back(op.end);
-    }
+    for (size_t p = 0; p < state_.size(); ++p)
+      ends[p] = std::move(state_[p].end);
     return ends;
   }
 
  private:
-  struct OpState {
-    double ready;     // latest end among its started predecessors
-    double end;       // kNotStarted until started
-    int32_t waiting;  // predecessors not started yet
-    int32_t meet;     // the shape's meeting, -1 once called off
+  struct State {
+    std::vector<int32_t> waiting;  // by op: predecessors not started yet
+    std::vector<int32_t> meet;     // by op: the shape's meeting, -1 once called off
+    std::vector<double> ready;     // by op: latest end among its started predecessors
+    std::vector<double> end;       // by op; kNotStarted until started
   };
   const OpRef* meet_begin(int32_t meet) const { return shape_.meet_ops.data() + shape_.meet_begin[size_t(meet)]; }
   const OpRef* meet_end(int32_t meet) const { return shape_.meet_ops.data() + shape_.meet_begin[size_t(meet) + 1]; }
@@ -335,41 +332,36 @@ class TimelineRun {
 
   const TimelineShape::Impl& shape_;
   const std::vector<std::vector<double>>& duration_;
-  std::vector<std::vector<OpState>> state_;  // by program, then op
-  struct MeetState {
-    double ready = 0;    // latest ready time among the ops posted
-    int32_t posted = 0;  // ops posted so far
-  };
-  std::vector<MeetState> meets_;  // by meeting
-  std::vector<OpRef> posted_;     // ops posted but not handled yet (work list)
+  std::vector<State> state_;
+  std::vector<int32_t> meet_posted_;  // by meeting: ops posted so far
+  std::vector<double> meet_ready_;    // by meeting: latest ready time among them
+  std::vector<OpRef> posted_;         // ops posted but not handled yet (work list)
 };
 
 // `ref` has every predecessor started: start it now, or count it in its meeting and start the
 // meeting once all its ops are posted.
 void TimelineRun::post(OpRef ref) {
-  const OpState& s = state_[size_t(ref.program)][size_t(ref.op)];
-  const int32_t meet = s.meet;
+  State& s = state_[size_t(ref.program)];
+  const double ready = s.ready[size_t(ref.op)];
+  const int32_t meet = s.meet[size_t(ref.op)];
   if (meet < 0) {
-    start(ref, s.ready);
+    start(ref, ready);
     return;
   }
-  MeetState& m = meets_[size_t(meet)];
-  m.ready = std::max(m.ready, s.ready);
-  if (++m.posted < meet_end(meet) - meet_begin(meet)) return;
-  const double at = m.ready;
+  meet_ready_[size_t(meet)] = std::max(meet_ready_[size_t(meet)], ready);
+  if (++meet_posted_[size_t(meet)] < meet_end(meet) - meet_begin(meet)) return;
   for (const OpRef* other = meet_begin(meet); other != meet_end(meet); ++other)
-    start(*other, at);
+    start(*other, meet_ready_[size_t(meet)]);
 }
 
 void TimelineRun::start(OpRef ref, double at) {
-  std::vector<OpState>& s = state_[size_t(ref.program)];
+  State& s = state_[size_t(ref.program)];
   const TimelineShape::Impl::Lanes& lanes = shape_.lanes[size_t(ref.program)];
   const double end = at + duration_[size_t(ref.program)][size_t(ref.op)];
-  s[size_t(ref.op)].end = end;
+  s.end[size_t(ref.op)] = end;
   auto release = [&](int32_t successor) {
-    OpState& next = s[size_t(successor)];
-    next.ready = std::max(next.ready, end);
-    if (--next.waiting == 0) posted_.push_back({ref.program, successor});
+    s.ready[size_t(successor)] = std::max(s.ready[size_t(successor)], end);
+    if (--s.waiting[size_t(successor)] == 0) posted_.push_back({ref.program, successor});
   };
   if (lanes.next[size_t(ref.op)] >= 0) release(lanes.next[size_t(ref.op)]);
   for (uint32_t k = lanes.first_dependent[size_t(ref.op)]; k < lanes.first_dependent[size_t(ref.op) + 1]; ++k)
@@ -381,14 +373,14 @@ void TimelineRun::start(OpRef ref, double at) {
 // their own and the others will when posted. False when nothing is waiting.
 bool TimelineRun::dissolve_one_waiting_meet() {
   for (size_t p = 0; p < state_.size(); ++p)
-    for (size_t i = 0; i < state_[p].size(); ++i) {
-      const OpState& s = state_[p][i];
-      const int32_t meet = s.meet;
-      if (meet < 0 || s.end != kNotStarted || s.waiting != 0) continue;
+    for (size_t i = 0; i < state_[p].end.size(); ++i) {
+      const State& s = state_[p];
+      const int32_t meet = s.meet[i];
+      if (meet < 0 || s.end[i] != kNotStarted || s.waiting[i] != 0) continue;
       for (const OpRef* other = meet_begin(meet); other != meet_end(meet); ++other) {
-        OpState& owner = state_[size_t(other->program)][size_t(other->op)];
-        owner.meet = -1;
-        if (owner.waiting == 0) posted_.push_back(*other);
+        State& owner = state_[size_t(other->program)];
+        owner.meet[size_t(other->op)] = -1;
+        if (owner.waiting[size_t(other->op)] == 0) posted_.push_back(*other);
       }
       return true;
     }
@@ -397,8 +389,8 @@ bool TimelineRun::dissolve_one_waiting_meet() {
 
 std::vector<RankTiming> TimelineRun::run() {
   for (size_t p = 0; p < state_.size(); ++p)
-    for (size_t i = 0; i < state_[p].size(); ++i)
-      if (state_[p][i].waiting == 0) posted_.push_back({int32_t(p), int32_t(i)});
+    for (size_t i = 0; i < state_[p].waiting.size(); ++i)
+      if (state_[p].waiting[i] == 0) posted_.push_back({int32_t(p), int32_t(i)});
   int called_off = 0;
   for (;;) {
     while (!posted_.empty()) {
@@ -416,11 +408,10 @@ std::vector<RankTiming> TimelineRun::run() {
     for (size_t i = 0; i < shape_.programs[p].size(); ++i) {
       const uint8_t kind = shape_.lanes[p].kind[i];
       const bool forward = (kind & TimelineShape::Impl::kForward) != 0;
-      const double end = state_[p][i].end;
       if (kind & TimelineShape::Impl::kCompute)
         (forward ? times[p].compute_forward_s : times[p].compute_backward_s) += duration_[p][i];
-      if (forward) times[p].forward_end_s = std::max(times[p].forward_end_s, end);
-      times[p].end_s = std::max(times[p].end_s, end);
+      if (forward) times[p].forward_end_s = std::max(times[p].forward_end_s, state_[p].end[i]);
+      times[p].end_s = std::max(times[p].end_s, state_[p].end[i]);
     }
   return times;
 }
