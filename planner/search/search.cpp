@@ -494,7 +494,9 @@ struct Searcher {
   // Speculation for StepPricer: the candidates the queue holds next that the best step so far
   // does not prune, in the order the search will take them, while threads are free.
   template <typename Queue>
-  static void price_ahead(StepPricer& pricer, Queue queue, const std::vector<Work*>& feasible, double best) {
+  static void price_ahead(StepPricer& pricer, const Queue& queued, const std::vector<Work*>& feasible, double best) {
+    if (pricer.busy()) return;  // one thread, or all of them pricing: no copy of the queue
+    Queue queue = queued;
     while (!queue.empty() && !pricer.busy()) {
       const Queued q = queue.top();
       queue.pop();

@@ -323,21 +323,33 @@ TEST(StepSearch, CandidatesThatCannotFitAreRejectedNotPruned) {
 namespace wallfacer {
 namespace {
 
+// Two DGX H100 nodes and a 4-layer Llama-3-8B at 64K tokens, two sequences: a whole-step search
+// over tensor and pipeline degrees small enough to price every candidate by brute force.
+Workload small_step_workload() {
+  Workload w = load_workload("llama-3-8b");
+  w.layers = 4;
+  w.seq = 65536;
+  w.batch = 2;
+  return w;
+}
+
+SearchOptions tensor_and_pipeline_step_search() {
+  SearchOptions options;
+  options.scope = Scope::Step;
+  options.tensor_degrees = {1, 2, 4, 8};
+  options.pipeline_degrees = {1, 2};
+  return options;
+}
+
 // The whole-step search prices candidates best bound first and prunes on bounds: brute force
 // (every feasible candidate priced as a whole step, memory checked) finds no step below the
 // chosen plan's, and every pruned candidate's step is at least the best one and at least the
 // bound it is listed with. Tensor and pipeline parallel candidates included.
 TEST(StepSearch, BoundsNeverPruneTheBestStep) {
   const Topology topology = Topology::load("dgx-h100", 2);
-  Workload w = load_workload("llama-3-8b");
-  w.layers = 4;
-  w.seq = 65536;
-  w.batch = 2;
+  const Workload w = small_step_workload();
   const CostModel model(topology, Calibration::defaults());
-  SearchOptions options;
-  options.scope = Scope::Step;
-  options.tensor_degrees = {1, 2, 4, 8};
-  options.pipeline_degrees = {1, 2};
+  SearchOptions options = tensor_and_pipeline_step_search();
   const SearchResult result = search_plans(topology, w, model, options);
   ASSERT_GE(result.best, 0);
   const double best = result.candidates[size_t(result.best)].cost.step_ms;
@@ -380,15 +392,9 @@ TEST(StepSearch, BoundsNeverPruneTheBestStep) {
 // the same order, priced or pruned alike, with the same steps and reasons, bit for bit.
 TEST(StepSearch, ThreadsGiveTheSameRanking) {
   const Topology topology = Topology::load("dgx-h100", 2);
-  Workload w = load_workload("llama-3-8b");
-  w.layers = 4;
-  w.seq = 65536;
-  w.batch = 2;
+  const Workload w = small_step_workload();
   const CostModel model(topology, Calibration::defaults());
-  SearchOptions options;
-  options.scope = Scope::Step;
-  options.tensor_degrees = {1, 2, 4, 8};
-  options.pipeline_degrees = {1, 2};
+  SearchOptions options = tensor_and_pipeline_step_search();
   options.priced_top = 3;
   const SearchResult one = search_plans(topology, w, model, options);
   for (int threads : {2, 3, 8}) {
