@@ -1,9 +1,10 @@
 // `wallfacer train`: trains the GPT-style decoder of a plan's workload on byte-level text or the
 // shipped long-range recall task, every attention layer running the plan's attention program
 // (docs/training.md). Under mpirun each process is one rank (MPI backend); otherwise all ranks
-// run as threads here. `--backend cuda` trains on a GPU: every rank a thread with its own streams
-// on GPU 0 (the CUDA backend's local transport), the tensors in device memory and the step's
-// kernels on the device (docs/cuda.md). Every input problem (plan, data, task, checkpoint) is
+// run as threads here. `--backend cuda` trains on GPUs, the tensors in device memory and the
+// step's kernels on the device (docs/cuda.md): under mpirun or srun one process per GPU over
+// NCCL, issuing the step's device plan every step; otherwise every rank a thread with its own
+// streams on GPU 0 (the local transport). Every input problem (plan, data, task, checkpoint) is
 // reported before the first step with exit status 2.
 #include <fmt/format.h>
 
@@ -21,6 +22,7 @@
 #include <wallfacer/train/recall_task.hpp>
 #include <wallfacer/train/run.hpp>
 #include <wallfacer/train/source.hpp>
+#include <wallfacer/train/step_device_plan.hpp>
 #include "bootstrap.hpp"
 #include "commands.hpp"
 #include "common.hpp"
@@ -45,6 +47,7 @@ struct TrainFlags {
   int64_t recall_curriculum_copies = 1, recall_curriculum_steps = 0, recall_curriculum_length = 0;
   int log_every = 10;
   bool resume = false, json = false, fp64 = false, bf16_gemm = false;
+  BootstrapFlags bootstrap;
 };
 
 struct Prepared {
@@ -186,20 +189,57 @@ int run_local(const TrainFlags& flags) {
 }
 
 #ifdef WALLFACER_WITH_CUDA
-// Every rank of the plan as a thread on GPU 0, the trainer's tensors in device memory and its
-// Gemm, Pointwise and Optimizer ops on the CUDA step kernels.
-int run_cuda(const TrainFlags& flags) {
-  if (resolve_bootstrap(BootstrapFlags{}) != Bootstrap::None)
-    throw InputError(
-        "--backend cuda: train runs every rank of the plan on one GPU in this version (start it without mpirun or "
-        "srun); one process per GPU over NCCL is not supported by train yet");
-  auto p = prepare(flags, 0);
+// The trainer's tensors in device memory and its Gemm, Pointwise and Optimizer ops on the CUDA
+// step kernels.
+void use_cuda_kernels(const TrainFlags& flags, Prepared& p) {
   runtime::CudaStepKernelsOptions kernels;
   kernels.bf16_gemm = flags.bf16_gemm;
-  p->settings.trainer.kernels_f32 = [kernels](runtime::Backend& b) {
+  p.settings.trainer.kernels_f32 = [kernels](runtime::Backend& b) {
     return runtime::make_cuda_step_kernels<float>(b, kernels);
   };
-  p->settings.trainer.kernels_f64 = [](runtime::Backend& b) { return runtime::make_cuda_step_kernels<double>(b); };
+  p.settings.trainer.kernels_f64 = [](runtime::Backend& b) { return runtime::make_cuda_step_kernels<double>(b); };
+}
+
+// One process per GPU: every rank reads its input and builds the step's device plan (every
+// rank's program, the trainer's scalar all-reduces written in), then trains over NCCL with the
+// unique id carried by `control`.
+struct NcclTrainRank {
+  std::unique_ptr<Prepared> prepared;
+  runtime::DevicePlan device;
+  void prepare(const TrainFlags& flags, int rank, int size) {
+    require_gpu();
+    prepared = cli::prepare(flags, size, rank);
+    use_cuda_kernels(flags, *prepared);
+    device = train::step_device_plan(prepared->plan).device;
+  }
+  template <typename Control>
+  int run(const TrainFlags& flags, Control& control) {
+    auto backend = runtime::make_nccl_backend(control, device.ranks[size_t(control.rank())]);
+    return train_on(*backend, flags, *prepared);
+  }
+};
+
+int run_cuda(const TrainFlags& flags) {
+  const Bootstrap bootstrap = resolve_bootstrap(flags.bootstrap);
+  NcclTrainRank rank;
+  if (bootstrap == Bootstrap::Env) {
+    SchedulerJob job;
+    job.rendezvous.connect_timeout_seconds = flags.bootstrap.connect_timeout;
+    job.prepare = [&](int r, int size) { rank.prepare(flags, r, size); };
+    job.run = [&](runtime::ControlChannel& control) { return rank.run(flags, control); };
+    return run_scheduler_job(job);
+  }
+#ifdef WALLFACER_WITH_MPI
+  if (bootstrap == Bootstrap::Mpi) {
+    runtime::MpiJob job;
+    job.prepare = [&](int r, int size) { rank.prepare(flags, r, size); };
+    job.run = [&](runtime::Backend& control) { return rank.run(flags, control); };
+    return runtime::run_mpi_job(job);
+  }
+#endif
+  // Every rank of the plan as a thread on GPU 0.
+  auto p = prepare(flags, 0);
+  use_cuda_kernels(flags, *p);
   int status = 0;
   runtime::run_cuda_local_ranks(p->plan.num_ranks(), [&](runtime::Backend& backend) {
     const int s = train_on(backend, flags, *p);
@@ -322,10 +362,11 @@ void register_train_command(CLI::App& app) {
       ->capture_default_str()
       ->check(at_least(0));
   cmd->add_option("--backend", flags->backend,
-                  "auto (MPI under mpirun, else threads), local, mpi, or cuda (every rank a thread on GPU 0, tensors "
-                  "and kernels on the device)")
+                  "auto (MPI under mpirun, else threads), local, mpi, or cuda (tensors and kernels on the device: one "
+                  "process per GPU over NCCL under mpirun or srun, else every rank a thread on GPU 0)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "local", "mpi", "cuda"}));
+  add_bootstrap_flags(cmd, flags->bootstrap);
   cmd->add_flag("--bf16-gemm", flags->bf16_gemm,
                 "--backend cuda, fp32: GEMM inputs rounded to bf16 (fp32 accumulation and outputs)");
   cmd->callback([flags] { exit_code() = train_command(*flags); });

@@ -91,6 +91,7 @@ Executor::Executor(const Schedule& schedule_, const RankProgram& program_, const
     throw ScheduleError(fmt::format("schedule dims: heads {} not a multiple of kv_heads {}", schedule.dims.heads,
                                     schedule.dims.kv_heads));
   if (batches < 1) throw ScheduleError(fmt::format("rank {}: empty batch range", program.rank));
+  backend.program_begins();
   allocate_buffers();
   stream_ops_.resize(kNumStreams);
   for (size_t i = 0; i < program.ops.size(); ++i)

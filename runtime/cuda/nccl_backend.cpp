@@ -4,7 +4,8 @@
 // posted: point-to-point entries inside one ncclGroupStart/End on the world communicator,
 // collectives on the group's split communicator, all on the rank's communication stream. A call
 // is complete for the executor as soon as it is issued: the compute stream then waits on its
-// done event, so the host runs ahead and the device keeps the order (docs/cuda.md).
+// done event, so the host runs ahead and the device keeps the order (docs/cuda.md). Each program
+// the executor starts (every training step) runs the plan again from its first call.
 #include <fmt/format.h>
 #include <nccl.h>
 
@@ -205,6 +206,23 @@ class NcclBackend final : public CudaDeviceBackend {
     return post_collective(group, [=](ncclComm_t comm, cudaStream_t s) {
       WF_NCCL_CHECK(ncclAllReduce(data, data, size_t(count), nccl_type(type), ncclSum, comm, s));
     });
+  }
+
+  // The next run of the program (a training step after the last) issues the device plan's calls
+  // again from the first. A call issued but never tested still orders the compute stream after it.
+  void program_begins() override {
+    sequencer_.restart();
+    for (const auto& [request, c] : call_of_request_)
+      if (calls_[size_t(c)].issued) compute_waits(calls_[size_t(c)].done);
+    call_of_request_.clear();
+    sizes_.clear();
+    for (CallState& call : calls_) {
+      std::fill(call.ptrs.begin(), call.ptrs.end(), nullptr);
+      call.collective = nullptr;
+      call.ready.reset();
+      call.done.reset();
+      call.issued = false;
+    }
   }
 
   bool test(RequestId request) override {

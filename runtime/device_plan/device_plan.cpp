@@ -350,6 +350,19 @@ std::vector<int32_t> CallSequencer::take_issuable() {
   return ready;
 }
 
+void CallSequencer::restart() {
+  for (size_t c = next_; c < posted_.size(); ++c)
+    if (posted_[c] > 0)
+      throw ScheduleError(
+          fmt::format("rank {}: the program starts over while call #{} of its device plan ({}, round "
+                      "{}) has {} of its ops posted and was never issued",
+                      plan_.rank, c, to_string(plan_.calls[c].kind), plan_.calls[c].round, posted_[c]));
+  p2p_seen_.clear();
+  collective_seen_.clear();
+  std::fill(posted_.begin(), posted_.end(), 0);
+  next_ = 0;
+}
+
 std::string describe_calls(const RankDevicePlan& rank) {
   std::string text = fmt::format("rank {}: {} NCCL calls\n", rank.rank, rank.calls.size());
   for (size_t c = 0; c < rank.calls.size(); ++c) {

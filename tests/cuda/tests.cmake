@@ -14,6 +14,10 @@ if(TARGET wallfacer AND TARGET runtime_test_plan)
            COMMAND $<TARGET_FILE:wallfacer> plan --model gpt-tiny --seq 128 --batch 2 --tp 1 --pp 1 --strategy zigzag
                    --gpus 2 --dp 1 --out ${_cuda_dir}/train_zigzag2.yaml)
   set_tests_properties(cuda_plan_train_zigzag2 PROPERTIES FIXTURES_SETUP cuda_plan_train_zigzag2)
+  add_test(NAME cuda_plan_train_zigzag4
+           COMMAND $<TARGET_FILE:wallfacer> plan --model gpt-tiny --seq 128 --batch 2 --tp 1 --pp 1 --strategy zigzag
+                   --gpus 4 --dp 1 --out ${_cuda_dir}/train_zigzag4.yaml)
+  set_tests_properties(cuda_plan_train_zigzag4 PROPERTIES FIXTURES_SETUP cuda_plan_train_zigzag4)
   if(WALLFACER_CUDA_ENABLED)
     # With a GPU the run must pass its checks; without one it must say so and exit 2.
     add_test(NAME cuda_run_ring4
@@ -53,6 +57,14 @@ if(TARGET wallfacer AND TARGET runtime_test_plan)
              COMMAND ${CMAKE_CURRENT_LIST_DIR}/bootstrap_env.sh $<TARGET_FILE:wallfacer> ${_cuda_dir}/ring4.yaml
                      ${_cuda_dir}/bootstrap_env)
     set_tests_properties(cuda_run_bootstrap_env PROPERTIES FIXTURES_REQUIRED cuda_plan_ring4 PASS_REGULAR_EXPRESSION
+                         "(no usable CUDA device here|the plan has 4 ranks but 2 processes).*rank 0 exit status 2.*rank 1 exit status 2")
+    # `train --backend cuda` over NCCL started as srun would, two tasks for a 4-rank plan: both stop
+    # in preparation (no GPU here, or 2 processes for 4 ranks) with status 2, no rank left waiting.
+    add_test(NAME cuda_train_bootstrap_env
+             COMMAND ${CMAKE_CURRENT_LIST_DIR}/bootstrap_env.sh $<TARGET_FILE:wallfacer> ${_cuda_dir}/train_zigzag4.yaml
+                     ${_cuda_dir}/train_bootstrap_env train --steps 1)
+    set_tests_properties(cuda_train_bootstrap_env PROPERTIES FIXTURES_REQUIRED cuda_plan_train_zigzag4
+                         PASS_REGULAR_EXPRESSION
                          "(no usable CUDA device here|the plan has 4 ranks but 2 processes).*rank 0 exit status 2.*rank 1 exit status 2")
     # The staging adapter of gpu-check's training comparison, without a GPU: trained through it with
     # the CPU kernels on host memory, the losses must equal the CPU run's exactly.

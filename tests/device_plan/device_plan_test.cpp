@@ -197,6 +197,39 @@ TEST(CallSequencer, ReleasesWholeCallsInPlanOrder) {
   EXPECT_THROW(sequencer.post_collective(12345), ScheduleError);
 }
 
+// A program run again (the next training step) starts the plan over: the same posts map to the
+// same calls from the first. Calls a run never reached are dropped; a call with some of its ops
+// posted but not issued is refused, since its partners may have issued it.
+TEST(CallSequencer, RestartsForTheNextRunOfTheProgram) {
+  const Plan plan = ring_plan(4);
+  const DevicePlan device = make_device_plan(build_schedule(plan), plan);
+  const auto& calls = device.ranks[1].calls;
+  ASSERT_GE(calls.size(), 2u);
+  runtime::CallSequencer sequencer(device.ranks[1]);
+  auto post_call = [&](size_t c) {
+    for (const auto& e : calls[c].entries)
+      EXPECT_EQ(sequencer.post_p2p(e.send, e.peer, e.tag).call, int32_t(c));
+    if (calls[c].kind == CallKind::Collective) EXPECT_EQ(sequencer.post_collective(calls[c].group).call, int32_t(c));
+  };
+  for (int run = 0; run < 2; ++run) {
+    for (size_t c = 0; c < calls.size(); ++c)
+      post_call(c);
+    EXPECT_EQ(sequencer.take_issuable().size(), calls.size()) << "run " << run;
+    EXPECT_EQ(sequencer.next_call(), calls.size());
+    sequencer.restart();
+    EXPECT_EQ(sequencer.next_call(), 0u);
+  }
+  post_call(0);  // a run that stops after its first call
+  EXPECT_EQ(sequencer.take_issuable(), (std::vector<int32_t>{0}));
+  sequencer.restart();
+  post_call(0);
+  EXPECT_EQ(sequencer.take_issuable(), (std::vector<int32_t>{0}));
+  ASSERT_EQ(calls[1].entries.size(), 2u);
+  const auto& e = calls[1].entries.front();  // half of the second call
+  sequencer.post_p2p(e.send, e.peer, e.tag);
+  EXPECT_THROW(sequencer.restart(), ScheduleError);
+}
+
 TEST(DevicePlan, RefusesUnmatchedSend) {
   const Plan plan = ring_plan(2);
   Schedule schedule = build_schedule(plan);

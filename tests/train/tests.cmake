@@ -17,6 +17,13 @@ wallfacer_add_test(NAME test_train_device_memory
           ${CMAKE_CURRENT_LIST_DIR}/device_memory_test.cpp
   LIBS wallfacer::train wallfacer::planner fmt::fmt)
 
+# The trainer over the NCCL transport's host logic: the step's device plan, verified, and training
+# with every post held until the plan releases its call, against the threads backend.
+wallfacer_add_test(NAME test_train_device_plan
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/train_fixtures.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/step_device_plan_test.cpp
+  LIBS wallfacer::train wallfacer::device_plan wallfacer::planner fmt::fmt)
+
 # ---- `wallfacer train` end to end ---------------------------------------------------------------
 if(TARGET wallfacer)
   set(_train_dir ${CMAKE_CURRENT_BINARY_DIR}/train_cli)

@@ -98,6 +98,11 @@ class Backend {
   // All-reduce with sum, in place.
   virtual RequestId iallreduce(int group, void* data, int64_t count, ElemType type) = 0;
 
+  // (optional) Called by the executor before it posts anything of a program, every time it starts
+  // one (a trainer starts the step's program once per step). A backend that issues its calls from
+  // a per-program plan (the NCCL transport's device plan) starts that plan over here.
+  virtual void program_begins() {}
+
   // ---- completion ---------------------------------------------------------------------------
   // True once the operation is complete; the id is then retired and must not be tested again.
   virtual bool test(RequestId request) = 0;

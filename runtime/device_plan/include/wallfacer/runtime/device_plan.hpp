@@ -116,6 +116,11 @@ class CallSequencer {
   Slot post_collective(int group);
   // The calls that became issuable since the last call, in plan order.
   std::vector<int32_t> take_issuable();
+  // Starts the plan over for the next run of the same program (a training step after the last):
+  // nothing posted, nothing issued. Calls the last run did not reach are dropped, as they are on
+  // every rank when all stop at the same op. Throws ScheduleError when a call has some of its ops
+  // posted but was not issued: its partners may have issued it and wait for it.
+  void restart();
   bool issued(int32_t call) const { return call < int32_t(next_); }
   // The first call not yet issued and how many of its ops are posted (for error messages).
   size_t next_call() const { return next_; }
