@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 #include <wallfacer/core/errors.hpp>
@@ -286,6 +287,19 @@ void require_gpu() {
       "--backend cuda: this build has no CUDA support (configure with -DWALLFACER_CUDA=ON where nvcc and NCCL are "
       "installed)");
 #endif
+}
+
+int processes_on_this_node(int launched_ranks) {
+  if (launched_ranks <= 0) return 0;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+    if (const char* value = std::getenv(name); value != nullptr && std::atoi(value) > 0) return std::atoi(value);
+  return launched_ranks;
+}
+
+bool first_process_on_this_node(int rank) {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"})
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') return std::atoi(value) == 0;
+  return rank <= 0;
 }
 
 }  // namespace wallfacer::cli

@@ -76,4 +76,10 @@ bool use_mpi_backend(const std::string& backend);
 // here: ...") rather than a failure in the middle of the run.
 void require_gpu();
 
+// This process's share of the node for a memory check: 0 for every rank as threads here, else
+// the ranks the launcher put on this node (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, or all of
+// them); only the node's first process checks, for all of them.
+int processes_on_this_node(int launched_ranks);
+bool first_process_on_this_node(int rank);
+
 }  // namespace wallfacer::cli

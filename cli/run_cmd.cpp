@@ -86,21 +86,6 @@ void check_topology(const RunFlags& flags, const Plan& plan) {
   check_plan_against_topology(plan, topology, flags.plan);
 }
 
-// This process's share of the node for the memory check: every rank (threads), or the ranks the
-// MPI launcher put on this node; only the node's first process checks, for all of them.
-int processes_on_this_node(int launched_ranks) {
-  if (launched_ranks <= 0) return 0;
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
-    if (const char* value = std::getenv(name); value != nullptr && std::atoi(value) > 0) return std::atoi(value);
-  return launched_ranks;
-}
-
-bool first_process_on_this_node(int rank) {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"})
-    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') return std::atoi(value) == 0;
-  return rank <= 0;
-}
-
 // Everything that can be wrong with the input, checked before any compute.
 std::unique_ptr<Prepared> prepare(const RunFlags& flags, int launched_ranks, int rank = -1) {
   auto p = std::make_unique<Prepared>();

@@ -15,14 +15,17 @@
 #include <vector>
 
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/log.hpp>
 #include <wallfacer/plan/plan.hpp>
 #include <wallfacer/runtime/local_backend.hpp>
+#include <wallfacer/runtime/memory_estimate.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include <wallfacer/train/data.hpp>
 #include <wallfacer/train/recall_task.hpp>
 #include <wallfacer/train/run.hpp>
 #include <wallfacer/train/source.hpp>
 #include <wallfacer/train/step_device_plan.hpp>
+#include <wallfacer/train/train_memory.hpp>
 #include "bootstrap.hpp"
 #include "commands.hpp"
 #include "common.hpp"
@@ -47,6 +50,7 @@ struct TrainFlags {
   int64_t recall_curriculum_copies = 1, recall_curriculum_steps = 0, recall_curriculum_length = 0;
   int log_every = 10;
   bool resume = false, json = false, fp64 = false, bf16_gemm = false;
+  std::string memory_check = "on";
   BootstrapFlags bootstrap;
 };
 
@@ -72,6 +76,59 @@ train::RecallTaskSpec recall_spec(const TrainFlags& flags, int64_t seq) {
   spec.curriculum_length = flags.recall_curriculum_length;
   train::validate(spec);
   return spec;
+}
+
+// Where the ranks of this process train, for the memory check.
+enum class Placement { Host, Device };
+
+// Refuses, before anything is allocated, a run whose memory does not fit (exit 2 with the
+// figures) instead of dying midway: the trainer's peak in backend memory measured for this
+// process's ranks (train_memory.hpp), plus the host arrays of each rank's initial parameters and,
+// on a GPU, the kernels' scratch and the CUDA/NCCL allowance. `rank` < 0: every rank here.
+void check_train_memory(const TrainFlags& flags, const Plan& plan, Placement where, int rank, int launched) {
+  if (flags.memory_check != "on") return;
+  const bool all = rank < 0;
+  const train::TrainMemory m =
+      train::measure_train_memory(plan, flags.fp64, true, all ? std::vector<int>{} : std::vector<int>{rank});
+  int64_t backend = 0;
+  for (const train::RankTrainMemory& r : m.ranks)
+    backend += r.backend_peak + (where == Placement::Device ? train::cuda_kernel_scratch_bytes(
+                                                                  r, m, flags.bf16_gemm, flags.peak_gflops <= 0, all)
+                                                            : 0);
+  const int64_t init = int64_t(m.ranks.size()) * m.init_host_bytes();
+  const int64_t host = (where == Placement::Host ? backend : 0) + init;
+  const std::string ranks_text = all ? fmt::format("{} ranks", m.ranks.size()) : fmt::format("rank {}", rank);
+  WF_LOG_INFO("cli", "train memory for {}: {} in {} memory (trainer peak), {} host for the initial parameters",
+              ranks_text, runtime::bytes_text(backend), where == Placement::Host ? "host" : "GPU",
+              runtime::bytes_text(init));
+#ifdef WALLFACER_WITH_CUDA
+  if (where == Placement::Device) {
+    const int device = all ? 0 : runtime::cuda_process_device();
+    const int64_t need = backend + runtime::kDeviceRuntimeAllowanceBytes;
+    const runtime::CudaMemoryInfo gpu = runtime::cuda_memory_info(device);
+    if (gpu.free >= 0 && need > gpu.free)
+      throw InputError(flags.plan, 0,
+                       fmt::format("training this plan needs about {} on GPU {} for {} (the trainer's peak and the "
+                                   "kernels' scratch {}, CUDA and NCCL {}), but the GPU has {} free of {}; use more "
+                                   "GPUs, ZeRO 1 or 2, activation checkpointing, a shorter sequence, or "
+                                   "--memory-check off",
+                                   runtime::bytes_text(need), device, ranks_text, runtime::bytes_text(backend),
+                                   runtime::bytes_text(runtime::kDeviceRuntimeAllowanceBytes),
+                                   runtime::bytes_text(gpu.free), runtime::bytes_text(gpu.total)));
+  }
+#endif
+  const int processes = std::max(1, processes_on_this_node(launched));
+  const int64_t node = host * (all ? 1 : processes);
+  const int64_t available = runtime::available_memory_bytes();
+  if (!first_process_on_this_node(rank) || available < 0 || node <= available) return;
+  throw InputError(flags.plan, 0,
+                   fmt::format("training this plan needs about {} of host memory here ({}{}: {} for the trainer, {} "
+                               "for the initial parameters), but only {} is available (MemAvailable); use more ranks, "
+                               "ZeRO 1 or 2, activation checkpointing, a shorter sequence, or --memory-check off",
+                               runtime::bytes_text(node), ranks_text,
+                               all || processes == 1 ? "" : fmt::format(" times {} processes on this node", processes),
+                               runtime::bytes_text(where == Placement::Host ? backend : 0), runtime::bytes_text(init),
+                               runtime::bytes_text(available)));
 }
 
 // `rank` < 0: every rank of the plan runs here (threads).
@@ -180,6 +237,7 @@ int train_on(runtime::Backend& backend, const TrainFlags& flags, const Prepared&
 
 int run_local(const TrainFlags& flags) {
   auto p = prepare(flags, 0);
+  check_train_memory(flags, p->plan, Placement::Host, -1, 0);
   int status = 0;
   runtime::run_local_ranks(p->plan.num_ranks(), [&](runtime::Backend& backend) {
     const int s = train_on(backend, flags, *p);
@@ -209,6 +267,7 @@ struct NcclTrainRank {
   void prepare(const TrainFlags& flags, int rank, int size) {
     require_gpu();
     prepared = cli::prepare(flags, size, rank);
+    check_train_memory(flags, prepared->plan, Placement::Device, rank, size);
     use_cuda_kernels(flags, *prepared);
     device = train::step_device_plan(prepared->plan).device;
   }
@@ -239,6 +298,7 @@ int run_cuda(const TrainFlags& flags) {
 #endif
   // Every rank of the plan as a thread on GPU 0.
   auto p = prepare(flags, 0);
+  check_train_memory(flags, p->plan, Placement::Device, -1, 0);
   use_cuda_kernels(flags, *p);
   int status = 0;
   runtime::run_cuda_local_ranks(p->plan.num_ranks(), [&](runtime::Backend& backend) {
@@ -264,6 +324,7 @@ int train_command(const TrainFlags& flags) {
   runtime::MpiJob job;
   job.prepare = [&](int rank, int size) {
     prepared = prepare(flags, size, rank);
+    check_train_memory(flags, prepared->plan, Placement::Host, rank, size);
     // As `run` does: MPI moves large messages only inside its calls, so long kernels yield to it.
     prepared->settings.trainer.executor.progress_rows = 256;
   };
@@ -369,6 +430,14 @@ void register_train_command(CLI::App& app) {
   add_bootstrap_flags(cmd, flags->bootstrap);
   cmd->add_flag("--bf16-gemm", flags->bf16_gemm,
                 "--backend cuda, fp32: GEMM inputs rounded to bf16 (fp32 accumulation and outputs)");
+  cmd->add_option("--memory-check", flags->memory_check,
+                  "Refuse a run whose memory does not fit before anything is allocated: the trainer's peak, "
+                  "measured by building it and running two steps that compute nothing, with the initial "
+                  "parameters' host arrays, against the memory available here (MemAvailable), and with --backend "
+                  "cuda on the device with the kernels' scratch and 512 MiB for CUDA and NCCL, against the GPU's "
+                  "free memory: on or off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->callback([flags] { exit_code() = train_command(*flags); });
 }
 

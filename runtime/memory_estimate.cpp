@@ -60,6 +60,8 @@ int64_t rank_bytes(const Schedule& schedule, const RankProgram& program, bool fp
   return bytes;
 }
 
+}  // namespace
+
 std::string bytes_text(int64_t bytes) {
   if (bytes == INT64_MAX) return "more than 8 EiB";
   const double b = static_cast<double>(bytes);
@@ -68,8 +70,6 @@ std::string bytes_text(int64_t bytes) {
   if (b >= double(1 << 20)) return fmt::format("{:.1f} MiB", b / double(1 << 20));
   return fmt::format("{:.1f} KiB", b / 1024.0);
 }
-
-}  // namespace
 
 RunMemoryEstimate estimate_run_memory(const Plan& plan, const Schedule& schedule, bool fp64, bool check,
                                       int processes_here) {

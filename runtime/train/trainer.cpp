@@ -185,8 +185,12 @@ Trainer<T>::Impl::Impl(const Plan& plan_, Backend& backend_, const TrainerOption
   for (size_t i = 0; i < program.outputs.size(); ++i)
     layer_outputs.at(size_t(layer_of_buffer(program.buffers[size_t(program.outputs[i].buf)]))).push_back(int32_t(i));
   if (roles.optimizer_op < 0) throw ScheduleError("the step program has no Optimizer op");
-  const std::vector<double> init = initial_parameters(layout, options.seed);
-  params.upload(std::vector<T>(init.begin(), init.end()));
+  if (options.initialise) {
+    const std::vector<double> init = initial_parameters(layout, options.seed);
+    params.upload(std::vector<T>(init.begin(), init.end()));
+  } else {
+    params.resize(layout.size());
+  }
   grads.assign(layout.size(), T(0));
   backend.set_groups(plan.groups);
   setup_shards();

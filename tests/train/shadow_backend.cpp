@@ -74,6 +74,8 @@ void* ShadowBackend::allocate(size_t bytes) {
   char* shadow = region_ + at;
   blocks_[reinterpret_cast<uintptr_t>(shadow)] = {inner_.allocate(bytes), bytes};
   ++allocations_;
+  live_bytes_ += int64_t(bytes);
+  peak_bytes_ = std::max(peak_bytes_, live_bytes_);
   return shadow;
 }
 
@@ -83,6 +85,7 @@ void ShadowBackend::release(void* data) {
   if (it == blocks_.end())
     throw std::logic_error(fmt::format("rank {}: release of {}, which the backend did not allocate", rank(), data));
   inner_.release(it->second.real);
+  live_bytes_ -= int64_t(it->second.bytes);
   blocks_.erase(it);
 }
 

@@ -28,6 +28,7 @@ class ShadowBackend final : public runtime::Backend {
   // is not inside one live allocation.
   void* real(const void* p, size_t bytes, const char* what) const;
   int64_t allocations() const { return allocations_; }
+  int64_t peak_bytes() const { return peak_bytes_; }  // the most bytes live at once
   int64_t translations() const { return translations_; }
 
   int rank() const override { return inner_.rank(); }
@@ -109,7 +110,7 @@ class ShadowBackend final : public runtime::Backend {
   std::map<uintptr_t, Block> blocks_;  // by shadow address
   std::vector<CommGroup> groups_;
   mutable int64_t translations_ = 0;
-  int64_t allocations_ = 0;
+  int64_t allocations_ = 0, live_bytes_ = 0, peak_bytes_ = 0;
 };
 
 // The CPU kernels behind the shadow backend's addresses: every tensor's whole extent must be one

@@ -10,11 +10,13 @@ wallfacer_add_test(NAME test_train
           ${CMAKE_CURRENT_LIST_DIR}/step_program_test.cpp
   LIBS wallfacer::train wallfacer::planner fmt::fmt)
 
-# The trainer on a backend whose memory the host cannot touch (as a GPU's), against host memory.
+# The trainer on a backend whose memory the host cannot touch (as a GPU's), against host memory;
+# the memory `wallfacer train` measures before it allocates, against a real run's.
 wallfacer_add_test(NAME test_train_device_memory
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/train_fixtures.cpp
           ${CMAKE_CURRENT_LIST_DIR}/shadow_backend.cpp
           ${CMAKE_CURRENT_LIST_DIR}/device_memory_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/train_memory_test.cpp
   LIBS wallfacer::train wallfacer::planner fmt::fmt)
 
 # The trainer over the NCCL transport's host logic: the step's device plan, verified, and training
@@ -70,6 +72,15 @@ if(TARGET wallfacer)
   wallfacer_train_cli_test(train_cli_tensor_parallel_refused train_plan_tp2 2
                            "tp2.yaml: error: the trainer runs data x sequence parallel plans"
                            ${_wf} train --plan ${_train_dir}/tp2.yaml --steps 1)
+  # A plan whose memory does not fit is refused before anything is allocated: 8 ranks of Llama-3-8B,
+  # each holding the 8B parameters, their gradients and AdamW moments (over 1 TB in all).
+  add_test(NAME train_plan_llama8b8 COMMAND ${_wf} plan --model llama-3-8b --seq 8192 --batch 1 --strategy ring
+                                            --gpus 8 --dp 1 --tp 1 --pp 1 --zero-stage 1 --checkpointing none
+                                            --out ${_train_dir}/llama8b8.yaml)
+  set_tests_properties(train_plan_llama8b8 PROPERTIES FIXTURES_SETUP train_plan_llama8b8)
+  wallfacer_train_cli_test(train_cli_memory_refused train_plan_llama8b8 2
+                           "llama8b8.yaml: error: training this plan needs about [0-9.]+ [GT]iB of host memory here \\(8 ranks"
+                           ${_wf} train --plan ${_train_dir}/llama8b8.yaml --steps 1)
   # A truncated checkpoint is refused before any step, naming the file.
   wallfacer_train_cli_test(train_cli_truncated_checkpoint train_plan_zigzag2 2 "rank-0.ckpt: error: checkpoint"
                            sh -c "rm -rf ${_train_dir}/trunc && ${_wf} train --plan ${_train_dir}/zigzag2.yaml \

@@ -28,6 +28,9 @@ struct RunMemoryEstimate {
 RunMemoryEstimate estimate_run_memory(const Plan& plan, const Schedule& schedule, bool fp64, bool check,
                                       int processes_here);
 
+// "1.5 GiB", "320.0 MiB", ...
+std::string bytes_text(int64_t bytes);
+
 // Memory this machine can give without swapping: MemAvailable from /proc/meminfo, else
 // sysconf's available pages; -1 when neither is known.
 int64_t available_memory_bytes();

@@ -43,6 +43,9 @@ struct TrainerOptions {
   // (cpu_step_kernels.hpp).
   runtime::StepKernelsFactory<float> kernels_f32;
   runtime::StepKernelsFactory<double> kernels_f64;
+  // false: the parameters are allocated but not initialised (their values are undefined), and the
+  // host never holds their initial values: a run that only measures memory (train_memory.hpp).
+  bool initialise = true;
 };
 
 struct StepResult {
