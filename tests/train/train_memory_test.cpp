@@ -1,8 +1,8 @@
 // What `wallfacer train` checks before it allocates (train_memory.hpp): the peak that a run
 // computing nothing measures is the real run's. For every strategy, ZeRO stage, checkpointing mode
 // and precision, a real run of two steps on the threads backend, its memory counted through a
-// shadow backend, holds at least the measured peak and at most that plus the transfers in flight
-// the measurement adds; the largest GEMM and the rows match the model's shapes.
+// shadow backend, peaks within the transfers in flight (the margin the measurement adds) of the
+// measured peak, and never above the bound; the largest GEMM and the rows match the model's shapes.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -85,8 +85,13 @@ TEST_P(TrainMemoryCases, MeasuredPeakBoundsTheRealRun) {
   for (size_t r = 0; r < real.size(); ++r) {
     SCOPED_TRACE(fmt::format("rank {}", r));
     const train::RankTrainMemory& rank = m.ranks[r];
-    EXPECT_LE(rank.measured_peak, real[r]);
+    // What both runs hold apart from message blocks is the same at every point of the compute
+    // stream (after the first step every persistent array exists); blocks in flight differ by at
+    // most the margin, either way.
+    const int64_t margin = rank.backend_peak - rank.measured_peak;
+    EXPECT_GE(margin, 0);
     EXPECT_GE(rank.backend_peak, real[r]);
+    EXPECT_LE(rank.measured_peak - margin, real[r]);
     EXPECT_GT(rank.measured_peak, 0);
     EXPECT_EQ(rank.rows, rows);
     // The LM head's GEMMs are the largest (vocab 256 > MLP 64): its forward reads rows x hidden and
