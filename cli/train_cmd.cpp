@@ -81,6 +81,16 @@ train::RecallTaskSpec recall_spec(const TrainFlags& flags, int64_t seq) {
 // Where the ranks of this process train, for the memory check.
 enum class Placement { Host, Device };
 
+// What may make a plan that does not fit fit, in the words of the refusal: more machines to spread
+// the ranks over, and only the changes the plan has not made yet (every rank holds every
+// parameter, so more ranks on one machine need more, not less).
+std::string memory_remedies(const Plan& plan, const char* more) {
+  std::string text = fmt::format("use more {}", more);
+  if (plan.workload.zero_stage < 2) text += ", ZeRO 2";
+  if (plan.workload.checkpointing != Checkpointing::Full) text += ", full activation checkpointing";
+  return text + ", a shorter sequence, or --memory-check off";
+}
+
 // Refuses, before anything is allocated, a run whose memory does not fit (exit 2 with the
 // figures) instead of dying midway: the trainer's peak in backend memory measured for this
 // process's ranks (train_memory.hpp), plus the host arrays of each rank's initial parameters and,
@@ -107,14 +117,13 @@ void check_train_memory(const TrainFlags& flags, const Plan& plan, Placement whe
     const int64_t need = backend + runtime::kDeviceRuntimeAllowanceBytes;
     const runtime::CudaMemoryInfo gpu = runtime::cuda_memory_info(device);
     if (gpu.free >= 0 && need > gpu.free)
-      throw InputError(flags.plan, 0,
-                       fmt::format("training this plan needs about {} on GPU {} for {} (the trainer's peak and the "
-                                   "kernels' scratch {}, CUDA and NCCL {}), but the GPU has {} free of {}; use more "
-                                   "GPUs, ZeRO 1 or 2, activation checkpointing, a shorter sequence, or "
-                                   "--memory-check off",
-                                   runtime::bytes_text(need), device, ranks_text, runtime::bytes_text(backend),
-                                   runtime::bytes_text(runtime::kDeviceRuntimeAllowanceBytes),
-                                   runtime::bytes_text(gpu.free), runtime::bytes_text(gpu.total)));
+      throw InputError(
+          flags.plan, 0,
+          fmt::format("training this plan needs about {} on GPU {} for {} (the trainer's peak and the "
+                      "kernels' scratch {}, CUDA and NCCL {}), but the GPU has {} free of {}; {}",
+                      runtime::bytes_text(need), device, ranks_text, runtime::bytes_text(backend),
+                      runtime::bytes_text(runtime::kDeviceRuntimeAllowanceBytes), runtime::bytes_text(gpu.free),
+                      runtime::bytes_text(gpu.total), memory_remedies(plan, "GPUs")));
   }
 #endif
   const int processes = std::max(1, processes_on_this_node(launched));
@@ -123,12 +132,12 @@ void check_train_memory(const TrainFlags& flags, const Plan& plan, Placement whe
   if (!first_process_on_this_node(rank) || available < 0 || node <= available) return;
   throw InputError(flags.plan, 0,
                    fmt::format("training this plan needs about {} of host memory here ({}{}: {} for the trainer, {} "
-                               "for the initial parameters), but only {} is available (MemAvailable); use more ranks, "
-                               "ZeRO 1 or 2, activation checkpointing, a shorter sequence, or --memory-check off",
+                               "for the initial parameters), but only {} is available (MemAvailable); {}",
                                runtime::bytes_text(node), ranks_text,
                                all || processes == 1 ? "" : fmt::format(" times {} processes on this node", processes),
                                runtime::bytes_text(where == Placement::Host ? backend : 0), runtime::bytes_text(init),
-                               runtime::bytes_text(available)));
+                               runtime::bytes_text(available),
+                               memory_remedies(plan, "nodes (the ranks as processes over them under mpirun)")));
 }
 
 // `rank` < 0: every rank of the plan runs here (threads).
