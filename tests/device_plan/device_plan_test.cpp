@@ -209,7 +209,9 @@ TEST(CallSequencer, RestartsForTheNextRunOfTheProgram) {
   auto post_call = [&](size_t c) {
     for (const auto& e : calls[c].entries)
       EXPECT_EQ(sequencer.post_p2p(e.send, e.peer, e.tag).call, int32_t(c));
-    if (calls[c].kind == CallKind::Collective) EXPECT_EQ(sequencer.post_collective(calls[c].group).call, int32_t(c));
+    if (calls[c].kind == CallKind::Collective) {
+      EXPECT_EQ(sequencer.post_collective(calls[c].group).call, int32_t(c));
+    }
   };
   for (int run = 0; run < 2; ++run) {
     for (size_t c = 0; c < calls.size(); ++c)

@@ -64,7 +64,7 @@ using StrategyKnobs = std::variant<NoKnobs, UspKnobs, DoubleRingKnobs, WallFacer
 struct StrategyParams {
   int sequence_parallel = 1;  // S = ranks sharing one sequence
   int data_parallel = 1;      // D = replicas, each with batch / D sequences; P = T * S * D
-  StrategyKnobs knobs;        // must be the strategy's own type (knobs_fit)
+  StrategyKnobs knobs = {};   // must be the strategy's own type (knobs_fit)
   // T, Megatron-style tensor parallelism around the strategy (docs/step.md "Tensor parallelism"):
   // global rank g = (d * S + s) * T + t; the T ranks of a tensor group split every layer's heads and
   // matrices, and each tensor slice t runs the strategy over its S * D ranks on heads / T.
