@@ -7,9 +7,13 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include <wallfacer/runtime/rendezvous.hpp>
+#ifdef WALLFACER_WITH_MPI
+#include <wallfacer/runtime/mpi/mpi_runner.hpp>
+#endif
 
 namespace wallfacer::cli {
 
@@ -39,5 +43,32 @@ struct SchedulerJob {
 // run prints "rank R: what" and ends this process at once (status 3), which closes its
 // connections so the other ranks' next control call fails naming it.
 int run_scheduler_job(const SchedulerJob& job);
+
+// One process per rank, started by a launcher: `prepare(rank, size)` on every rank, then
+// `run(control)` with the launcher's control channel (a ControlChannel under srun alone, the MPI
+// backend under mpirun, so `run` takes either). `configure_mpi(job)` may set the MPI backend's
+// options first. Returns the exit status, or nothing when no launcher started this process.
+template <typename Prepare, typename Run, typename ConfigureMpi>
+std::optional<int> run_launched_ranks(const BootstrapFlags& flags, Prepare prepare, Run run,
+                                      [[maybe_unused]] ConfigureMpi configure_mpi) {
+  const Bootstrap bootstrap = resolve_bootstrap(flags);
+  if (bootstrap == Bootstrap::Env) {
+    SchedulerJob job;
+    job.rendezvous.connect_timeout_seconds = flags.connect_timeout;
+    job.prepare = prepare;
+    job.run = [&](runtime::ControlChannel& control) { return run(control); };
+    return run_scheduler_job(job);
+  }
+#ifdef WALLFACER_WITH_MPI
+  if (bootstrap == Bootstrap::Mpi) {
+    runtime::MpiJob job;
+    configure_mpi(job);
+    job.prepare = prepare;
+    job.run = [&](runtime::Backend& control) { return run(control); };
+    return runtime::run_mpi_job(job);
+  }
+#endif
+  return std::nullopt;
+}
 
 }  // namespace wallfacer::cli

@@ -264,25 +264,15 @@ struct NcclRank {
 };
 
 int run_cuda(const RunFlags& flags) {
-  const Bootstrap bootstrap = resolve_bootstrap(flags.bootstrap);
   NcclRank rank;
-  if (bootstrap == Bootstrap::Env) {
-    SchedulerJob job;
-    job.rendezvous.connect_timeout_seconds = flags.bootstrap.connect_timeout;
-    job.prepare = [&](int r, int size) { rank.prepare(flags, r, size); };
-    job.run = [&](runtime::ControlChannel& control) { return rank.run(flags, control); };
-    return run_scheduler_job(job);
-  }
-#ifdef WALLFACER_WITH_MPI
-  if (bootstrap == Bootstrap::Mpi) {
-    runtime::MpiJob job;
-    job.backend.stall_seconds = flags.stall_seconds;
-    job.backend.peer_check_seconds = flags.peer_check_seconds;
-    job.prepare = [&](int r, int size) { rank.prepare(flags, r, size); };
-    job.run = [&](runtime::Backend& control) { return rank.run(flags, control); };
-    return runtime::run_mpi_job(job);
-  }
-#endif
+  const std::optional<int> launched = run_launched_ranks(
+      flags.bootstrap, [&](int r, int size) { rank.prepare(flags, r, size); },
+      [&](auto& control) { return rank.run(flags, control); },
+      [&](auto& job) {
+        job.backend.stall_seconds = flags.stall_seconds;
+        job.backend.peer_check_seconds = flags.peer_check_seconds;
+      });
+  if (launched) return *launched;
   require_gpu();
   auto p = prepare(flags, 0);
   check_gpu_memory(flags, *p, true, 0);

@@ -288,23 +288,11 @@ struct NcclTrainRank {
 };
 
 int run_cuda(const TrainFlags& flags) {
-  const Bootstrap bootstrap = resolve_bootstrap(flags.bootstrap);
   NcclTrainRank rank;
-  if (bootstrap == Bootstrap::Env) {
-    SchedulerJob job;
-    job.rendezvous.connect_timeout_seconds = flags.bootstrap.connect_timeout;
-    job.prepare = [&](int r, int size) { rank.prepare(flags, r, size); };
-    job.run = [&](runtime::ControlChannel& control) { return rank.run(flags, control); };
-    return run_scheduler_job(job);
-  }
-#ifdef WALLFACER_WITH_MPI
-  if (bootstrap == Bootstrap::Mpi) {
-    runtime::MpiJob job;
-    job.prepare = [&](int r, int size) { rank.prepare(flags, r, size); };
-    job.run = [&](runtime::Backend& control) { return rank.run(flags, control); };
-    return runtime::run_mpi_job(job);
-  }
-#endif
+  const std::optional<int> launched = run_launched_ranks(
+      flags.bootstrap, [&](int r, int size) { rank.prepare(flags, r, size); },
+      [&](auto& control) { return rank.run(flags, control); }, [](auto&) {});
+  if (launched) return *launched;
   // Every rank of the plan as a thread on GPU 0.
   auto p = prepare(flags, 0);
   check_train_memory(flags, p->plan, Placement::Device, -1, 0);

@@ -58,8 +58,7 @@ RankProgram with_scalar_all_reduces(const RankProgram& program, const std::vecto
         deps.push_back(reduce);
       }
     }
-    Op copy = op;
-    moved[i] = out.add(copy, deps);
+    moved[i] = out.add(op, deps);
   }
   return out;
 }

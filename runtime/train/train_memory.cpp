@@ -86,12 +86,6 @@ RankTrainMemory measure_rank(const Plan& plan, int rank, bool reduce_scatter, in
 
 }  // namespace
 
-const RankTrainMemory& TrainMemory::largest() const {
-  return *std::max_element(ranks.begin(), ranks.end(), [](const RankTrainMemory& a, const RankTrainMemory& b) {
-    return a.backend_peak < b.backend_peak;
-  });
-}
-
 TrainMemory measure_train_memory(const Plan& plan, bool fp64, bool reduce_scatter, const std::vector<int>& ranks) {
   TrainMemory memory;
   memory.element_bytes = fp64 ? 8 : 4;

@@ -36,12 +36,7 @@ Plan case_plan(const Case& c) {
   Workload w = tiny_decoder(32, 2, true);
   w.zero_stage = c.zero_stage;
   w.checkpointing = c.checkpointing;
-  const int P = c.sequence_parallel * c.data_parallel;
-  for (const StrategyParams& q : enumerate_params(c.kind, w, P))
-    if (q.sequence_parallel == c.sequence_parallel && q.data_parallel == c.data_parallel && q.tensor_parallel == 1 &&
-        q.pipeline_parallel == 1 && check_feasible(c.kind, q, w, P).ok)
-      return tiny_plan(c.kind, q, w);
-  throw std::logic_error(fmt::format("{}: no feasible parameters", c.name));
+  return first_feasible_plan(c.kind, c.sequence_parallel, c.data_parallel, w);
 }
 
 // Rank 0's losses and every rank's parameters after `steps` steps; `device` given: every rank

@@ -1,6 +1,9 @@
 #include "train/train_fixtures.hpp"
 
+#include <fmt/format.h>
+
 #include <mutex>
+#include <stdexcept>
 
 #include <wallfacer/runtime/local_backend.hpp>
 #include <wallfacer/schedule/strategy.hpp>
@@ -39,6 +42,16 @@ Plan tiny_plan(StrategyKind kind, const StrategyParams& params, const Workload& 
     plan.ranks.push_back(RankSlot{r, r, 0, r, ""});
   plan.groups = make_groups(kind, params, P);
   return plan;
+}
+
+Plan first_feasible_plan(StrategyKind kind, int sequence_parallel, int data_parallel, const Workload& workload) {
+  const int P = sequence_parallel * data_parallel;
+  for (const StrategyParams& q : enumerate_params(kind, workload, P))
+    if (q.sequence_parallel == sequence_parallel && q.data_parallel == data_parallel && q.tensor_parallel == 1 &&
+        q.pipeline_parallel == 1 && check_feasible(kind, q, workload, P).ok)
+      return tiny_plan(kind, q, workload);
+  throw std::logic_error(
+      fmt::format("{} S={} D={}: no feasible parameters", to_string(kind), sequence_parallel, data_parallel));
 }
 
 train::TrainingSample pseudo_text(int64_t seq, int64_t step, int sample) {

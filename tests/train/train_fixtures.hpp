@@ -16,6 +16,10 @@ Workload tiny_decoder(int64_t seq, int batch, bool gated);
 // Rank r on GPU r, the strategy's canonical groups; T = 1, Pp = 1.
 Plan tiny_plan(StrategyKind kind, const StrategyParams& params, const Workload& workload);
 
+// The strategy's first feasible parameters (its knobs included) with S = sequence_parallel,
+// D = data_parallel, T = Pp = 1, as tiny_plan's plan; std::logic_error when there are none.
+Plan first_feasible_plan(StrategyKind kind, int sequence_parallel, int data_parallel, const Workload& workload);
+
 // Deterministic pseudo-text (bytes with repeated words), every target counted except a few.
 train::TrainingSample pseudo_text(int64_t seq, int64_t step, int sample);
 train::BatchSource pseudo_text_batches(int64_t seq);

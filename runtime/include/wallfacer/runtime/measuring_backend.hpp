@@ -27,7 +27,6 @@ class MeasuringBackend final : public Backend {
 
   int64_t peak_bytes() const { return peak_; }
   int64_t live_bytes() const { return live_; }
-  int64_t allocations() const { return allocations_; }
   // The most bytes one reduce-scatter or all-reduce sums (a device transport's scratch for it).
   int64_t largest_reduction_bytes() const { return largest_reduction_; }
   // The largest send, plus the largest receive, plus the largest collective's send and receive data.
@@ -85,7 +84,7 @@ class MeasuringBackend final : public Backend {
   uintptr_t next_address_;
   RequestId collective(int64_t elements, ElemType type);
 
-  int64_t live_ = 0, peak_ = 0, allocations_ = 0, largest_reduction_ = 0;
+  int64_t live_ = 0, peak_ = 0, largest_reduction_ = 0;
   int64_t largest_send_ = 0, largest_recv_ = 0, largest_collective_ = 0;
   RequestId next_ = 1;
 };

@@ -30,7 +30,6 @@ struct TrainMemory {
   // Host bytes a rank's trainer holds while it is built: the initial values in fp64 and their copy
   // in the training precision.
   int64_t init_host_bytes() const { return parameters * (8 + element_bytes); }
-  const RankTrainMemory& largest() const;
 };
 
 // `ranks`: the ranks to measure (all when empty). `reduce_scatter`: whether the backend that will
