@@ -26,6 +26,9 @@ QColor stream_color(Stream stream, bool backward) {
     case Stream::Collective:
       c = QColor(230, 150, 40);
       break;
+    case Stream::Sync:
+      c = QColor(200, 110, 170);
+      break;
   }
   return backward ? c.darker(130) : c;
 }

@@ -138,6 +138,8 @@ const char* to_string(Stream stream) {
       return "recv";
     case Stream::Collective:
       return "collective";
+    case Stream::Sync:
+      return "sync";
   }
   return "?";
 }

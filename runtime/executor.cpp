@@ -334,7 +334,7 @@ bool Executor::ready(int32_t op_index) const {
 
 bool Executor::advance_streams() {
   bool progressed = false;
-  static constexpr Stream kComm[] = {Stream::Send, Stream::Recv, Stream::Collective};
+  static constexpr Stream kComm[] = {Stream::Send, Stream::Recv, Stream::Collective, Stream::Sync};
   for (Stream s : kComm) {
     InFlight& flight = flight_[size_t(s)];
     if (flight.op >= 0 && backend.test(flight.request)) {

@@ -187,17 +187,20 @@ void RankActor::start_collective(int32_t index) {
   const int32_t coll = ops_[size_t(index)].target;
   int group = program_.collectives[size_t(coll)].group;
   if (group_sequence_.size() <= size_t(group)) group_sequence_.resize(size_t(group) + 1, 0);
-  collective_ = Collective{};
-  collective_.op = index;
-  collective_.steps = &replay_.collective_steps(rank_, coll);
-  collective_.sequence = group_sequence_[size_t(group)]++;
-  collective_.posted_at = now_;
-  advance_collective();
+  const uint64_t slot = ops_[size_t(index)].stream == uint8_t(Stream::Sync) ? kSyncSlot : kCollectiveSlot;
+  Collective& c = collectives_[slot];
+  c = Collective{};
+  c.op = index;
+  c.steps = &replay_.collective_steps(rank_, coll);
+  c.sequence = group_sequence_[size_t(group)]++;
+  c.posted_at = now_;
+  advance_collective(slot);
 }
 
 // Posts every transfer the step order allows, and completes the op after the last.
-void RankActor::advance_collective() {
-  Collective& c = collective_;
+void RankActor::advance_collective(uint64_t slot) {
+  Collective& c = collectives_[slot];
+  const uint64_t in_slot = slot << kSlotShift;
   const CollectiveSteps& steps = *c.steps;
   const bool direct = steps.order == StepOrder::Direct, ring = steps.order == StepOrder::Ring;
   // Ring steps are `width` transfers (one per ring channel): a step starts once the one before it
@@ -205,7 +208,7 @@ void RankActor::advance_collective() {
   const size_t width = ring ? size_t(steps.width) : 1;
   auto step_start = [width](size_t index) { return index / width * width; };
   while (c.recvs_posted < steps.recvs.size() && (direct || c.recvs_done >= step_start(c.recvs_posted))) {
-    activities_.recv(steps.recvs[c.recvs_posted].channel, make_tag(TagKind::CollectiveRecv, c.recvs_posted));
+    activities_.recv(steps.recvs[c.recvs_posted].channel, make_tag(TagKind::CollectiveRecv, in_slot | c.recvs_posted));
     ++c.recvs_posted;
     transfer_started();
   }
@@ -214,10 +217,10 @@ void RankActor::advance_collective() {
     const CollectiveTransfer& send = steps.sends[c.sends_posted];
     // A merged ring step first spends the latency of the steps it replaces (bar its own).
     if (send.delay > 0) {
-      activities_.timer(send.delay, make_tag(TagKind::CollectiveDelay, c.sends_posted));
+      activities_.timer(send.delay, make_tag(TagKind::CollectiveDelay, in_slot | c.sends_posted));
       ++activities_run_;
     } else {
-      post_collective_send(c.sends_posted);
+      post_collective_send(in_slot | c.sends_posted);
     }
     ++c.sends_posted;
     transfer_started();
@@ -230,12 +233,13 @@ void RankActor::advance_collective() {
   }
 }
 
-void RankActor::post_collective_send(uint64_t index) {
-  const Collective& c = collective_;
+void RankActor::post_collective_send(uint64_t tagged_index) {
+  const Collective& c = collectives_[tagged_index >> kSlotShift];
+  const uint64_t index = tagged_index & ((uint64_t(1) << kSlotShift) - 1);
   const CollectiveTransfer& send = c.steps->sends[index];
   uint64_t step = c.steps->order == StepOrder::Ring ? index : 0;
   activities_.send(send.channel, send.bytes, collective_payload(c.sequence, step),
-                   make_tag(TagKind::CollectiveSend, index));
+                   make_tag(TagKind::CollectiveSend, tagged_index));
 }
 
 void RankActor::handle(const Completion& done) {
@@ -276,7 +280,9 @@ void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& 
              flow_id(program_.ops[index].peer, sent.send_op));
     complete_op(int32_t(index), done.finish);
   } else {
-    Collective& c = collective_;
+    const uint64_t slot = index >> kSlotShift;
+    index &= (uint64_t(1) << kSlotShift) - 1;
+    Collective& c = collectives_[slot];
     if (kind == TagKind::CollectiveSend) {
       ++activities_run_;
       ++transfers_sent_;
@@ -290,7 +296,7 @@ void RankActor::handle_transfer(TagKind kind, uint64_t index, const Completion& 
                         c.op, c.steps->recvs[index].peer));
       ++c.recvs_done;
     }
-    advance_collective();
+    advance_collective(slot);
   }
 }
 

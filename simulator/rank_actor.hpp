@@ -28,7 +28,7 @@ class alignas(64) RankActor {
  private:
   // What an activity tag refers to (top byte of the tag).
   enum class TagKind : uint8_t { Compute, Send, Recv, CollectiveSend, CollectiveRecv, CollectiveDelay };
-  struct Collective {  // the collective op in flight on the collective stream
+  struct Collective {  // the collective op in flight on a collective stream (collective or sync)
     int32_t op = -1;
     const CollectiveSteps* steps = nullptr;
     size_t sends_posted = 0, sends_done = 0, recvs_posted = 0, recvs_done = 0;
@@ -59,8 +59,10 @@ class alignas(64) RankActor {
   void start_ready();
   void start_op(int32_t index);
   void start_collective(int32_t index);
-  void advance_collective();
-  void post_collective_send(uint64_t index);
+  // `slot`: which collective stream's op (kCollectiveSlot or kSyncSlot); a transfer's tag index
+  // carries it above kSlotShift.
+  void advance_collective(uint64_t slot);
+  void post_collective_send(uint64_t tagged_index);
   void handle(const Completion& done);
   void handle_transfer(TagKind kind, uint64_t index, const Completion& done);
   void complete_op(int32_t index, double at);
@@ -102,7 +104,9 @@ class alignas(64) RankActor {
   double compute_s_ = 0, comm_s_ = 0, busy_s_ = 0, forward_finish_ = 0;
   uint32_t activities_run_ = 0, transfers_sent_ = 0;
   bool records_ = false;  // this rank's ops go into the trace
-  Collective collective_;
+  static constexpr uint64_t kCollectiveSlot = 0, kSyncSlot = 1;
+  static constexpr int kSlotShift = 48;
+  std::array<Collective, 2> collectives_{};  // in flight on the collective and on the sync stream
 
   Replay& replay_;
   int rank_;

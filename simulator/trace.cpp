@@ -67,7 +67,8 @@ std::string collective_name(const Op& op, const CommGroup& group) {
   return op.label == StepOp::None ? name : fmt::format("{} {}", to_string(op.label), name);
 }
 
-int tid_of(RecordKind kind) {
+int tid_of(RecordKind kind, const Op& op) {
+  if (op.stream == Stream::Sync) return kTraceTidSync;
   switch (kind) {
     case RecordKind::Compute:
       return kTraceTidCompute;
@@ -127,8 +128,8 @@ class TraceWriter {
     event(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":{}}}}})", rank,
                       json_string(fmt::format("rank {} ({})", rank, gpu))));
     event(fmt::format(R"({{"ph":"M","name":"process_sort_index","pid":{},"args":{{"sort_index":{}}}}})", rank, rank));
-    static const char* names[] = {"", "compute", "send", "recv", "collective"};
-    for (int tid = kTraceTidCompute; tid <= kTraceTidCollective; ++tid) {
+    static const char* names[] = {"", "compute", "send", "recv", "collective", "sync"};
+    for (int tid = kTraceTidCompute; tid <= kTraceTidSync; ++tid) {
       event(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"{}"}}}})", rank, tid,
                         names[tid]));
       event(fmt::format(R"({{"ph":"M","name":"thread_sort_index","pid":{},"tid":{},"args":{{"sort_index":{}}}}})", rank,
@@ -140,8 +141,9 @@ class TraceWriter {
     std::vector<const Record*> slices;
     for (const Record& r : c_.outcomes[size_t(rank)].records)
       slices.push_back(&r);
-    std::stable_sort(slices.begin(), slices.end(), [](const Record* a, const Record* b) {
-      int ta = tid_of(a->kind), tb = tid_of(b->kind);
+    const RankProgram& program = c_.schedule.ranks[size_t(rank)];
+    std::stable_sort(slices.begin(), slices.end(), [&](const Record* a, const Record* b) {
+      int ta = tid_of(a->kind, program.ops[size_t(a->op)]), tb = tid_of(b->kind, program.ops[size_t(b->op)]);
       if (ta != tb) return ta < tb;
       if (a->start != b->start) return a->start < b->start;
       return a->op < b->op;
@@ -153,7 +155,7 @@ class TraceWriter {
   void write_slice(int rank, const Record& r) {
     const RankProgram& program = c_.schedule.ranks[size_t(rank)];
     const Op& op = program.ops[size_t(r.op)];
-    int tid = tid_of(r.kind);
+    int tid = tid_of(r.kind, op);
     std::string common = fmt::format(R"("pid":{},"tid":{},"ts":{},"dur":{})", rank, tid, micros(r.start),
                                      micros_of_nanos(nanos(r.finish) - nanos(r.start)));
     std::string phase = json_string(to_string(op.phase));

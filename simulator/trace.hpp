@@ -30,7 +30,7 @@ struct TraceContext {
 };
 
 // Thread ids of the streams inside a rank's process.
-constexpr int kTraceTidCompute = 1, kTraceTidSend = 2, kTraceTidRecv = 3, kTraceTidCollective = 4;
+constexpr int kTraceTidCompute = 1, kTraceTidSend = 2, kTraceTidRecv = 3, kTraceTidCollective = 4, kTraceTidSync = 5;
 
 void write_chrome_trace(std::ostream& out, const TraceContext& context);
 // Writes to a file; throws InputError naming the path when it cannot be written.

@@ -157,7 +157,7 @@ OpShape shape_of(const RankProgram& prog, const Op& op) {
       const bool known = op.coll >= 0 && size_t(op.coll) < prog.collectives.size();
       const bool flat =
           op.kind == OpKind::AllReduce || (known && is_flat_collective(prog.collectives[size_t(op.coll)]));
-      return {flat ? 1 : 2, 0, Stream::Collective};
+      return {flat ? 1 : 2, 0, is_collective_stream(op.stream) ? op.stream : Stream::Collective};
     }
   }
 }
@@ -372,11 +372,11 @@ void Checker::check_dataflow(const RankProgram& prog) {
   }
   std::vector<FieldState> states(nb * kNumFields);
   std::vector<Clock> done(prog.ops.size());
-  std::array<int32_t, kNumStreams> last{-1, -1, -1, -1}, pos{0, 0, 0, 0};
+  std::array<int32_t, kNumStreams> last{-1, -1, -1, -1, -1}, pos{};
   for (int32_t i = 0; i < int32_t(prog.ops.size()); ++i) {
     const Op& op = prog.ops[size_t(i)];
     const int s = int(op.stream);
-    Clock clock{0, 0, 0, 0};
+    Clock clock{};
     auto merge = [&](int32_t p) {
       for (int x = 0; x < kNumStreams; ++x)
         clock[size_t(x)] = std::max(clock[size_t(x)], done[size_t(p)][size_t(x)]);
@@ -535,6 +535,14 @@ void Checker::check_collectives() {
         const CollectiveSpec& mine = prog.collectives[size_t(prog.ops[size_t(i)].coll)];
         if (!same_spec(mine, spec))
           error("group {}: call {} differs between members: {} vs {}", group.name, k, label, where(prog.rank, i));
+        // A group's calls are matched in program order: on two streams they could be posted in
+        // another order than they are written, and partners would disagree on which call is which.
+        const Stream stream = prog.ops[size_t(i)].stream, first_stream = prog.ops[size_t(ops[g][m][0])].stream;
+        if (stream != first_stream)
+          error(
+              "group {}: {} runs on the {} stream but the group's first call on rank {} on the {} stream; a group's "
+              "collectives must share one stream",
+              group.name, where(prog.rank, i), to_string(stream), prog.rank, to_string(first_stream));
         if (is_flat_collective(mine)) check_flat_bytes(prog, i);
         rv_.instance_of[size_t(rv_.offset[size_t(prog.rank)] + i)] = int32_t(rv_.instances.size());
         members.push_back(rv_.offset[size_t(prog.rank)] + i);

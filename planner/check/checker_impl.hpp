@@ -69,7 +69,7 @@ struct BufferRows {
 struct FieldState {  // last write and last read per stream of one (buffer, field), for hazards
   int32_t write_op = -1, write_pos = 0;
   Stream write_stream = Stream::Compute;
-  std::array<int32_t, kNumStreams> read_op{-1, -1, -1, -1}, read_pos{0, 0, 0, 0};
+  std::array<int32_t, kNumStreams> read_op{-1, -1, -1, -1, -1}, read_pos{};
 };
 
 // One coverage rectangle: an op's batch x heads x query range x key range.

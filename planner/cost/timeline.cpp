@@ -90,7 +90,7 @@ void TimelineShape::Impl::add_lanes(const ProgramView& program) {
   l.next.assign(n, -1);
   l.first_dependent.assign(n + 1, 0);
   l.kind.assign(n, 0);
-  int32_t last[kNumStreams] = {-1, -1, -1, -1};
+  int32_t last[kNumStreams] = {-1, -1, -1, -1, -1};
   for (size_t i = 0; i < n; ++i) {
     const Op& op = program.op(i);
     l.kind[i] = uint8_t((op.stream == Stream::Compute ? kCompute : 0) | (op.phase == Phase::Forward ? kForward : 0));
@@ -210,7 +210,7 @@ void TimelineShape::Impl::meet_collectives() {
     std::fill(seen.begin(), seen.end(), 0);
     for (size_t i = 0; i < programs[p].size(); ++i) {
       const Op& op = programs[p].op(i);
-      if (op.stream != Stream::Collective || op.coll < 0) continue;
+      if (!is_collective_stream(op.stream) || op.coll < 0) continue;
       const int32_t group = programs[p].program().collectives[size_t(op.coll)].group;
       if (group < 0) continue;  // no group: nobody to meet
       if (size_t(group) >= seen.size()) seen.resize(size_t(group) + 1, 0), most.resize(size_t(group) + 1, 0);

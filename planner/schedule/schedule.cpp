@@ -154,6 +154,8 @@ const char* to_string(Stream s) {
       return "recv";
     case Stream::Collective:
       return "collective";
+    case Stream::Sync:
+      return "sync";
   }
   return "?";
 }

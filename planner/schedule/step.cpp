@@ -33,6 +33,7 @@ struct Attention {
   uint32_t split = 0;                // first backward op
   std::vector<bool> dropped;         // by op: the attention's own weight-gradient all-reduce
   std::vector<int32_t> grad_groups;  // the groups that all-reduce averaged over, in order
+  std::vector<int32_t> busy_groups;  // groups of the attention's own (kept) collectives
   int64_t tokens = 0;                // the rank's own query rows (tokens x batch)
 };
 
@@ -58,6 +59,7 @@ Attention take_apart(RankProgram program, int rank, const TokenSetPool& pool, in
   for (size_t i = 0; i < n; ++i) {
     if (a.dropped[i]) continue;
     const Op& op = program.ops[i];
+    if (is_collective(op.kind) && op.coll >= 0) a.busy_groups.push_back(program.collectives[size_t(op.coll)].group);
     for (const int32_t* d = program.deps_begin(op); d != program.deps_end(op); ++d)
       WF_ASSERT(!a.dropped[size_t(*d)],
                 fmt::format("rank {}: attention op {} waits for the weight-gradient all-reduce", rank, i));
@@ -139,6 +141,7 @@ class StepTemplateBuilder {
     if (wraps_ && stage_.first()) input_variant_ = wrap_message(OpKind::Recv, true, {});
     sections.prologue_end = writer_.size();
     forward_map_ = layer_forward();
+    close_prefetch();
     sections.forward_end = writer_.size();
     const int32_t forward_last = writer_.last_compute();
     head();
@@ -155,6 +158,7 @@ class StepTemplateBuilder {
     if (wraps_ && stage_.last()) gradient_input_ = wrap_message(OpKind::Recv, false, {});
     sections.gradient_in_end = writer_.size();
     layer_backward();
+    close_prefetch();
     sections.backward_end = writer_.size();
     const int32_t backward_last = writer_.last_compute();
     tail();
@@ -214,7 +218,7 @@ class StepTemplateBuilder {
     std::vector<int32_t> map(src.ops.size(), -1);
     if (earlier) map = *earlier;
     std::vector<int32_t> deps;
-    bool stream_started[kNumStreams] = {false, false, false, false};
+    bool stream_started[kNumStreams] = {};
     for (uint32_t i = begin; i < end; ++i) {
       if (a_.dropped[i]) continue;
       Op op = src.ops[i];
@@ -302,7 +306,9 @@ class StepTemplateBuilder {
   std::vector<int32_t> layer_forward(uint8_t flags = 0, std::optional<Phase> phase = std::nullopt, bool whole = true) {
     const Shape& s = shape_;
     writer_.set_flags(flags);
+    const uint32_t layer_begin = writer_.size();
     const int32_t gathered = w_.zero_stage == 3 && !flags ? gather_parameters(layer_parameters(), {}) : -1;
+    if (gathered >= 0) prefetch_one_layer(layer_begin, writer_.size());
     std::vector<int32_t> start = after(gathered);
     if (!flags && !stage_.first()) start.push_back(input_);              // the previous stage's activations
     if (!flags && input_variant_ >= 0) start.push_back(input_variant_);  // or the last stage's
@@ -388,7 +394,9 @@ class StepTemplateBuilder {
   void layer_backward() {
     const Shape& s = shape_;
     writer_.set_phase(Phase::Backward);
-    if (w_.zero_stage == 3) gather_parameters(layer_parameters(), {});
+    const uint32_t layer_begin = writer_.size();
+    if (w_.zero_stage == 3 && gather_parameters(layer_parameters(), {}) >= 0)
+      prefetch_one_layer(layer_begin, writer_.size());
     recompute();
     // The layer's output gradient: the next stage's (first layer backward of a micro-batch on
     // other stages than the last) or the op before (stream order gives the rest).
@@ -504,9 +512,10 @@ class StepTemplateBuilder {
     const bool scatter = w_.zero_stage >= 1;  // ZeRO 1 keeps only its shard of the reduced gradients
     for (int64_t bucket : buckets(elements, bytes_of(w_.grad_comm_dtype))) {
       int64_t e = bucket;
+      std::vector<int32_t> deps = after;  // each group's reduction reads the one before (streams may differ)
       for (int32_t group : a_.grad_groups) {
-        writer_.flat(scatter ? OpKind::ReduceScatter : OpKind::AllReduce, group, Field::WeightGrad, e, StepOp::GradSync,
-                     after);
+        deps = {writer_.flat(scatter ? OpKind::ReduceScatter : OpKind::AllReduce, group, Field::WeightGrad, e,
+                             StepOp::GradSync, deps, sync_stream())};
         if (scatter) e = std::max<int64_t>(1, e / group_size(group));
       }
     }
@@ -524,10 +533,45 @@ class StepTemplateBuilder {
         sizes.push_back(e);
         e = std::max<int64_t>(1, e / group_size(group));
       }
+      std::vector<int32_t> deps = after;  // each group's gather reads the one before (streams may differ)
       for (size_t g = a_.grad_groups.size(); g-- > 0;)
-        last = writer_.flat(OpKind::AllGather, a_.grad_groups[g], Field::Weight, sizes[g], StepOp::ParamGather, after);
+        deps = {last = writer_.flat(OpKind::AllGather, a_.grad_groups[g], Field::Weight, sizes[g], StepOp::ParamGather,
+                                    deps, sync_stream())};
     }
     return last;
+  }
+
+  // The stream of the gradient synchronisation: its own (Sync), as frameworks run it on a
+  // communicator of its own; the collective stream where the strategy's attention collectives use
+  // one of the gradient groups too (LSS's sequence group), since one group's calls run in one
+  // order. All of a rank's groups then stay there: the buckets' reductions share one flat gradient
+  // vector, which only one stream orders without a dependency from every bucket to the last.
+  Stream sync_stream() const {
+    for (int32_t group : a_.grad_groups)
+      if (std::find(a_.busy_groups.begin(), a_.busy_groups.end(), group) != a_.busy_groups.end())
+        return Stream::Collective;
+    return Stream::Sync;
+  }
+
+  // ZeRO 3's gathers of a layer, ops [begin, end), start once the layer before starts computing
+  // (FSDP's and DeepSpeed's prefetch of the next layer while one computes; without it every
+  // layer's weights would be gathered at the start). The layer's first compute op comes right
+  // after its gathers (the norm, or in the backward the recomputation or the first product).
+  void prefetch_one_layer(uint32_t begin, uint32_t end) {
+    WF_ASSERT(end > begin, "a ZeRO 3 layer gathers its weights");
+    pending_prefetch_ = begin;
+    prefetch_end_ = end;
+  }
+  // Called once the layer's ops are written: pairs its first gather with its first compute op.
+  void close_prefetch() {
+    if (pending_prefetch_ < 0) return;
+    const RankProgram& p = writer_.program();
+    for (uint32_t i = prefetch_end_; i < p.ops.size(); ++i)
+      if (p.ops[i].stream == Stream::Compute) {
+        out_.previous_layer_deps.push_back({uint32_t(pending_prefetch_), i});
+        break;
+      }
+    pending_prefetch_ = -1;
   }
 
   int group_size(int32_t group) const { return int(plan_.groups[size_t(group)].ranks.size()); }
@@ -550,6 +594,8 @@ class StepTemplateBuilder {
   std::vector<FieldMask> bound_;  // by attention buffer: fields bound as inputs
   std::vector<int32_t> forward_map_, recompute_map_;
   std::vector<int32_t> forward_attention_last_;  // the layer forward's last attention op of each stream
+  int64_t pending_prefetch_ = -1;                // a layer's first ZeRO 3 gather, until its first compute op
+  uint32_t prefetch_end_ = 0;                    // one past the layer's gathers
 };
 
 }  // namespace

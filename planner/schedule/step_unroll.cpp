@@ -250,6 +250,19 @@ class Unroller {
     return flat;
   }
 
+  // The template's previous-layer dependency of op `i`, resolved to the copy of the layer that ran
+  // just before in the same micro-batch and chunk (forward: layer - 1; backward: layer + 1).
+  void add_previous_layer_dep(uint32_t i, Section section, int micro, int layer) {
+    const auto& pairs = t_.previous_layer_deps;
+    const auto it = std::lower_bound(pairs.begin(), pairs.end(), std::pair<uint32_t, uint32_t>{i, 0});
+    if (it == pairs.end() || it->first != i) return;
+    const int before = section == Section::Forward ? layer - 1 : layer + 1;
+    if (before < 0 || before >= n_ || before / chunk_layers_ != layer / chunk_layers_) return;
+    const int32_t flat =
+        flat_[instance_base_[size_t(instance(section, micro, before))] + (it->second - bound_[int(section)])];
+    if (flat >= 0) deps_.push_back(flat);
+  }
+
   // Gradient synchronisation of ZeRO 0/1 runs in the last micro-batch only (gradients accumulate).
   bool skipped(const Op& op, int micro) const {
     return op.label == StepOp::GradSync && !t_.sync_every_microbatch && micro < m_ - 1;
@@ -280,6 +293,7 @@ class Unroller {
         const int32_t resolved = resolve(uint32_t(*d), section, micro, layer, chunk);
         if (resolved >= 0) deps_.push_back(resolved);
       }
+      if (is_layer(section)) add_previous_layer_dep(i, section, micro, layer);
       flat[i - begin] = emit(i, micro, layer, deps_);
     }
   }

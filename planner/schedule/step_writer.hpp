@@ -41,9 +41,9 @@ class TemplateWriter {
     return last_compute_ = program_.add(op, deps);
   }
 
-  // A flat collective of `elements` values of `field` over plan group `group`.
+  // A flat collective of `elements` values of `field` over plan group `group`, on `stream`.
   int32_t flat(OpKind kind, int32_t group, Field field, int64_t elements, StepOp label,
-               const std::vector<int32_t>& deps) {
+               const std::vector<int32_t>& deps, Stream stream = Stream::Collective) {
     CollectiveSpec spec;
     spec.kind = kind;
     spec.group = group;
@@ -51,7 +51,7 @@ class TemplateWriter {
     spec.elements = elements;
     spec.algorithm = plan_.groups[size_t(group)].all_reduce;
     const int p = int(plan_.groups[size_t(group)].ranks.size());
-    Op op = base(kind, Stream::Collective, label);
+    Op op = base(kind, stream, label);
     op.fields = spec.fields;
     op.buf[0] = flat_buffer(field);
     op.bytes = detail::collective_send_bytes(dims_, spec, 0, p, pool_, dims_.batch, field == Field::WeightGrad);
@@ -76,7 +76,7 @@ class TemplateWriter {
 
   // The last op of each stream among ops [begin, end).
   std::vector<int32_t> last_per_stream(uint32_t begin, uint32_t end) const {
-    int32_t last[kNumStreams] = {-1, -1, -1, -1};
+    int32_t last[kNumStreams] = {-1, -1, -1, -1, -1};
     for (uint32_t i = begin; i < end; ++i)
       last[int(program_.ops[i].stream)] = int32_t(i);
     std::vector<int32_t> out;

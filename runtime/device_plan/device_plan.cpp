@@ -72,7 +72,7 @@ struct SimRank {
   std::vector<char> done;
   std::array<std::vector<int32_t>, kNumStreams> stream_ops;
   std::array<size_t, kNumStreams> head{};
-  std::array<int32_t, kNumStreams> posted{-1, -1, -1, -1};
+  std::array<int32_t, kNumStreams> posted{-1, -1, -1, -1, -1};
   int64_t remaining = 0;
 
   explicit SimRank(const RankProgram& p) : program(&p), keys(key_ops(p)), done(p.ops.size(), 0) {
@@ -91,7 +91,7 @@ struct SimRank {
         --remaining;
         progressed = true;
       }
-      for (Stream s : {Stream::Send, Stream::Recv, Stream::Collective}) {
+      for (Stream s : {Stream::Send, Stream::Recv, Stream::Collective, Stream::Sync}) {
         auto& ops = stream_ops[size_t(s)];
         size_t& hs = head[size_t(s)];
         if (posted[size_t(s)] < 0 && hs < ops.size() && deps_done(*program, done, ops[hs])) {
@@ -151,7 +151,7 @@ bool collective_complete(const std::vector<SimRank>& ranks, const Plan& plan, co
   const int k = r.keys.occurrence[size_t(i)];
   for (int member : plan.groups[size_t(group)].ranks) {
     const SimRank& m = ranks[size_t(member)];
-    const int32_t p = m.posted[size_t(Stream::Collective)];
+    const int32_t p = m.posted[size_t(op.stream)];
     if (p < 0) return false;
     const Op& mop = m.program->ops[size_t(p)];
     if (collective_group(*m.program, mop) != group || m.keys.occurrence[size_t(p)] != k) return false;
@@ -179,7 +179,8 @@ void fill_call_links(const RankProgram& program, RankDevicePlan& rank) {
   }
 }
 
-void add_round_calls(SimRank& r, RankDevicePlan& out, std::vector<P2pEntry>& entries, int32_t collective, int round) {
+void add_round_calls(SimRank& r, RankDevicePlan& out, std::vector<P2pEntry>& entries,
+                     const std::vector<int32_t>& collectives, int round) {
   auto finish = [&](int32_t i) {
     out.call_of_op[size_t(i)] = int32_t(out.calls.size());
     r.done[size_t(i)] = 1;
@@ -198,7 +199,7 @@ void add_round_calls(SimRank& r, RankDevicePlan& out, std::vector<P2pEntry>& ent
     call.entries = std::move(entries);
     out.calls.push_back(std::move(call));
   }
-  if (collective >= 0) {
+  for (int32_t collective : collectives) {
     const Op& op = r.program->ops[size_t(collective)];
     NcclCall call;
     call.kind = CallKind::Collective;
@@ -274,7 +275,7 @@ DevicePlan make_device_plan(const Schedule& schedule, const Plan& plan) {
       break;
     }
     std::vector<std::vector<P2pEntry>> entries(static_cast<size_t>(P));
-    std::vector<int32_t> collectives(size_t(P), -1);
+    std::vector<std::vector<int32_t>> collectives(static_cast<size_t>(P));  // collective stream, then sync
     bool matched = false;
     for (SimRank& r : ranks) {
       const int32_t s = r.posted[size_t(Stream::Send)];
@@ -288,10 +289,12 @@ DevicePlan make_device_plan(const Schedule& schedule, const Plan& plan) {
           matched = true;
         }
       }
-      const int32_t c = r.posted[size_t(Stream::Collective)];
-      if (c >= 0 && collective_complete(ranks, plan, r, c)) {
-        collectives[size_t(r.program->rank)] = c;
-        matched = true;
+      for (Stream stream : {Stream::Collective, Stream::Sync}) {
+        const int32_t c = r.posted[size_t(stream)];
+        if (c >= 0 && collective_complete(ranks, plan, r, c)) {
+          collectives[size_t(r.program->rank)].push_back(c);
+          matched = true;
+        }
       }
     }
     if (!matched) {

@@ -115,7 +115,7 @@ struct ReplayRank {
   std::vector<int32_t> compute_ops;
   size_t compute_head = 0;
   explicit ReplayRank(const RankProgram& p) : program(&p), complete(p.ops.size(), 0), prev_on_stream(p.ops.size(), -1) {
-    std::array<int32_t, kNumStreams> last{-1, -1, -1, -1};
+    std::array<int32_t, kNumStreams> last{-1, -1, -1, -1, -1};
     for (size_t i = 0; i < p.ops.size(); ++i) {
       prev_on_stream[i] = last[size_t(p.ops[i].stream)];
       last[size_t(p.ops[i].stream)] = int32_t(i);

@@ -17,8 +17,15 @@ int32_t optimizer_op(const RankProgram& program) {
   throw ScheduleError(fmt::format("rank {}: the step program has no Optimizer op", program.rank));
 }
 
+// The stream of `group`'s collectives in `program` (every collective of a group runs on one).
+Stream stream_of_group(const RankProgram& program, int group) {
+  for (const Op& op : program.ops)
+    if (is_collective(op.kind) && op.coll >= 0 && program.collectives[size_t(op.coll)].group == group) return op.stream;
+  return Stream::Collective;
+}
+
 // The all-reduce of the step's scalars over `group`, as the trainer posts it (double values).
-Op scalar_all_reduce(RankProgram& out, int group) {
+Op scalar_all_reduce(RankProgram& out, int group, Stream stream) {
   CollectiveSpec spec;
   spec.kind = OpKind::AllReduce;
   spec.group = group;
@@ -27,7 +34,7 @@ Op scalar_all_reduce(RankProgram& out, int group) {
   out.collectives.push_back(spec);
   Op op;
   op.kind = OpKind::AllReduce;
-  op.stream = Stream::Collective;
+  op.stream = stream;
   op.phase = Phase::Backward;
   op.coll = int32_t(out.collectives.size()) - 1;
   op.fields = fieldset::kWeightGrad;
@@ -53,7 +60,7 @@ RankProgram with_scalar_all_reduces(const RankProgram& program, const std::vecto
       // Each all-reduce waits for what the optimizer waits for (every gradient) and the one before.
       std::vector<int32_t> before = deps;
       for (int group : groups) {
-        const int32_t reduce = out.add(scalar_all_reduce(out, group), before);
+        const int32_t reduce = out.add(scalar_all_reduce(out, group, stream_of_group(program, group)), before);
         before = {reduce};
         deps.push_back(reduce);
       }

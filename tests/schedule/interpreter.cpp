@@ -38,7 +38,7 @@ struct RankState {
   std::vector<BufferState> buffers;
   std::vector<bool> done;
   std::vector<std::vector<int32_t>> streams;  // op indices per stream
-  size_t head[kNumStreams] = {0, 0, 0, 0};
+  size_t head[kNumStreams] = {};
 };
 
 class Interpreter {

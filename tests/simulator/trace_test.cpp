@@ -93,7 +93,7 @@ TEST(SimulatorTrace, HasRankProcessesStreamThreadsSlicesAndFlows) {
   EXPECT_EQ(process_names[4], "links");
   threads.erase(4);
   for (const auto& [pid, names] : threads)
-    EXPECT_EQ(names, (std::set<std::string>{"compute", "send", "recv", "collective"})) << pid;
+    EXPECT_EQ(names, (std::set<std::string>{"compute", "send", "recv", "collective", "sync"})) << pid;
   EXPECT_EQ(slices_by_cat["compute"], c.ranks * c.steps);
   EXPECT_EQ(slices_by_cat["p2p"], 2 * c.ranks * c.steps);  // a send slice and a receive slice each
   ASSERT_EQ(flow_starts.size(), size_t(c.ranks * c.steps));

@@ -290,7 +290,7 @@ TEST(StepUnroll, OptimizerWaitsForGradientsAndZero3Gathers) {
   const RankProgram p = StepBuilder(plan).build({0}).ranks[0];
   int32_t last_collective = -1, optimizer = -1, gathers = 0;
   for (size_t i = 0; i < p.ops.size(); ++i) {
-    if (p.ops[i].stream == Stream::Collective && optimizer < 0) last_collective = int32_t(i);
+    if (is_collective_stream(p.ops[i].stream) && optimizer < 0) last_collective = int32_t(i);
     if (p.ops[i].label == StepOp::Optimizer) optimizer = int32_t(i);
     if (p.ops[i].label == StepOp::ParamGather) ++gathers;
   }

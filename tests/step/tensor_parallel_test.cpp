@@ -7,18 +7,14 @@
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include "schedule/test_plans.hpp"
+#include "step_workloads.hpp"
 #include "tensor_parallel.hpp"
 
 namespace wallfacer {
 namespace {
 
 Workload tp_workload() {
-  Workload w = testing::small_workload(64, 8, 4, true, 2, 4);
-  w.layers = 2;
-  w.ffn = 48;
-  w.vocab = 64;
-  w.grad_bucket_MiB = 1;
-  return w;
+  return testing::small_step_workload();
 }
 
 TEST(TensorParallel, EveryStrategyIsProvenAndCountsItsWork) {

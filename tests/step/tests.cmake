@@ -5,5 +5,6 @@ wallfacer_add_test(NAME test_step
           ${CMAKE_CURRENT_LIST_DIR}/tensor_parallel_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/pipeline_parallel_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/interleaved_pipeline_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/sync_stream_test.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/schedule/test_plans.cpp
   LIBS wallfacer::schedule_internal wallfacer::check wallfacer::planner)

@@ -327,7 +327,7 @@ void ProgramBuilder::output(int32_t buf, Field field, const TokenSet& tokens, He
 int32_t ProgramBuilder::append(Op op, std::initializer_list<Access> accesses, const std::vector<int32_t>& extra) {
   const auto index = int32_t(program_.ops.size());
   // Latest dependency per stream: ops of one stream complete in program order.
-  int32_t latest[kNumStreams] = {-1, -1, -1, -1};
+  int32_t latest[kNumStreams] = {-1, -1, -1, -1, -1};
   auto need = [&](int32_t dep) {
     if (dep < 0) return;
     const int s = int(program_.ops[size_t(dep)].stream);

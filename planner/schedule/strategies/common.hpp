@@ -228,7 +228,7 @@ class ProgramBuilder {
   // Per (buffer, field): last writer and latest reader per stream since that write.
   struct FieldState {
     int32_t writer = -1;
-    int32_t readers[kNumStreams] = {-1, -1, -1, -1};
+    int32_t readers[kNumStreams] = {-1, -1, -1, -1, -1};
   };
   const Plan& plan_;
   TokenSetPool& pool_;
@@ -237,7 +237,7 @@ class ProgramBuilder {
   Phase phase_ = Phase::Forward;
   RankProgram program_;
   std::vector<std::vector<FieldState>> state_;  // [buffer][field]
-  int32_t last_of_stream_[kNumStreams] = {-1, -1, -1, -1};
+  int32_t last_of_stream_[kNumStreams] = {-1, -1, -1, -1, -1};
   std::vector<int32_t> scratch_deps_;
 };
 

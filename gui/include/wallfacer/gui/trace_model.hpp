@@ -8,8 +8,8 @@
 
 namespace wallfacer::gui {
 
-enum class Stream { Compute = 0, Send = 1, Recv = 2, Collective = 3 };
-constexpr int kNumStreams = 4;
+enum class Stream { Compute = 0, Send = 1, Recv = 2, Collective = 3, Sync = 4 };
+constexpr int kNumStreams = 5;
 const char* to_string(Stream stream);
 
 struct TraceSlice {

@@ -144,8 +144,16 @@ enum class GemmPart : uint8_t { Forward, DataGrad, WeightGrad };
 const char* to_string(GemmPart part);
 // Op::flags bits.
 inline constexpr uint8_t kOpRecompute = 1;  // recomputation of a forward op inside the backward
-enum class Stream : uint8_t { Compute = 0, Send = 1, Recv = 2, Collective = 3 };
-constexpr int kNumStreams = 4;
+// A rank's in-order queues. Sync carries the data-parallel synchronisation of a whole step
+// (gradient buckets, ZeRO parameter gathers) on a communicator and stream of its own, as DDP, FSDP
+// and Megatron's distributed optimizer run it, so that it does not hold back the strategy's and
+// the tensor-parallel collectives. All collectives of one group run on one stream.
+enum class Stream : uint8_t { Compute = 0, Send = 1, Recv = 2, Collective = 3, Sync = 4 };
+constexpr int kNumStreams = 5;
+// Collectives run on these two streams.
+constexpr bool is_collective_stream(Stream s) {
+  return s == Stream::Collective || s == Stream::Sync;
+}
 enum class Phase : uint8_t { Forward, Backward };
 enum class Mask : uint8_t { None, Causal };  // Causal: key position <= query position
 enum class Reduction : uint8_t { Sum, LseMerge };

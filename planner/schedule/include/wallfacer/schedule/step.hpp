@@ -58,7 +58,11 @@ struct StepTemplate {
   int stage = 0, stages = 1;           // the rank's pipeline stage and the stage count
   bool sync_every_microbatch = false;  // ZeRO 2/3 reduce-scatter every micro-batch; 0/1 the last only
   std::vector<bool> per_layer_buffer;  // by buffer: copied once per unrolled layer and micro-batch
-  int64_t tokens = 0;                  // rows the rank's non-attention ops work on (tokens x micro-batch)
+  // (op, template op) pairs, by op: a layer op that also waits for that op of the layer the same
+  // micro-batch and chunk ran just before (ZeRO 3 gathers a layer's weights once the layer before
+  // starts, a prefetch of one layer); the first layer of a chunk has none.
+  std::vector<std::pair<uint32_t, uint32_t>> previous_layer_deps;
+  int64_t tokens = 0;  // rows the rank's non-attention ops work on (tokens x micro-batch)
 };
 
 // Whether op `i` of the template sits in a layer section, or in the once-per-step epilogue.
