@@ -141,7 +141,7 @@ class StepTemplateBuilder {
     if (wraps_ && stage_.first()) input_variant_ = wrap_message(OpKind::Recv, true, {});
     sections.prologue_end = writer_.size();
     forward_map_ = layer_forward();
-    close_prefetch();
+    prefetch_one_layer(sections.prologue_end);
     sections.forward_end = writer_.size();
     const int32_t forward_last = writer_.last_compute();
     head();
@@ -158,7 +158,7 @@ class StepTemplateBuilder {
     if (wraps_ && stage_.last()) gradient_input_ = wrap_message(OpKind::Recv, false, {});
     sections.gradient_in_end = writer_.size();
     layer_backward();
-    close_prefetch();
+    prefetch_one_layer(sections.gradient_in_end);
     sections.backward_end = writer_.size();
     const int32_t backward_last = writer_.last_compute();
     tail();
@@ -306,9 +306,7 @@ class StepTemplateBuilder {
   std::vector<int32_t> layer_forward(uint8_t flags = 0, std::optional<Phase> phase = std::nullopt, bool whole = true) {
     const Shape& s = shape_;
     writer_.set_flags(flags);
-    const uint32_t layer_begin = writer_.size();
     const int32_t gathered = w_.zero_stage == 3 && !flags ? gather_parameters(layer_parameters(), {}) : -1;
-    if (gathered >= 0) prefetch_one_layer(layer_begin, writer_.size());
     std::vector<int32_t> start = after(gathered);
     if (!flags && !stage_.first()) start.push_back(input_);              // the previous stage's activations
     if (!flags && input_variant_ >= 0) start.push_back(input_variant_);  // or the last stage's
@@ -394,9 +392,7 @@ class StepTemplateBuilder {
   void layer_backward() {
     const Shape& s = shape_;
     writer_.set_phase(Phase::Backward);
-    const uint32_t layer_begin = writer_.size();
-    if (w_.zero_stage == 3 && gather_parameters(layer_parameters(), {}) >= 0)
-      prefetch_one_layer(layer_begin, writer_.size());
+    if (w_.zero_stage == 3) gather_parameters(layer_parameters(), {});
     recompute();
     // The layer's output gradient: the next stage's (first layer backward of a micro-batch on
     // other stages than the last) or the op before (stream order gives the rest).
@@ -553,25 +549,19 @@ class StepTemplateBuilder {
     return Stream::Sync;
   }
 
-  // ZeRO 3's gathers of a layer, ops [begin, end), start once the layer before starts computing
-  // (FSDP's and DeepSpeed's prefetch of the next layer while one computes; without it every
-  // layer's weights would be gathered at the start). The layer's first compute op comes right
-  // after its gathers (the norm, or in the backward the recomputation or the first product).
-  void prefetch_one_layer(uint32_t begin, uint32_t end) {
-    WF_ASSERT(end > begin, "a ZeRO 3 layer gathers its weights");
-    pending_prefetch_ = begin;
-    prefetch_end_ = end;
-  }
-  // Called once the layer's ops are written: pairs its first gather with its first compute op.
-  void close_prefetch() {
-    if (pending_prefetch_ < 0) return;
+  // ZeRO 3's gathers of the layer written from op `begin` on (its first ops) start once the layer
+  // before starts computing (FSDP's and DeepSpeed's prefetch of the next layer while one computes;
+  // without it every layer's weights would be gathered at the start): its first gather waits for
+  // the previous copy of its first compute op (the norm, or in the backward the recomputation or
+  // the first product).
+  void prefetch_one_layer(uint32_t begin) {
     const RankProgram& p = writer_.program();
-    for (uint32_t i = prefetch_end_; i < p.ops.size(); ++i)
+    if (begin >= p.ops.size() || p.ops[begin].label != StepOp::ParamGather) return;
+    for (uint32_t i = begin; i < p.ops.size(); ++i)
       if (p.ops[i].stream == Stream::Compute) {
-        out_.previous_layer_deps.push_back({uint32_t(pending_prefetch_), i});
-        break;
+        out_.previous_layer_deps.push_back({begin, i});
+        return;
       }
-    pending_prefetch_ = -1;
   }
 
   int group_size(int32_t group) const { return int(plan_.groups[size_t(group)].ranks.size()); }
@@ -594,8 +584,6 @@ class StepTemplateBuilder {
   std::vector<FieldMask> bound_;  // by attention buffer: fields bound as inputs
   std::vector<int32_t> forward_map_, recompute_map_;
   std::vector<int32_t> forward_attention_last_;  // the layer forward's last attention op of each stream
-  int64_t pending_prefetch_ = -1;                // a layer's first ZeRO 3 gather, until its first compute op
-  uint32_t prefetch_end_ = 0;                    // one past the layer's gathers
 };
 
 }  // namespace
