@@ -431,10 +431,9 @@ class StepTemplateBuilder {
     const int32_t attn_norm = writer_.pointwise(StepOp::Norm, 3 * s.rows() * s.H * s.e, after(tensor_scatter()));
     writer_.pointwise(StepOp::Residual, 3 * s.rows() * s.H * s.e);
     fp8_scale(4);  // the output gradients of the layer's 4 linear layers
-    // Gradient buckets share the collective stream with the strategy's collectives, so they are
-    // queued behind the layer's attention backward, not ahead of it (docs/step.md).
-    // Each bucket also holds its norm's gain gradient, written by the norm's backward after the
-    // weight gradients: it waits for both.
+    // Gradient buckets run on the sync stream (sync_stream()), where they overlap the backward of
+    // the layers before (docs/step.md). Each bucket also holds its norm's gain gradient, written
+    // by the norm's backward after the weight gradients: it waits for both.
     sync_gradients(s.mlp_matrices() * s.H * s.f() + s.H, {mlp_wgrad, mlp_norm});
     sync_gradients(w_.attention_parameters_per_layer() / s.T + s.H, {attn_wgrad, attn_norm});
   }
