@@ -3,7 +3,8 @@
 // the node) -> the fabric -> destination NIC -> destination GPU, with the fabric part chosen among
 // equal-cost switch paths by a hash of (source, destination), like ECMP. Searches run per source
 // vertex of a small graph and are cached, as are whole routes, so that routing P flows on a
-// cluster of tens of thousands of GPUs costs a few microseconds per flow.
+// cluster of tens of thousands of GPUs costs a few microseconds per flow. The caches may be read
+// and filled from several threads at once (route_cache.hpp, topology_impl.hpp).
 #include <fmt/format.h>
 
 #include <boost/graph/dijkstra_shortest_paths_no_color_map.hpp>
@@ -304,9 +305,10 @@ const Route& Topology::route(int src_gpu, int dst_gpu) const {
   WF_ASSERT(src_gpu >= 0 && src_gpu < num_gpus() && dst_gpu >= 0 && dst_gpu < num_gpus(),
             fmt::format("route({}, {}) on a topology of {} GPUs", src_gpu, dst_gpu, num_gpus()));
   const uint64_t key = (static_cast<uint64_t>(src_gpu) << 32) | static_cast<uint32_t>(dst_gpu);
-  auto& cache = impl_->routes;
-  if (const auto it = cache.find(key); it != cache.end()) return it->second;
-  return cache.emplace(key, impl_->compute_route(src_gpu, dst_gpu)).first->second;
+  if (const Route* have = impl_->routes->find(key)) return *have;
+  std::lock_guard lock(impl_->lazy_mutex);
+  if (const Route* have = impl_->routes->find(key)) return *have;  // another thread's, computed meanwhile
+  return impl_->routes->insert(key, impl_->compute_route(src_gpu, dst_gpu));
 }
 
 ResourceId Topology::resource_of(const Hop& hop) const {

@@ -165,6 +165,8 @@ void Topology::Impl::build(detail::TopologyModel m) {
     }
     gpus_per_node = std::max(gpus_per_node, local);
   }
+  // A search asks for up to a few hundred routes per GPU; the buckets' chains stay short there.
+  routes = std::make_unique<detail::RouteCache>(std::clamp<size_t>(gpu_device.size() * 64, 1024, size_t(1) << 20));
   graph = detail::DeviceGraph(model.devices.size());
   for (size_t l = 0; l < model.links.size(); ++l)
     boost::add_edge(model.links[l].a, model.links[l].b, detail::EdgeLink{static_cast<int>(l)}, graph);
@@ -344,6 +346,7 @@ int Topology::nic_of_gpu(int gpu) const {
 }
 
 int Topology::device_id(const std::string& device_name) const {
+  std::lock_guard lock(impl_->lazy_mutex);
   auto& index = impl_->device_by_name;
   if (index.empty())
     for (size_t i = 0; i < impl_->model.devices.size(); ++i)
@@ -353,6 +356,7 @@ int Topology::device_id(const std::string& device_name) const {
 }
 
 double Topology::bisection_bandwidth_GBps() const {
+  std::lock_guard lock(impl_->lazy_mutex);
   if (!impl_->bisection) impl_->bisection = impl_->compute_bisection();
   return *impl_->bisection;
 }

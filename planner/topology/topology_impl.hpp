@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include <wallfacer/topology/topology.hpp>
+#include "route_cache.hpp"
 
 namespace wallfacer::detail {
 
@@ -199,7 +202,12 @@ struct Topology::Impl {
   detail::Fabric fabric;
   std::vector<detail::NicEntry> nic_entry;  // indexed by device id (NICs only)
 
-  mutable std::unordered_map<uint64_t, Route> routes;
+  // Routes computed so far (route_cache.hpp: lookups without a lock, so that the search's
+  // pricing threads share it); filled under `lazy_mutex`. Sized in build() for the GPU count.
+  std::unique_ptr<detail::RouteCache> routes;
+  // Guards what is filled on first use: the routes above, the Dijkstra costs compute_route fills
+  // in the templates and the fabric, and the two below.
+  mutable std::mutex lazy_mutex;
   mutable std::optional<double> bisection;
   mutable std::unordered_map<std::string, int> device_by_name;
 

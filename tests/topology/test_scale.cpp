@@ -1,13 +1,17 @@
 // Routing at the scale the planner searches: 2,048 DGX H100 nodes (16,384 GPUs) on the
 // rail-optimised fabric. Prints the route throughput (no time assertion) and checks every route
 // against the closed form: 50 GB/s NIC-bound, 2.7 us on a shared leaf, 3.3 us through a spine.
+// Routes asked for from several threads at once (as the search's pricing threads do) equal those
+// of a topology routed on one thread.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <random>
+#include <thread>
 #include <unordered_set>
+#include <vector>
 
 #include <wallfacer/topology/topology.hpp>
 
@@ -67,6 +71,45 @@ TEST(Scale, HundredThousandInterNodeRoutesOn2048Nodes) {
     ASSERT_NEAR(r.latency_us, same_leaf ? 2.7 : 3.3, 1e-9) << a << "->" << b;
     ASSERT_EQ(r.hops.size(), same_leaf ? 6u : 8u) << a << "->" << b;
   }
+}
+
+TEST(Scale, RoutesAskedFromSeveralThreadsAtOnceEqualOneThreads) {
+  // 64 nodes: every GPU pair is 16.8 million routes; each thread asks for 20,000 random ones, most
+  // of them new, so that fills of the cache overlap lookups and fills on the other threads.
+  constexpr int kThreads = 4, kPairsPerThread = 20000;
+  const Topology shared = Topology::load("dgx-h100", 64);
+  const Topology alone = Topology::load("dgx-h100", 64);
+  std::vector<std::vector<std::pair<int, int>>> pairs(kThreads);
+  std::vector<std::vector<const Route*>> routes(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    std::mt19937_64 rng(1000 + t);
+    std::uniform_int_distribution<int> pick(0, shared.num_gpus() - 1);
+    for (int i = 0; i < kPairsPerThread; ++i)
+      pairs[t].emplace_back(pick(rng), pick(rng));
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (const auto& [a, b] : pairs[size_t(t)])
+        routes[size_t(t)].push_back(&shared.route(a, b));
+    });
+  for (std::thread& thread : threads)
+    thread.join();
+  size_t checked = 0;
+  for (int t = 0; t < kThreads; ++t)
+    for (size_t i = 0; i < pairs[size_t(t)].size(); ++i) {
+      const auto [a, b] = pairs[size_t(t)][i];
+      const Route& got = *routes[size_t(t)][i];
+      const Route& want = alone.route(a, b);
+      ASSERT_EQ(got.src_gpu, a);
+      ASSERT_EQ(got.dst_gpu, b);
+      ASSERT_EQ(got.devices, want.devices) << a << "->" << b;
+      ASSERT_EQ(got.hops, want.hops) << a << "->" << b;
+      ASSERT_EQ(got.latency_us, want.latency_us) << a << "->" << b;
+      ASSERT_EQ(&got, &shared.route(a, b)) << "a route moved after another thread filled the cache";
+      ++checked;
+    }
+  EXPECT_EQ(checked, size_t(kThreads * kPairsPerThread));
 }
 
 TEST(Scale, BisectionOf2048Nodes) {

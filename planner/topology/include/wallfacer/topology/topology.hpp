@@ -120,7 +120,7 @@ class Topology {
   int device_id(const std::string& name) const;
 
   // Shortest route by latency then hop count; between equal-cost fabric paths the fabric's
-  // routing picks one (FabricInfo::routing). Cached; thread-compatible, not thread-safe.
+  // routing picks one (FabricInfo::routing). Cached; may be called from several threads at once.
   const Route& route(int src_gpu, int dst_gpu) const;
   // Contended resource of a hop: link*2 + direction for full duplex, link*2 for half duplex.
   ResourceId resource_of(const Hop& hop) const;
