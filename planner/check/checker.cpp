@@ -11,6 +11,7 @@
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
+#include <wallfacer/schedule/per_stream.hpp>
 #include "checker_impl.hpp"
 
 namespace wallfacer::detail::check {
@@ -372,7 +373,8 @@ void Checker::check_dataflow(const RankProgram& prog) {
   }
   std::vector<FieldState> states(nb * kNumFields);
   std::vector<Clock> done(prog.ops.size());
-  std::array<int32_t, kNumStreams> last{-1, -1, -1, -1, -1}, pos{};
+  OpPerStream last = no_op_on_any_stream();
+  std::array<int32_t, kNumStreams> pos{};
   for (int32_t i = 0; i < int32_t(prog.ops.size()); ++i) {
     const Op& op = prog.ops[size_t(i)];
     const int s = int(op.stream);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <wallfacer/check/checker.hpp>
+#include <wallfacer/schedule/per_stream.hpp>
 #include "checker_detail.hpp"
 
 namespace wallfacer::detail::check {
@@ -69,7 +70,8 @@ struct BufferRows {
 struct FieldState {  // last write and last read per stream of one (buffer, field), for hazards
   int32_t write_op = -1, write_pos = 0;
   Stream write_stream = Stream::Compute;
-  std::array<int32_t, kNumStreams> read_op{-1, -1, -1, -1, -1}, read_pos{};
+  OpPerStream read_op = no_op_on_any_stream();
+  std::array<int32_t, kNumStreams> read_pos{};
 };
 
 // One coverage rectangle: an op's batch x heads x query range x key range.

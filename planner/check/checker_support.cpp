@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/schedule/per_stream.hpp>
 #include "checker_detail.hpp"
 
 namespace wallfacer::detail::check {
@@ -248,7 +249,7 @@ void for_each_edge(const Schedule& schedule, const std::vector<int64_t>& offset,
   for (size_t r = 0; r < schedule.ranks.size(); ++r) {
     const RankProgram& prog = schedule.ranks[r];
     const auto base = uint32_t(offset[r]);
-    std::array<int32_t, kNumStreams> last{-1, -1, -1, -1, -1};
+    OpPerStream last = no_op_on_any_stream();
     for (int32_t i = 0; i < int32_t(prog.ops.size()); ++i) {
       const Op& op = prog.ops[size_t(i)];
       int32_t& prev = last[size_t(op.stream)];

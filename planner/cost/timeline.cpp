@@ -9,6 +9,7 @@
 #include <utility>
 
 #include <wallfacer/core/log.hpp>
+#include <wallfacer/schedule/per_stream.hpp>
 
 namespace wallfacer::detail {
 namespace {
@@ -90,11 +91,11 @@ void TimelineShape::Impl::add_lanes(const ProgramView& program) {
   l.next.assign(n, -1);
   l.first_dependent.assign(n + 1, 0);
   l.kind.assign(n, 0);
-  int32_t last[kNumStreams] = {-1, -1, -1, -1, -1};
+  OpPerStream last = no_op_on_any_stream();
   for (size_t i = 0; i < n; ++i) {
     const Op& op = program.op(i);
     l.kind[i] = uint8_t((op.stream == Stream::Compute ? kCompute : 0) | (op.phase == Phase::Forward ? kForward : 0));
-    int32_t& previous = last[int(op.stream)];
+    int32_t& previous = last[size_t(op.stream)];
     if (previous >= 0) {
       l.next[size_t(previous)] = int32_t(i);
       ++l.waiting[i];

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <wallfacer/plan/plan.hpp>
+#include <wallfacer/schedule/per_stream.hpp>
 #include <wallfacer/schedule/schedule.hpp>
 #include "strategies/common.hpp"
 
@@ -76,9 +77,9 @@ class TemplateWriter {
 
   // The last op of each stream among ops [begin, end).
   std::vector<int32_t> last_per_stream(uint32_t begin, uint32_t end) const {
-    int32_t last[kNumStreams] = {-1, -1, -1, -1, -1};
+    OpPerStream last = no_op_on_any_stream();
     for (uint32_t i = begin; i < end; ++i)
-      last[int(program_.ops[i].stream)] = int32_t(i);
+      last[size_t(program_.ops[i].stream)] = int32_t(i);
     std::vector<int32_t> out;
     for (int32_t l : last)
       if (l >= 0) out.push_back(l);

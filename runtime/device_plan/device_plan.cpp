@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/schedule/per_stream.hpp>
 
 namespace wallfacer::runtime {
 namespace {
@@ -72,7 +73,7 @@ struct SimRank {
   std::vector<char> done;
   std::array<std::vector<int32_t>, kNumStreams> stream_ops;
   std::array<size_t, kNumStreams> head{};
-  std::array<int32_t, kNumStreams> posted{-1, -1, -1, -1, -1};
+  OpPerStream posted = no_op_on_any_stream();
   int64_t remaining = 0;
 
   explicit SimRank(const RankProgram& p) : program(&p), keys(key_ops(p)), done(p.ops.size(), 0) {

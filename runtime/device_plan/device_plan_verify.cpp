@@ -3,6 +3,7 @@
 // calls before it on its queue have finished, and finishes once every partner call runs too). It
 // does not use the rounds the plan was built from except to compare them between partners.
 #include <wallfacer/runtime/device_plan.hpp>
+#include <wallfacer/schedule/per_stream.hpp>
 
 #include <fmt/format.h>
 
@@ -115,7 +116,7 @@ struct ReplayRank {
   std::vector<int32_t> compute_ops;
   size_t compute_head = 0;
   explicit ReplayRank(const RankProgram& p) : program(&p), complete(p.ops.size(), 0), prev_on_stream(p.ops.size(), -1) {
-    std::array<int32_t, kNumStreams> last{-1, -1, -1, -1, -1};
+    OpPerStream last = no_op_on_any_stream();
     for (size_t i = 0; i < p.ops.size(); ++i) {
       prev_on_stream[i] = last[size_t(p.ops[i].stream)];
       last[size_t(p.ops[i].stream)] = int32_t(i);

@@ -10,6 +10,7 @@
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/schedule/all_reduce.hpp>
+#include <wallfacer/schedule/per_stream.hpp>
 
 namespace wallfacer::detail {
 
@@ -327,7 +328,7 @@ void ProgramBuilder::output(int32_t buf, Field field, const TokenSet& tokens, He
 int32_t ProgramBuilder::append(Op op, std::initializer_list<Access> accesses, const std::vector<int32_t>& extra) {
   const auto index = int32_t(program_.ops.size());
   // Latest dependency per stream: ops of one stream complete in program order.
-  int32_t latest[kNumStreams] = {-1, -1, -1, -1, -1};
+  OpPerStream latest = no_op_on_any_stream();
   auto need = [&](int32_t dep) {
     if (dep < 0) return;
     const int s = int(program_.ops[size_t(dep)].stream);
@@ -353,9 +354,9 @@ int32_t ProgramBuilder::append(Op op, std::initializer_list<Access> accesses, co
       FieldState& st = state_[size_t(a.buf)][size_t(f)];
       if (a.write) {
         st.writer = index;
-        std::fill(std::begin(st.readers), std::end(st.readers), -1);
+        st.readers = no_op_on_any_stream();
       } else {
-        st.readers[int(op.stream)] = index;
+        st.readers[size_t(op.stream)] = index;
       }
     }
   }
@@ -363,7 +364,7 @@ int32_t ProgramBuilder::append(Op op, std::initializer_list<Access> accesses, co
   for (int s = 0; s < kNumStreams; ++s)
     if (latest[s] >= 0 && s != int(op.stream)) scratch_deps_.push_back(latest[s]);
   std::sort(scratch_deps_.begin(), scratch_deps_.end());
-  last_of_stream_[int(op.stream)] = index;
+  last_of_stream_[size_t(op.stream)] = index;
   return program_.add(std::move(op), scratch_deps_);
 }
 

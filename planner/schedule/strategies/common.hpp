@@ -48,6 +48,7 @@
 #include <vector>
 
 #include <wallfacer/plan/plan.hpp>
+#include <wallfacer/schedule/per_stream.hpp>
 #include <wallfacer/schedule/schedule.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 
@@ -201,7 +202,7 @@ class ProgramBuilder {
                      const std::vector<int32_t>& deps = {});
 
   // The last op of each stream so far (-1 when none).
-  int32_t last_op(Stream stream) const { return last_of_stream_[int(stream)]; }
+  int32_t last_op(Stream stream) const { return last_of_stream_[size_t(stream)]; }
   const RankProgram& program() const { return program_; }
   // Capacity hint for the op list (building stays correct without it).
   void reserve_ops(size_t ops) {
@@ -228,7 +229,7 @@ class ProgramBuilder {
   // Per (buffer, field): last writer and latest reader per stream since that write.
   struct FieldState {
     int32_t writer = -1;
-    int32_t readers[kNumStreams] = {-1, -1, -1, -1, -1};
+    OpPerStream readers = no_op_on_any_stream();
   };
   const Plan& plan_;
   TokenSetPool& pool_;
@@ -237,7 +238,7 @@ class ProgramBuilder {
   Phase phase_ = Phase::Forward;
   RankProgram program_;
   std::vector<std::vector<FieldState>> state_;  // [buffer][field]
-  int32_t last_of_stream_[kNumStreams] = {-1, -1, -1, -1, -1};
+  OpPerStream last_of_stream_ = no_op_on_any_stream();
   std::vector<int32_t> scratch_deps_;
 };
 
