@@ -1,6 +1,7 @@
 // Lock-free lookups of computed routes (route_cache.hpp).
 #include "route_cache.hpp"
 
+#include <algorithm>
 #include <bit>
 
 namespace wallfacer::detail {
