@@ -74,7 +74,7 @@ TEST(Scale, HundredThousandInterNodeRoutesOn2048Nodes) {
 }
 
 TEST(Scale, RoutesAskedFromSeveralThreadsAtOnceEqualOneThreads) {
-  // 64 nodes: every GPU pair is 16.8 million routes; each thread asks for 20,000 random ones, most
+  // 64 nodes, 512 GPUs: 262,144 GPU pairs; each thread asks for 20,000 random ones, most
   // of them new, so that fills of the cache overlap lookups and fills on the other threads.
   constexpr int kThreads = 4, kPairsPerThread = 20000;
   const Topology shared = Topology::load("dgx-h100", 64);
