@@ -29,10 +29,10 @@ const Route* RouteCache::find(uint64_t key) const {
   return nullptr;
 }
 
-const Route& RouteCache::insert(uint64_t key, Route route) {
+const Route& RouteCache::insert(uint64_t key, const std::function<Route()>& compute) {
   if (const Route* have = find(key)) return *have;
   std::atomic<const Node*>& head = heads_[bucket(key)];
-  const Node* node = new Node{key, std::move(route), head.load(std::memory_order_relaxed)};
+  const Node* node = new Node{key, compute(), head.load(std::memory_order_relaxed)};
   head.store(node, std::memory_order_release);
   return node->route;
 }

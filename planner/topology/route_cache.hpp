@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include <wallfacer/topology/topology.hpp>
@@ -25,9 +26,9 @@ class RouteCache {
 
   // The route stored under `key`, or null. Safe while other threads insert.
   const Route* find(uint64_t key) const;
-  // Stores `route` under `key` unless a route is there already; returns the stored one. One
-  // writer at a time.
-  const Route& insert(uint64_t key, Route route);
+  // The route stored under `key`; when there is none (another thread may have stored it since
+  // the caller's find), stores compute()'s. One writer at a time.
+  const Route& insert(uint64_t key, const std::function<Route()>& compute);
 
  private:
   struct Node {

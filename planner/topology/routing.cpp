@@ -307,8 +307,7 @@ const Route& Topology::route(int src_gpu, int dst_gpu) const {
   const uint64_t key = (static_cast<uint64_t>(src_gpu) << 32) | static_cast<uint32_t>(dst_gpu);
   if (const Route* have = impl_->routes->find(key)) return *have;
   std::lock_guard lock(impl_->lazy_mutex);
-  if (const Route* have = impl_->routes->find(key)) return *have;  // another thread's, computed meanwhile
-  return impl_->routes->insert(key, impl_->compute_route(src_gpu, dst_gpu));
+  return impl_->routes->insert(key, [&] { return impl_->compute_route(src_gpu, dst_gpu); });
 }
 
 ResourceId Topology::resource_of(const Hop& hop) const {
