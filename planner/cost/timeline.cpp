@@ -56,13 +56,18 @@ class KeyIds {
 struct TimelineShape::Impl {
   struct Lanes {
     std::vector<int32_t> waiting;           // by op: predecessors it waits for
-    std::vector<int32_t> meet;              // by op: index of its meeting, -1 when it starts alone
+    std::vector<int32_t> meet;              // by op: its meeting, kAlone or kPaired
+    std::vector<OpRef> partner;             // by op: the other end of its pair (kPaired)
     std::vector<int32_t> next;              // by op: the next op of its stream, -1 at the end
     std::vector<uint32_t> first_dependent;  // CSR over `dependents`, by op
     std::vector<int32_t> dependents;        // ops naming this one as a dependency
     std::vector<uint8_t> kind;              // by op: kCompute | kForward (what the totals read)
   };
   static constexpr uint8_t kCompute = 1, kForward = 2;
+  // Lanes::meet of an op that starts alone, and of one of two ops that meet (most are message
+  // ends): a pair is kept in the ops themselves rather than as a meeting, so that a run finds the
+  // other end in its record instead of through the meeting lists.
+  static constexpr int32_t kAlone = -1, kPaired = -2;
   std::vector<ProgramView> programs;
   std::vector<Lanes> lanes;
   std::vector<OpRef> meet_ops;             // every meeting's ops, one meeting after another
@@ -70,6 +75,14 @@ struct TimelineShape::Impl {
 
   void add_lanes(const ProgramView& program);
   void add_meet(const OpRef* begin, const OpRef* end) {
+    if (end - begin == 2) {
+      for (int k = 0; k < 2; ++k) {
+        Lanes& l = lanes[size_t(begin[k].program)];
+        l.meet[size_t(begin[k].op)] = kPaired;
+        l.partner[size_t(begin[k].op)] = begin[1 - k];
+      }
+      return;
+    }
     const auto index = int32_t(meet_begin.size() - 1);
     for (const OpRef* ref = begin; ref != end; ++ref) {
       lanes[size_t(ref->program)].meet[size_t(ref->op)] = index;
@@ -87,7 +100,8 @@ void TimelineShape::Impl::add_lanes(const ProgramView& program) {
   const size_t n = program.size();
   Lanes& l = lanes.emplace_back();
   l.waiting.assign(n, 0);
-  l.meet.assign(n, -1);
+  l.meet.assign(n, kAlone);
+  l.partner.resize(n);
   l.next.assign(n, -1);
   l.first_dependent.assign(n + 1, 0);
   l.kind.assign(n, 0);
@@ -294,37 +308,48 @@ const ProgramView& TimelineShape::program(size_t p) const {
 
 namespace {
 
-// One run of a shape with given durations.
+// One run of a shape with given durations. An op's changing state is one record (its ready time
+// becomes its end once it starts), so that releasing an op touches one cache line of it rather
+// than one per field: a step's timeline holds millions of ops and is bound by memory.
 class TimelineRun {
  public:
   TimelineRun(const TimelineShape::Impl& shape, const std::vector<std::vector<double>>& duration)
-      : shape_(shape), duration_(duration), state_(shape.lanes.size()) {
+      : shape_(shape), state_(shape.lanes.size()) {
     for (size_t p = 0; p < state_.size(); ++p) {
-      state_[p].waiting = shape.lanes[p].waiting;
-      state_[p].meet = shape.lanes[p].meet;
-      state_[p].ready.assign(state_[p].waiting.size(), 0.0);
-      state_[p].end.assign(state_[p].waiting.size(), kNotStarted);
+      const TimelineShape::Impl::Lanes& lanes = shape.lanes[p];
+      std::vector<OpState>& ops = state_[p];
+      ops.resize(lanes.waiting.size());
+      for (size_t i = 0; i < ops.size(); ++i)
+        ops[i] = OpState{0.0, duration[p][i], lanes.waiting[i], lanes.meet[i], lanes.partner[i]};
     }
     meet_posted_.assign(shape.meet_begin.size() - 1, 0);
     meet_ready_.assign(shape.meet_begin.size() - 1, 0.0);
   }
 
   std::vector<RankTiming> run();
-  // Every op's end, by program (valid after run()).
-  std::vector<std::vector<double>> take_ends() {
+  // Every op's end, by program (valid after run()): kNotStarted for an op that never started.
+  std::vector<std::vector<double>> take_ends() const {
     std::vector<std::vector<double>> ends(state_.size());
-    for (size_t p = 0; p < state_.size(); ++p)
-      ends[p] = std::move(state_[p].end);
+    for (size_t p = 0; p < state_.size(); ++p) {
+      ends[p].reserve(state_[p].size());
+      for (const OpState& op : state_[p])
+        ends[p].push_back(end_of(op));
+    }
     return ends;
   }
 
  private:
-  struct State {
-    std::vector<int32_t> waiting;  // by op: predecessors not started yet
-    std::vector<int32_t> meet;     // by op: the shape's meeting, -1 once called off
-    std::vector<double> ready;     // by op: latest end among its started predecessors
-    std::vector<double> end;       // by op; kNotStarted until started
+  // OpState::waiting once every predecessor started: posted to its meeting, or started.
+  static constexpr int32_t kPosted = -2, kStarted = -1;
+  static constexpr int32_t kAlone = TimelineShape::Impl::kAlone, kPaired = TimelineShape::Impl::kPaired;
+  struct OpState {
+    double time;      // latest end among its started predecessors; its own end once started
+    double duration;  // seconds
+    int32_t waiting;  // predecessors not started yet, or kPosted, or kStarted
+    int32_t meet;     // the shape's meeting (or kPaired), kAlone once called off
+    OpRef partner;    // kPaired: the other end
   };
+  static double end_of(const OpState& op) { return op.waiting == kStarted ? op.time : kNotStarted; }
   const OpRef* meet_begin(int32_t meet) const { return shape_.meet_ops.data() + shape_.meet_begin[size_t(meet)]; }
   const OpRef* meet_end(int32_t meet) const { return shape_.meet_ops.data() + shape_.meet_begin[size_t(meet) + 1]; }
   void post(OpRef ref);
@@ -332,23 +357,34 @@ class TimelineRun {
   bool dissolve_one_waiting_meet();
 
   const TimelineShape::Impl& shape_;
-  const std::vector<std::vector<double>>& duration_;
-  std::vector<State> state_;
-  std::vector<int32_t> meet_posted_;  // by meeting: ops posted so far
-  std::vector<double> meet_ready_;    // by meeting: latest ready time among them
-  std::vector<OpRef> posted_;         // ops posted but not handled yet (work list)
+  std::vector<std::vector<OpState>> state_;  // by program, by op
+  std::vector<int32_t> meet_posted_;         // by meeting: ops posted so far
+  std::vector<double> meet_ready_;           // by meeting: latest ready time among them
+  std::vector<OpRef> posted_;                // ops posted but not handled yet (work list)
 };
 
 // `ref` has every predecessor started: start it now, or count it in its meeting and start the
 // meeting once all its ops are posted.
 void TimelineRun::post(OpRef ref) {
-  State& s = state_[size_t(ref.program)];
-  const double ready = s.ready[size_t(ref.op)];
-  const int32_t meet = s.meet[size_t(ref.op)];
-  if (meet < 0) {
+  OpState& op = state_[size_t(ref.program)][size_t(ref.op)];
+  const double ready = op.time;
+  const int32_t meet = op.meet;
+  if (meet == kAlone) {
     start(ref, ready);
     return;
   }
+  if (meet == kPaired) {
+    const OpState& other = state_[size_t(op.partner.program)][size_t(op.partner.op)];
+    if (other.waiting != kPosted) {
+      op.waiting = kPosted;
+      return;
+    }
+    const double at = std::max(ready, other.time);
+    start(op.partner, at);
+    start(ref, at);
+    return;
+  }
+  op.waiting = kPosted;
   meet_ready_[size_t(meet)] = std::max(meet_ready_[size_t(meet)], ready);
   if (++meet_posted_[size_t(meet)] < meet_end(meet) - meet_begin(meet)) return;
   for (const OpRef* other = meet_begin(meet); other != meet_end(meet); ++other)
@@ -356,13 +392,16 @@ void TimelineRun::post(OpRef ref) {
 }
 
 void TimelineRun::start(OpRef ref, double at) {
-  State& s = state_[size_t(ref.program)];
+  std::vector<OpState>& ops = state_[size_t(ref.program)];
   const TimelineShape::Impl::Lanes& lanes = shape_.lanes[size_t(ref.program)];
-  const double end = at + duration_[size_t(ref.program)][size_t(ref.op)];
-  s.end[size_t(ref.op)] = end;
+  OpState& op = ops[size_t(ref.op)];
+  const double end = at + op.duration;
+  op.time = end;
+  op.waiting = kStarted;
   auto release = [&](int32_t successor) {
-    s.ready[size_t(successor)] = std::max(s.ready[size_t(successor)], end);
-    if (--s.waiting[size_t(successor)] == 0) posted_.push_back({ref.program, successor});
+    OpState& next = ops[size_t(successor)];
+    next.time = std::max(next.time, end);
+    if (--next.waiting == 0) posted_.push_back({ref.program, successor});
   };
   if (lanes.next[size_t(ref.op)] >= 0) release(lanes.next[size_t(ref.op)]);
   for (uint32_t k = lanes.first_dependent[size_t(ref.op)]; k < lanes.first_dependent[size_t(ref.op) + 1]; ++k)
@@ -373,16 +412,24 @@ void TimelineRun::start(OpRef ref, double at) {
 // never posted under this pairing: the first such meeting is called off, its posted ops start on
 // their own and the others will when posted. False when nothing is waiting.
 bool TimelineRun::dissolve_one_waiting_meet() {
+  auto call_off = [&](OpRef ref) {
+    OpState& owner = state_[size_t(ref.program)][size_t(ref.op)];
+    owner.meet = kAlone;
+    if (owner.waiting == kPosted) posted_.push_back(ref);
+  };
   for (size_t p = 0; p < state_.size(); ++p)
-    for (size_t i = 0; i < state_[p].end.size(); ++i) {
-      const State& s = state_[p];
-      const int32_t meet = s.meet[i];
-      if (meet < 0 || s.end[i] != kNotStarted || s.waiting[i] != 0) continue;
-      for (const OpRef* other = meet_begin(meet); other != meet_end(meet); ++other) {
-        State& owner = state_[size_t(other->program)];
-        owner.meet[size_t(other->op)] = -1;
-        if (owner.waiting[size_t(other->op)] == 0) posted_.push_back(*other);
+    for (size_t i = 0; i < state_[p].size(); ++i) {
+      const OpState& op = state_[p][i];
+      if (op.waiting != kPosted || op.meet == kAlone) continue;
+      if (op.meet == kPaired) {
+        const OpRef partner = op.partner;
+        call_off({int32_t(p), int32_t(i)});
+        call_off(partner);
+        return true;
       }
+      const int32_t meet = op.meet;
+      for (const OpRef* other = meet_begin(meet); other != meet_end(meet); ++other)
+        call_off(*other);
       return true;
     }
   return false;
@@ -390,8 +437,8 @@ bool TimelineRun::dissolve_one_waiting_meet() {
 
 std::vector<RankTiming> TimelineRun::run() {
   for (size_t p = 0; p < state_.size(); ++p)
-    for (size_t i = 0; i < state_[p].waiting.size(); ++i)
-      if (state_[p].waiting[i] == 0) posted_.push_back({int32_t(p), int32_t(i)});
+    for (size_t i = 0; i < state_[p].size(); ++i)
+      if (state_[p][i].waiting == 0) posted_.push_back({int32_t(p), int32_t(i)});
   int called_off = 0;
   for (;;) {
     while (!posted_.empty()) {
@@ -406,13 +453,15 @@ std::vector<RankTiming> TimelineRun::run() {
 
   std::vector<RankTiming> times(state_.size());
   for (size_t p = 0; p < state_.size(); ++p)
-    for (size_t i = 0; i < shape_.programs[p].size(); ++i) {
+    for (size_t i = 0; i < state_[p].size(); ++i) {
       const uint8_t kind = shape_.lanes[p].kind[i];
       const bool forward = (kind & TimelineShape::Impl::kForward) != 0;
+      const OpState& op = state_[p][i];
       if (kind & TimelineShape::Impl::kCompute)
-        (forward ? times[p].compute_forward_s : times[p].compute_backward_s) += duration_[p][i];
-      if (forward) times[p].forward_end_s = std::max(times[p].forward_end_s, state_[p].end[i]);
-      times[p].end_s = std::max(times[p].end_s, state_[p].end[i]);
+        (forward ? times[p].compute_forward_s : times[p].compute_backward_s) += op.duration;
+      const double end = end_of(op);
+      if (forward) times[p].forward_end_s = std::max(times[p].forward_end_s, end);
+      times[p].end_s = std::max(times[p].end_s, end);
     }
   return times;
 }

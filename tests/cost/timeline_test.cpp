@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <random>
 #include <set>
 
 #include <wallfacer/cost/cost_model.hpp>
@@ -39,6 +41,9 @@ struct Programs {
   std::vector<std::vector<double>> seconds;  // by rank, by op
 
   int32_t add(int rank, Op op, double duration, std::initializer_list<int32_t> deps = {}) {
+    return add(rank, op, duration, std::vector<int32_t>(deps));
+  }
+  int32_t add(int rank, Op op, double duration, const std::vector<int32_t>& deps) {
     if (ranks.size() <= size_t(rank)) {
       ranks.resize(size_t(rank) + 1);
       seconds.resize(size_t(rank) + 1);
@@ -149,6 +154,93 @@ TEST(CostTimeline, AnEndThatIsNeverPostedStartsAloneInsteadOfHanging) {
   const auto t = p.time(PairMode::Matched);
   EXPECT_DOUBLE_EQ(t[0].end_s, 2);
   EXPECT_DOUBLE_EQ(t[1].end_s, 3);
+}
+
+// Random programs built from one global order of events (a compute, a message between two ranks,
+// a collective of a group), each rank listing its ops in that order: every op's predecessors come
+// before it in the order, so one pass over the events gives each its start, the latest ready time
+// of its ops (the reference). The timeline must find the same ends; the groups of two meet as
+// pairs, the larger ones as meetings.
+TEST(CostTimeline, MatchedTimesEqualOnePassOverAGlobalOrderOfEvents) {
+  const std::vector<std::vector<int>> groups = {{0, 1}, {0, 1, 2, 3}, {1, 2, 3}, {2, 3}};
+  std::vector<CollectiveSpec> specs;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    CollectiveSpec spec;
+    spec.kind = OpKind::AllGather;
+    spec.group = int(g);
+    specs.push_back(spec);
+  }
+  std::mt19937 random(20261205);
+  for (int trial = 0; trial < 50; ++trial) {
+    Programs p;
+    std::vector<std::vector<double>> end(4);  // the reference, by rank and op
+    std::vector<std::array<int32_t, kNumStreams>> last(4);
+    for (auto& streams : last)
+      streams.fill(-1);
+    auto pick = [&](int n) { return int(random() % unsigned(n)); };
+    // The op `op` of rank r, with its stream predecessor and a random earlier op of the rank as
+    // dependencies; returns its ready time.
+    auto add = [&](int r, Op op, double seconds, int32_t* index) {
+      std::vector<int32_t> deps;
+      double ready = 0;
+      const int32_t before = last[size_t(r)][size_t(op.stream)];
+      if (before >= 0) ready = end[size_t(r)][size_t(before)];
+      if (!end[size_t(r)].empty() && pick(2) == 0) {
+        const int32_t d = pick(int(end[size_t(r)].size()));
+        deps.push_back(d);
+        ready = std::max(ready, end[size_t(r)][size_t(d)]);
+      }
+      *index = p.add(r, op, seconds, deps);
+      last[size_t(r)][size_t(op.stream)] = *index;
+      end[size_t(r)].push_back(0);
+      return ready;
+    };
+    for (int event = 0; event < 60; ++event) {
+      const double seconds = 0.25 * (1 + pick(8));
+      const int kind = pick(3);
+      std::vector<std::pair<int, int32_t>> members;  // (rank, op)
+      double start = 0;
+      if (kind == 0) {
+        int32_t i;
+        const int r = pick(4);
+        start = add(r, compute_op(), seconds, &i);
+        members.push_back({r, i});
+      } else if (kind == 1) {
+        const int a = pick(4), b = (a + 1 + pick(3)) % 4, tag = pick(2);
+        int32_t i, j;
+        start = std::max(add(a, message(OpKind::Send, b, tag), seconds, &i),
+                         add(b, message(OpKind::Recv, a, tag), seconds, &j));
+        members = {{a, i}, {b, j}};
+      } else {
+        const int g = pick(int(groups.size()));
+        Op gather;
+        gather.kind = OpKind::AllGather;
+        gather.stream = Stream::Collective;
+        gather.coll = g;
+        for (int r : groups[size_t(g)]) {
+          int32_t i;
+          start = std::max(start, add(r, gather, seconds, &i));
+          members.push_back({r, i});
+        }
+      }
+      for (auto [r, i] : members)
+        end[size_t(r)][size_t(i)] = start + seconds;
+    }
+    for (RankProgram& program : p.ranks)
+      program.collectives = specs;
+    std::vector<const RankProgram*> programs;
+    for (const RankProgram& program : p.ranks)
+      programs.push_back(&program);
+    std::vector<std::vector<double>> ends;
+    const auto timings = detail::TimelineShape(programs, PairMode::Matched).run(p.seconds, &ends);
+    ASSERT_EQ(ends.size(), end.size());
+    for (size_t r = 0; r < end.size(); ++r) {
+      ASSERT_EQ(ends[r].size(), end[r].size()) << "rank " << r;
+      for (size_t i = 0; i < end[r].size(); ++i)
+        EXPECT_DOUBLE_EQ(ends[r][i], end[r][i]) << "trial " << trial << ", rank " << r << ", op " << i;
+      EXPECT_DOUBLE_EQ(timings[r].end_s, *std::max_element(end[r].begin(), end[r].end()));
+    }
+  }
 }
 
 TEST(CostTimeline, TheSearchBoundNeverExceedsTheEstimate) {
