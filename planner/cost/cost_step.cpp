@@ -148,7 +148,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   std::vector<detail::RankTiming> timings(templates.size());
   std::vector<std::vector<uint32_t>> copies(templates.size());
   struct Timed {
-    std::vector<FlatStep> flats;
+    std::vector<std::shared_ptr<const FlatStep>> flats;  // by program; one per unrolled order
     std::vector<std::vector<double>> duration;
     std::vector<std::vector<double>> ends;
     std::unique_ptr<detail::TimelineShape> shape;
@@ -156,13 +156,23 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   auto time_group = [&](const std::vector<size_t>& group, bool keep) {
     Timed t;
     std::vector<detail::ProgramView> views;
-    for (size_t p : group) {
-      t.flats.push_back(unroll_flat(templates[p]));
-      t.duration.push_back(flat_durations(once[p], t.flats.back()));
-      copies[p] = copies_of(t.flats.back().origin, templates[p].program.ops.size());
+    std::vector<size_t> unrolled;  // the first program of the group with each unrolled order
+    for (size_t k = 0; k < group.size(); ++k) {
+      const size_t p = group[k];
+      const auto same = std::find_if(unrolled.begin(), unrolled.end(),
+                                     [&](size_t j) { return same_unrolled_order(templates[group[j]], templates[p]); });
+      if (same != unrolled.end()) {
+        t.flats.push_back(t.flats[*same]);
+        copies[p] = copies[group[*same]];
+      } else {
+        unrolled.push_back(k);
+        t.flats.push_back(std::make_shared<const FlatStep>(unroll_flat(templates[p])));
+        copies[p] = copies_of(t.flats.back()->origin, templates[p].program.ops.size());
+      }
+      t.duration.push_back(flat_durations(once[p], *t.flats.back()));
     }
     for (size_t k = 0; k < group.size(); ++k)
-      views.emplace_back(templates[group[k]].program, t.flats[k]);
+      views.emplace_back(templates[group[k]].program, *t.flats[k]);
     t.shape = std::make_unique<detail::TimelineShape>(std::move(views), mode);
     const std::vector<detail::RankTiming> times = t.shape->run(t.duration, keep ? &t.ends : nullptr);
     for (size_t k = 0; k < group.size(); ++k)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -54,14 +55,20 @@ class KeyIds {
 // meets other ops (the two ends of a message, the members' ops of one collective), when all of
 // them are posted.
 struct TimelineShape::Impl {
-  struct Lanes {
+  // What a program's ops wait for on their own rank: built from its ops' streams, phases and
+  // dependencies, and shared by the programs that have the same (a step's ranks mostly share a few
+  // unrolled orders, see same_unrolled_order).
+  struct Order {
     std::vector<int32_t> waiting;           // by op: predecessors it waits for
-    std::vector<int32_t> meet;              // by op: its meeting, kAlone or kPaired
-    std::vector<OpRef> partner;             // by op: the other end of its pair (kPaired)
     std::vector<int32_t> next;              // by op: the next op of its stream, -1 at the end
     std::vector<uint32_t> first_dependent;  // CSR over `dependents`, by op
     std::vector<int32_t> dependents;        // ops naming this one as a dependency
     std::vector<uint8_t> kind;              // by op: kCompute | kForward (what the totals read)
+  };
+  struct Lanes {
+    std::shared_ptr<const Order> order;
+    std::vector<int32_t> meet;   // by op: its meeting, kAlone or kPaired
+    std::vector<OpRef> partner;  // by op: the other end of its pair (kPaired)
   };
   static constexpr uint8_t kCompute = 1, kForward = 2;
   // Lanes::meet of an op that starts alone, and of one of two ops that meet (most are message
@@ -70,6 +77,7 @@ struct TimelineShape::Impl {
   static constexpr int32_t kAlone = -1, kPaired = -2;
   std::vector<ProgramView> programs;
   std::vector<Lanes> lanes;
+  std::vector<size_t> order_owners;        // the first program of each distinct Order
   std::vector<OpRef> meet_ops;             // every meeting's ops, one meeting after another
   std::vector<uint32_t> meet_begin = {0};  // meeting m: meet_ops[begin[m], begin[m + 1])
 
@@ -96,36 +104,67 @@ struct TimelineShape::Impl {
   void meet_collectives();
 };
 
-void TimelineShape::Impl::add_lanes(const ProgramView& program) {
+namespace {
+
+std::shared_ptr<const TimelineShape::Impl::Order> order_of(const ProgramView& program) {
+  using Impl = TimelineShape::Impl;
   const size_t n = program.size();
-  Lanes& l = lanes.emplace_back();
-  l.waiting.assign(n, 0);
-  l.meet.assign(n, kAlone);
-  l.partner.resize(n);
-  l.next.assign(n, -1);
-  l.first_dependent.assign(n + 1, 0);
-  l.kind.assign(n, 0);
+  auto l = std::make_shared<Impl::Order>();
+  l->waiting.assign(n, 0);
+  l->next.assign(n, -1);
+  l->first_dependent.assign(n + 1, 0);
+  l->kind.assign(n, 0);
   OpPerStream last = no_op_on_any_stream();
   for (size_t i = 0; i < n; ++i) {
     const Op& op = program.op(i);
-    l.kind[i] = uint8_t((op.stream == Stream::Compute ? kCompute : 0) | (op.phase == Phase::Forward ? kForward : 0));
+    l->kind[i] = uint8_t((op.stream == Stream::Compute ? Impl::kCompute : 0) |
+                         (op.phase == Phase::Forward ? Impl::kForward : 0));
     int32_t& previous = last[size_t(op.stream)];
     if (previous >= 0) {
-      l.next[size_t(previous)] = int32_t(i);
-      ++l.waiting[i];
+      l->next[size_t(previous)] = int32_t(i);
+      ++l->waiting[i];
     }
     previous = int32_t(i);
-    l.waiting[i] += int32_t(program.deps_end(i) - program.deps_begin(i));
+    l->waiting[i] += int32_t(program.deps_end(i) - program.deps_begin(i));
     for (const int32_t* d = program.deps_begin(i); d != program.deps_end(i); ++d)
-      ++l.first_dependent[size_t(*d) + 1];
+      ++l->first_dependent[size_t(*d) + 1];
   }
   for (size_t i = 0; i < n; ++i)
-    l.first_dependent[i + 1] += l.first_dependent[i];
-  l.dependents.resize(l.first_dependent[n]);
-  std::vector<uint32_t> fill(l.first_dependent.begin(), l.first_dependent.end() - 1);
+    l->first_dependent[i + 1] += l->first_dependent[i];
+  l->dependents.resize(l->first_dependent[n]);
+  std::vector<uint32_t> fill(l->first_dependent.begin(), l->first_dependent.end() - 1);
   for (size_t i = 0; i < n; ++i)
     for (const int32_t* d = program.deps_begin(i); d != program.deps_end(i); ++d)
-      l.dependents[fill[size_t(*d)]++] = int32_t(i);
+      l->dependents[fill[size_t(*d)]++] = int32_t(i);
+  return l;
+}
+
+// Whether two programs' ops wait for the same ops of their own rank: flat steps of one unrolled
+// order whose template ops run on the same streams in the same phases.
+bool same_order(const ProgramView& a, const ProgramView& b) {
+  if (!a.flat() || !b.flat() || !a.same_flat(b)) return false;
+  const std::vector<Op>&x = a.program().ops, &y = b.program().ops;
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i].stream != y[i].stream || x[i].phase != y[i].phase) return false;
+  return true;
+}
+
+}  // namespace
+
+void TimelineShape::Impl::add_lanes(const ProgramView& program) {
+  Lanes& l = lanes.emplace_back();
+  for (size_t q : order_owners)
+    if (same_order(programs[q], program)) {
+      l.order = lanes[q].order;
+      break;
+    }
+  if (!l.order) {
+    l.order = order_of(program);
+    order_owners.push_back(lanes.size() - 1);
+  }
+  l.meet.assign(program.size(), kAlone);
+  l.partner.resize(program.size());
 }
 
 // The message ends of every program, each with its key's id: `key(op, rank, program index)`
@@ -318,9 +357,10 @@ class TimelineRun {
     for (size_t p = 0; p < state_.size(); ++p) {
       const TimelineShape::Impl::Lanes& lanes = shape.lanes[p];
       std::vector<OpState>& ops = state_[p];
-      ops.resize(lanes.waiting.size());
+      const std::vector<int32_t>& waiting = lanes.order->waiting;
+      ops.resize(waiting.size());
       for (size_t i = 0; i < ops.size(); ++i)
-        ops[i] = OpState{0.0, duration[p][i], lanes.waiting[i], lanes.meet[i], lanes.partner[i]};
+        ops[i] = OpState{0.0, duration[p][i], waiting[i], lanes.meet[i], lanes.partner[i]};
     }
     meet_posted_.assign(shape.meet_begin.size() - 1, 0);
     meet_ready_.assign(shape.meet_begin.size() - 1, 0.0);
@@ -393,7 +433,7 @@ void TimelineRun::post(OpRef ref) {
 
 void TimelineRun::start(OpRef ref, double at) {
   std::vector<OpState>& ops = state_[size_t(ref.program)];
-  const TimelineShape::Impl::Lanes& lanes = shape_.lanes[size_t(ref.program)];
+  const TimelineShape::Impl::Order& lanes = *shape_.lanes[size_t(ref.program)].order;
   OpState& op = ops[size_t(ref.op)];
   const double end = at + op.duration;
   op.time = end;
@@ -454,7 +494,7 @@ std::vector<RankTiming> TimelineRun::run() {
   std::vector<RankTiming> times(state_.size());
   for (size_t p = 0; p < state_.size(); ++p)
     for (size_t i = 0; i < state_[p].size(); ++i) {
-      const uint8_t kind = shape_.lanes[p].kind[i];
+      const uint8_t kind = shape_.lanes[p].order->kind[i];
       const bool forward = (kind & TimelineShape::Impl::kForward) != 0;
       const OpState& op = state_[p][i];
       if (kind & TimelineShape::Impl::kCompute)

@@ -45,6 +45,7 @@ class ProgramView {
   const Op& op(size_t i) const { return program_->ops[flat_ ? flat_->origin[i] : i]; }
   // A step template's unrolled order: op i copies the template's op origin(i).
   bool flat() const { return flat_ != nullptr; }
+  bool same_flat(const ProgramView& other) const { return flat_ == other.flat_; }
   uint32_t origin(size_t i) const { return flat_->origin[i]; }
   const int32_t* deps_begin(size_t i) const {
     return flat_ ? flat_->deps.data() + flat_->dep_begin[i] : program_->deps_begin(program_->ops[i]);

@@ -337,6 +337,29 @@ FlatStep unroll_flat(const StepTemplate& step, int layers) {
   return Unroller(step, n, nullptr).run_flat();
 }
 
+bool same_unrolled_order(const StepTemplate& a, const StepTemplate& b) {
+  const StepSections &x = a.sections, &y = b.sections;
+  const bool same_sections = x.prologue_end == y.prologue_end && x.forward_end == y.forward_end &&
+                             x.head_end == y.head_end && x.gradient_in_end == y.gradient_in_end &&
+                             x.backward_end == y.backward_end && x.tail_end == y.tail_end &&
+                             x.prologue_variant == y.prologue_variant && x.head_variant == y.head_variant &&
+                             x.gradient_in_variant == y.gradient_in_variant && x.tail_variant == y.tail_variant;
+  if (!same_sections || a.layers != b.layers || a.microbatches != b.microbatches || a.warmup != b.warmup ||
+      a.chunks != b.chunks || a.stage != b.stage || a.stages != b.stages ||
+      a.sync_every_microbatch != b.sync_every_microbatch || a.previous_layer_deps != b.previous_layer_deps ||
+      a.program.ops.size() != b.program.ops.size())
+    return false;
+  // What the Unroller reads of an op: its dependencies, and whether it is a gradient
+  // synchronisation (skipped in all but the last micro-batch under ZeRO 0/1).
+  for (size_t i = 0; i < a.program.ops.size(); ++i) {
+    const Op &p = a.program.ops[i], &q = b.program.ops[i];
+    if ((p.label == StepOp::GradSync) != (q.label == StepOp::GradSync)) return false;
+    if (!std::equal(a.program.deps_begin(p), a.program.deps_end(p), b.program.deps_begin(q), b.program.deps_end(q)))
+      return false;
+  }
+  return true;
+}
+
 double layer_attention_flops(const Workload& w) {
   const double forward = 4.0 * w.batch * double(w.seq) * double(w.seq) * w.heads * w.head_dim * (w.causal ? 0.5 : 1.0);
   return 3.5 * forward;

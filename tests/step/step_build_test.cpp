@@ -282,6 +282,67 @@ TEST(StepUnroll, FlatOrderIsTheUnrolledProgramWithoutItsCopies) {
   EXPECT_GT(compared, 40);
 }
 
+bool same_flat(const FlatStep& a, const FlatStep& b) {
+  return a.origin == b.origin && a.dep_begin == b.dep_begin && a.deps == b.deps;
+}
+
+// Ranks whose templates same_unrolled_order calls alike unroll to the same flat order (the cost
+// model then unrolls one of them), over every strategy and the settings above; most ranks of a
+// strategy share an order; and a template that differs in one dependency, in whether an op is a
+// gradient synchronisation, or in its pipeline stage is told apart.
+TEST(StepUnroll, TemplatesOfTheSameUnrolledOrderUnrollAlike) {
+  struct Setting {
+    int Pp, v, M, zero;
+    Checkpointing mode;
+  };
+  int alike = 0, pairs = 0;
+  for (const Setting& s : {Setting{1, 1, 1, 1, Checkpointing::Selective}, Setting{1, 1, 2, 3, Checkpointing::Full},
+                           Setting{2, 1, 4, 0, Checkpointing::None}, Setting{2, 2, 4, 2, Checkpointing::Selective}}) {
+    Workload w = step_workload(s.mode, s.zero);
+    w.layers = 4;
+    w.microbatches = s.M;
+    w.batch = 2 * s.M;
+    for (StrategyKind kind : all_strategies())
+      for (StrategyParams params : enumerate_params(kind, w, 4)) {
+        params.pipeline_parallel = s.Pp;
+        params.virtual_stages = s.v;
+        if (!check_feasible(kind, params, w, 4 * s.Pp).ok) continue;
+        const Plan plan = testing::hand_plan(kind, params, w);
+        SCOPED_TRACE(fmt::format("{} Pp={} v={} M={} ZeRO {}", to_string(kind), s.Pp, s.v, s.M, s.zero));
+        TokenSetPool pool;
+        std::vector<StepTemplate> ts;
+        std::vector<FlatStep> flats;
+        for (int r = 0; r < plan.num_ranks(); ++r) {
+          ts.push_back(StepBuilder(plan).build_template(r, pool));
+          flats.push_back(unroll_flat(ts.back()));
+        }
+        for (size_t a = 0; a < ts.size(); ++a)
+          for (size_t b = a + 1; b < ts.size(); ++b) {
+            ++pairs;
+            if (!same_unrolled_order(ts[a], ts[b])) continue;
+            ++alike;
+            EXPECT_TRUE(same_flat(flats[a], flats[b])) << "ranks " << a << " and " << b;
+            EXPECT_EQ(ts[a].stage, ts[b].stage);
+          }
+        // Changed copies of rank 0's template.
+        StepTemplate deps = ts[0], label = ts[0], stage = ts[0];
+        const auto with_deps = std::find_if(deps.program.ops.begin(), deps.program.ops.end(),
+                                            [](const Op& op) { return op.dep_count > 0; });
+        ASSERT_NE(with_deps, deps.program.ops.end());
+        deps.program.deps[with_deps->dep_begin] = deps.program.deps[with_deps->dep_begin] > 0 ? 0 : 1;
+        EXPECT_FALSE(same_unrolled_order(ts[0], deps));
+        label.program.ops.back().label =
+            label.program.ops.back().label == StepOp::GradSync ? StepOp::Optimizer : StepOp::GradSync;
+        EXPECT_FALSE(same_unrolled_order(ts[0], label));
+        stage.stage += 1;
+        EXPECT_FALSE(same_unrolled_order(ts[0], stage));
+        EXPECT_TRUE(same_unrolled_order(ts[0], StepTemplate(ts[0])));
+      }
+  }
+  // Most pairs of ranks share their order (only causal work splits and team roles differ).
+  EXPECT_GT(alike, pairs / 4) << alike << " of " << pairs;
+}
+
 // The optimizer starts after every gradient synchronisation; ZeRO-3 gathers each layer's weights
 // before its forward and again before its backward.
 TEST(StepUnroll, OptimizerWaitsForGradientsAndZero3Gathers) {

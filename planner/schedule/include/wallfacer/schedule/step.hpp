@@ -84,6 +84,10 @@ struct FlatStep {
   size_t size() const { return origin.size(); }
 };
 FlatStep unroll_flat(const StepTemplate& step, int layers = 0);
+// Whether unroll_flat gives `a` and `b` the same FlatStep: the same sections, pipeline position,
+// micro-batches and dependencies (ranks of one strategy mostly differ only in peers and sizes, so
+// a step's many ranks share a few unrolled orders).
+bool same_unrolled_order(const StepTemplate& a, const StepTemplate& b);
 
 // Builds the step templates of a plan (validates it like ScheduleBuilder).
 class StepBuilder {
