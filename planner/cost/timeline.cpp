@@ -401,6 +401,8 @@ class TimelineRun {
   std::vector<int32_t> meet_posted_;         // by meeting: ops posted so far
   std::vector<double> meet_ready_;           // by meeting: latest ready time among them
   std::vector<OpRef> posted_;                // ops posted but not handled yet (work list)
+  bool listing_waiting_ = false;             // once a meeting was to be called off
+  std::vector<OpRef> waiting_;               // ops that waited in a meeting (some may have started since)
 };
 
 // `ref` has every predecessor started: start it now, or count it in its meeting and start the
@@ -417,6 +419,7 @@ void TimelineRun::post(OpRef ref) {
     const OpState& other = state_[size_t(op.partner.program)][size_t(op.partner.op)];
     if (other.waiting != kPosted) {
       op.waiting = kPosted;
+      if (listing_waiting_) waiting_.push_back(ref);
       return;
     }
     const double at = std::max(ready, other.time);
@@ -425,6 +428,7 @@ void TimelineRun::post(OpRef ref) {
     return;
   }
   op.waiting = kPosted;
+  if (listing_waiting_) waiting_.push_back(ref);
   meet_ready_[size_t(meet)] = std::max(meet_ready_[size_t(meet)], ready);
   if (++meet_posted_[size_t(meet)] < meet_end(meet) - meet_begin(meet)) return;
   for (const OpRef* other = meet_begin(meet); other != meet_end(meet); ++other)
@@ -452,27 +456,47 @@ void TimelineRun::start(OpRef ref, double at) {
 // never posted under this pairing: the first such meeting is called off, its posted ops start on
 // their own and the others will when posted. False when nothing is waiting.
 bool TimelineRun::dissolve_one_waiting_meet() {
+  auto waits = [&](OpRef ref) {
+    const OpState& op = state_[size_t(ref.program)][size_t(ref.op)];
+    return op.waiting == kPosted && op.meet != kAlone;
+  };
+  // The ops waiting in a meeting, listed by one pass over every op the first time (most timings
+  // never get here) and by post() from then on; entries that started or were called off since
+  // are dropped as they are met, so the many meetings a sampled timing calls off do not each scan
+  // every op.
+  if (!listing_waiting_) {
+    listing_waiting_ = true;
+    for (size_t p = 0; p < state_.size(); ++p)
+      for (size_t i = 0; i < state_[p].size(); ++i)
+        if (waits({int32_t(p), int32_t(i)})) waiting_.push_back({int32_t(p), int32_t(i)});
+  }
+  // The first waiting op in program order, as a scan of every op would find it.
+  size_t kept = 0;
+  OpRef first{-1, -1};
+  for (const OpRef ref : waiting_) {
+    if (!waits(ref)) continue;
+    waiting_[kept++] = ref;
+    if (first.program < 0 || ref.program < first.program || (ref.program == first.program && ref.op < first.op))
+      first = ref;
+  }
+  waiting_.resize(kept);
+  if (first.program < 0) return false;
   auto call_off = [&](OpRef ref) {
     OpState& owner = state_[size_t(ref.program)][size_t(ref.op)];
     owner.meet = kAlone;
     if (owner.waiting == kPosted) posted_.push_back(ref);
   };
-  for (size_t p = 0; p < state_.size(); ++p)
-    for (size_t i = 0; i < state_[p].size(); ++i) {
-      const OpState& op = state_[p][i];
-      if (op.waiting != kPosted || op.meet == kAlone) continue;
-      if (op.meet == kPaired) {
-        const OpRef partner = op.partner;
-        call_off({int32_t(p), int32_t(i)});
-        call_off(partner);
-        return true;
-      }
-      const int32_t meet = op.meet;
-      for (const OpRef* other = meet_begin(meet); other != meet_end(meet); ++other)
-        call_off(*other);
-      return true;
-    }
-  return false;
+  const OpState& op = state_[size_t(first.program)][size_t(first.op)];
+  if (op.meet == kPaired) {
+    const OpRef partner = op.partner;
+    call_off(first);
+    call_off(partner);
+    return true;
+  }
+  const int32_t meet = op.meet;
+  for (const OpRef* other = meet_begin(meet); other != meet_end(meet); ++other)
+    call_off(*other);
+  return true;
 }
 
 std::vector<RankTiming> TimelineRun::run() {

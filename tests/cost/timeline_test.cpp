@@ -156,6 +156,25 @@ TEST(CostTimeline, AnEndThatIsNeverPostedStartsAloneInsteadOfHanging) {
   EXPECT_DOUBLE_EQ(t[1].end_s, 3);
 }
 
+TEST(CostTimeline, MeetingsThatCannotHappenAreCalledOffOneAtATimeInProgramOrder) {
+  // The crossed pair above twice over. First call-off: rank 0's first receive (0..1); its send
+  // meets rank 1's first receive (1..2); rank 1's first send runs alone (2..3). Both second
+  // receives then wait again (rank 0's ready at 2, rank 1's at 3): the first in program order,
+  // rank 0's, is called off (2..3); rank 0's second send meets rank 1's second receive (3..4); rank
+  // 1's second send runs alone (4..5). Calling off rank 1's instead would end rank 0 at 6.
+  Programs p;
+  for (int r = 0; r < 2; ++r) {
+    const int other = 1 - r;
+    const int32_t first = p.add(r, message(OpKind::Recv, other, r == 0 ? 2 : 1), 1);
+    const int32_t sent = p.add(r, message(OpKind::Send, other, r == 0 ? 1 : 2), 1, {first});
+    const int32_t second = p.add(r, message(OpKind::Recv, other, r == 0 ? 4 : 3), 1, {sent});
+    p.add(r, message(OpKind::Send, other, r == 0 ? 3 : 4), 1, {second});
+  }
+  const auto t = p.time(PairMode::Matched);
+  EXPECT_DOUBLE_EQ(t[0].end_s, 4);
+  EXPECT_DOUBLE_EQ(t[1].end_s, 5);
+}
+
 // Random programs built from one global order of events (a compute, a message between two ranks,
 // a collective of a group), each rank listing its ops in that order: every op's predecessors come
 // before it in the order, so one pass over the events gives each its start, the latest ready time
