@@ -153,22 +153,25 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
     std::vector<std::vector<double>> ends;
     std::unique_ptr<detail::TimelineShape> shape;
   };
+  // The distinct unrolled orders so far (a template with it, its flat step): a step's ranks mostly
+  // share a few, in every group alike, so each is unrolled once.
+  std::vector<std::pair<size_t, std::shared_ptr<const FlatStep>>> orders;
+  auto flat_of = [&](size_t p) {
+    for (const auto& [q, flat] : orders)
+      if (same_unrolled_order(templates[q], templates[p])) {
+        copies[p] = copies[q];
+        return flat;
+      }
+    auto flat = std::make_shared<const FlatStep>(unroll_flat(templates[p]));
+    copies[p] = copies_of(flat->origin, templates[p].program.ops.size());
+    orders.emplace_back(p, flat);
+    return flat;
+  };
   auto time_group = [&](const std::vector<size_t>& group, bool keep) {
     Timed t;
     std::vector<detail::ProgramView> views;
-    std::vector<size_t> unrolled;  // the first program of the group with each unrolled order
-    for (size_t k = 0; k < group.size(); ++k) {
-      const size_t p = group[k];
-      const auto same = std::find_if(unrolled.begin(), unrolled.end(),
-                                     [&](size_t j) { return same_unrolled_order(templates[group[j]], templates[p]); });
-      if (same != unrolled.end()) {
-        t.flats.push_back(t.flats[*same]);
-        copies[p] = copies[group[*same]];
-      } else {
-        unrolled.push_back(k);
-        t.flats.push_back(std::make_shared<const FlatStep>(unroll_flat(templates[p])));
-        copies[p] = copies_of(t.flats.back()->origin, templates[p].program.ops.size());
-      }
+    for (size_t p : group) {
+      t.flats.push_back(flat_of(p));
       t.duration.push_back(flat_durations(once[p], *t.flats.back()));
     }
     for (size_t k = 0; k < group.size(); ++k)
@@ -196,7 +199,8 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
                               busiest_compute_s, tiers);
   };
   CostBreakdown cost = summarize_timings(plan, timings, &parts);
-  kept = Timed{};  // release the unrolled order before the rest is read off the templates
+  kept = Timed{};  // release the unrolled orders before the rest is read off the templates
+  orders.clear();
   cost.volume = template_volume(programs, copies);
   template_transfers(topology_, plan, programs, copies, cost.parts);
   return cost;
