@@ -437,7 +437,7 @@ void TimelineRun::post(OpRef ref) {
 
 void TimelineRun::start(OpRef ref, double at) {
   std::vector<OpState>& ops = state_[size_t(ref.program)];
-  const TimelineShape::Impl::Order& lanes = *shape_.lanes[size_t(ref.program)].order;
+  const TimelineShape::Impl::Order& order = *shape_.lanes[size_t(ref.program)].order;
   OpState& op = ops[size_t(ref.op)];
   const double end = at + op.duration;
   op.time = end;
@@ -447,9 +447,9 @@ void TimelineRun::start(OpRef ref, double at) {
     next.time = std::max(next.time, end);
     if (--next.waiting == 0) posted_.push_back({ref.program, successor});
   };
-  if (lanes.next[size_t(ref.op)] >= 0) release(lanes.next[size_t(ref.op)]);
-  for (uint32_t k = lanes.first_dependent[size_t(ref.op)]; k < lanes.first_dependent[size_t(ref.op) + 1]; ++k)
-    release(lanes.dependents[k]);
+  if (order.next[size_t(ref.op)] >= 0) release(order.next[size_t(ref.op)]);
+  for (uint32_t k = order.first_dependent[size_t(ref.op)]; k < order.first_dependent[size_t(ref.op) + 1]; ++k)
+    release(order.dependents[k]);
 }
 
 // When nothing can start but ops remain, some posted op waits for a meeting whose other ops are
@@ -476,8 +476,7 @@ bool TimelineRun::dissolve_one_waiting_meet() {
   for (const OpRef ref : waiting_) {
     if (!waits(ref)) continue;
     waiting_[kept++] = ref;
-    if (first.program < 0 || ref.program < first.program || (ref.program == first.program && ref.op < first.op))
-      first = ref;
+    if (first.program < 0 || std::pair(ref.program, ref.op) < std::pair(first.program, first.op)) first = ref;
   }
   waiting_.resize(kept);
   if (first.program < 0) return false;

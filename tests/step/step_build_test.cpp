@@ -4,6 +4,8 @@
 // unrolled layer's backward waits for its own forward.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -236,16 +238,13 @@ TEST(StepUnroll, LayerBackwardWaitsForItsOwnForward) {
   EXPECT_THROW(unroll(t, w.layers + 1), InputError);
 }
 
-// The flat order the cost model times (unroll_flat) is the unrolled program without its op copies:
-// flat op i copies the template op unroll() reports for it and waits for the same ops, for every
-// strategy with pipeline stages, virtual stages, micro-batches, ZeRO 0 to 3 and every
-// checkpointing mode, and for fewer layers than the template's.
-TEST(StepUnroll, FlatOrderIsTheUnrolledProgramWithoutItsCopies) {
+// Every strategy's 4-layer step plans with pipeline stages, virtual stages, micro-batches, ZeRO 0
+// to 3 and every checkpointing mode, each handed to `visit` under a trace naming it.
+void for_each_unroll_plan(const std::function<void(const Plan&)>& visit) {
   struct Setting {
     int Pp, v, M, zero;
     Checkpointing mode;
   };
-  int compared = 0;
   for (const Setting& s : {Setting{1, 1, 1, 1, Checkpointing::Selective}, Setting{1, 1, 2, 3, Checkpointing::Full},
                            Setting{2, 1, 4, 0, Checkpointing::None}, Setting{2, 2, 4, 2, Checkpointing::Selective}}) {
     Workload w = step_workload(s.mode, s.zero);
@@ -259,26 +258,37 @@ TEST(StepUnroll, FlatOrderIsTheUnrolledProgramWithoutItsCopies) {
         if (!check_feasible(kind, params, w, 4 * s.Pp).ok) continue;
         const Plan plan = testing::hand_plan(kind, params, w);
         SCOPED_TRACE(fmt::format("{} Pp={} v={} M={} ZeRO {}", to_string(kind), s.Pp, s.v, s.M, s.zero));
-        TokenSetPool pool;
-        for (int r = 0; r < plan.num_ranks(); r += 3) {
-          const StepTemplate t = StepBuilder(plan).build_template(r, pool);
-          for (int layers : {0, t.chunks}) {
-            std::vector<uint32_t> origin;
-            const RankProgram program = unroll(t, layers, &origin);
-            const FlatStep flat = unroll_flat(t, layers);
-            ASSERT_EQ(flat.origin, origin);
-            ASSERT_EQ(flat.dep_begin.size(), program.ops.size() + 1);
-            for (size_t i = 0; i < program.ops.size(); ++i) {
-              const std::vector<int32_t> deps(program.deps_begin(program.ops[i]), program.deps_end(program.ops[i]));
-              const std::vector<int32_t> flat_deps(flat.deps.begin() + flat.dep_begin[i],
-                                                   flat.deps.begin() + flat.dep_begin[i + 1]);
-              ASSERT_EQ(flat_deps, deps) << "op " << i;
-            }
-            ++compared;
-          }
-        }
+        visit(plan);
       }
   }
+}
+
+// The flat order the cost model times (unroll_flat) is the unrolled program without its op copies:
+// flat op i copies the template op unroll() reports for it and waits for the same ops, for every
+// strategy with pipeline stages, virtual stages, micro-batches, ZeRO 0 to 3 and every
+// checkpointing mode, and for fewer layers than the template's.
+TEST(StepUnroll, FlatOrderIsTheUnrolledProgramWithoutItsCopies) {
+  int compared = 0;
+  for_each_unroll_plan([&](const Plan& plan) {
+    TokenSetPool pool;
+    for (int r = 0; r < plan.num_ranks(); r += 3) {
+      const StepTemplate t = StepBuilder(plan).build_template(r, pool);
+      for (int layers : {0, t.chunks}) {
+        std::vector<uint32_t> origin;
+        const RankProgram program = unroll(t, layers, &origin);
+        const FlatStep flat = unroll_flat(t, layers);
+        ASSERT_EQ(flat.origin, origin);
+        ASSERT_EQ(flat.dep_begin.size(), program.ops.size() + 1);
+        for (size_t i = 0; i < program.ops.size(); ++i) {
+          const std::vector<int32_t> deps(program.deps_begin(program.ops[i]), program.deps_end(program.ops[i]));
+          const std::vector<int32_t> flat_deps(flat.deps.begin() + flat.dep_begin[i],
+                                               flat.deps.begin() + flat.dep_begin[i + 1]);
+          ASSERT_EQ(flat_deps, deps) << "op " << i;
+        }
+        ++compared;
+      }
+    }
+  });
   EXPECT_GT(compared, 40);
 }
 
@@ -291,54 +301,37 @@ bool same_flat(const FlatStep& a, const FlatStep& b) {
 // strategy share an order; and a template that differs in one dependency, in whether an op is a
 // gradient synchronisation, or in its pipeline stage is told apart.
 TEST(StepUnroll, TemplatesOfTheSameUnrolledOrderUnrollAlike) {
-  struct Setting {
-    int Pp, v, M, zero;
-    Checkpointing mode;
-  };
   int alike = 0, pairs = 0;
-  for (const Setting& s : {Setting{1, 1, 1, 1, Checkpointing::Selective}, Setting{1, 1, 2, 3, Checkpointing::Full},
-                           Setting{2, 1, 4, 0, Checkpointing::None}, Setting{2, 2, 4, 2, Checkpointing::Selective}}) {
-    Workload w = step_workload(s.mode, s.zero);
-    w.layers = 4;
-    w.microbatches = s.M;
-    w.batch = 2 * s.M;
-    for (StrategyKind kind : all_strategies())
-      for (StrategyParams params : enumerate_params(kind, w, 4)) {
-        params.pipeline_parallel = s.Pp;
-        params.virtual_stages = s.v;
-        if (!check_feasible(kind, params, w, 4 * s.Pp).ok) continue;
-        const Plan plan = testing::hand_plan(kind, params, w);
-        SCOPED_TRACE(fmt::format("{} Pp={} v={} M={} ZeRO {}", to_string(kind), s.Pp, s.v, s.M, s.zero));
-        TokenSetPool pool;
-        std::vector<StepTemplate> ts;
-        std::vector<FlatStep> flats;
-        for (int r = 0; r < plan.num_ranks(); ++r) {
-          ts.push_back(StepBuilder(plan).build_template(r, pool));
-          flats.push_back(unroll_flat(ts.back()));
-        }
-        for (size_t a = 0; a < ts.size(); ++a)
-          for (size_t b = a + 1; b < ts.size(); ++b) {
-            ++pairs;
-            if (!same_unrolled_order(ts[a], ts[b])) continue;
-            ++alike;
-            EXPECT_TRUE(same_flat(flats[a], flats[b])) << "ranks " << a << " and " << b;
-            EXPECT_EQ(ts[a].stage, ts[b].stage);
-          }
-        // Changed copies of rank 0's template.
-        StepTemplate deps = ts[0], label = ts[0], stage = ts[0];
-        const auto with_deps = std::find_if(deps.program.ops.begin(), deps.program.ops.end(),
-                                            [](const Op& op) { return op.dep_count > 0; });
-        ASSERT_NE(with_deps, deps.program.ops.end());
-        deps.program.deps[with_deps->dep_begin] = deps.program.deps[with_deps->dep_begin] > 0 ? 0 : 1;
-        EXPECT_FALSE(same_unrolled_order(ts[0], deps));
-        label.program.ops.back().label =
-            label.program.ops.back().label == StepOp::GradSync ? StepOp::Optimizer : StepOp::GradSync;
-        EXPECT_FALSE(same_unrolled_order(ts[0], label));
-        stage.stage += 1;
-        EXPECT_FALSE(same_unrolled_order(ts[0], stage));
-        EXPECT_TRUE(same_unrolled_order(ts[0], StepTemplate(ts[0])));
+  for_each_unroll_plan([&](const Plan& plan) {
+    TokenSetPool pool;
+    std::vector<StepTemplate> ts;
+    std::vector<FlatStep> flats;
+    for (int r = 0; r < plan.num_ranks(); ++r) {
+      ts.push_back(StepBuilder(plan).build_template(r, pool));
+      flats.push_back(unroll_flat(ts.back()));
+    }
+    for (size_t a = 0; a < ts.size(); ++a)
+      for (size_t b = a + 1; b < ts.size(); ++b) {
+        ++pairs;
+        if (!same_unrolled_order(ts[a], ts[b])) continue;
+        ++alike;
+        EXPECT_TRUE(same_flat(flats[a], flats[b])) << "ranks " << a << " and " << b;
+        EXPECT_EQ(ts[a].stage, ts[b].stage);
       }
-  }
+    // Changed copies of rank 0's template.
+    StepTemplate deps = ts[0], label = ts[0], stage = ts[0];
+    const auto with_deps =
+        std::find_if(deps.program.ops.begin(), deps.program.ops.end(), [](const Op& op) { return op.dep_count > 0; });
+    ASSERT_NE(with_deps, deps.program.ops.end());
+    deps.program.deps[with_deps->dep_begin] = deps.program.deps[with_deps->dep_begin] > 0 ? 0 : 1;
+    EXPECT_FALSE(same_unrolled_order(ts[0], deps));
+    label.program.ops.back().label =
+        label.program.ops.back().label == StepOp::GradSync ? StepOp::Optimizer : StepOp::GradSync;
+    EXPECT_FALSE(same_unrolled_order(ts[0], label));
+    stage.stage += 1;
+    EXPECT_FALSE(same_unrolled_order(ts[0], stage));
+    EXPECT_TRUE(same_unrolled_order(ts[0], StepTemplate(ts[0])));
+  });
   // Most pairs of ranks share their order (only causal work splits and team roles differ).
   EXPECT_GT(alike, pairs / 4) << alike << " of " << pairs;
 }
