@@ -15,6 +15,8 @@ uint64_t pair_key(int a, int b) {
   return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
 }
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// First int of a FlowPriceCache group key (2 and 3 open the keys of whole patterns).
+constexpr int32_t kNearKey = 4;
 
 }  // namespace
 
@@ -351,8 +353,9 @@ void NetworkPricer::index_kind(GroupKind kind) {
   }
 }
 
-// Counts the pattern's flows with an end on a node that holds a member of `group`.
-void NetworkPricer::count_pattern_near(const Pattern& p, int group) {
+// Lists the pattern's flows with an end on a node that holds a member of `group` (as GPU pairs,
+// two ints each), the flows that share those nodes' links with the group's own.
+void NetworkPricer::flows_near(const Pattern& p, int group, std::vector<int32_t>& out) {
   index_kind(p.kind);
   const auto& by_node = members_by_node_[int(p.kind)];
   std::unordered_set<int> nodes;
@@ -369,28 +372,42 @@ void NetworkPricer::count_pattern_near(const Pattern& p, int group) {
       const bool concurrent = g == group || !own.count(members[size_t(k)]);
       if (concurrent)
         for_each_successor(p, g, k, [&](int l) {
-          counter_.add(gpu_of(members[size_t(k)]), gpu_of(members[size_t(l)]));  // leaves the node
+          out.insert(out.end(), {gpu_of(members[size_t(k)]), gpu_of(members[size_t(l)])});  // leaves the node
         });
       for_each_predecessor(p, g, k, [&](int l) {
         const int from = members[size_t(l)];
         if (!nodes.count(node_of(from)) && (g == group || !own.count(from)))
-          counter_.add(gpu_of(from), gpu_of(members[size_t(k)]));  // arrives
+          out.insert(out.end(), {gpu_of(from), gpu_of(members[size_t(k)])});  // arrives
       });
     }
   }
 }
 
+// A large pattern's group is priced against the flows near it (flows_near). The price depends on
+// those flows' GPUs and the group's own flows alone, which is the cache's key: the pricers of one
+// candidate (its attention, its bounds, its step) and candidates with equal groups price the same
+// flows again and again, and counting them is a route lookup per hop of every flow.
 GroupPrice NetworkPricer::group_price(Pattern& p, int group) {
   if (auto it = p.prices.find(group); it != p.prices.end()) return it->second;
-  count_pattern_near(p, group);
-  GroupPrice price;
+  std::vector<int32_t> key{kNearKey};
+  flows_near(p, group, key);
+  const size_t counted_end = key.size();
+  key.push_back(-1);  // then the group's own flows
   const auto& members = plan_.groups[size_t(group)].ranks;
   for (int k = 0; k < int(members.size()); ++k)
     for_each_successor(p, group, k, [&](int l) {
       const int a = gpu_of(members[size_t(k)]), b = gpu_of(members[size_t(l)]);
-      if (a != b) price.add(counter_.price(a, b));
+      if (a != b) key.insert(key.end(), {a, b});
     });
+  if (FlowPriceCache::GroupPrices known = flow_prices_ ? flow_prices_->find_groups(key) : nullptr)
+    return p.prices.emplace(group, known->front()).first->second;
+  for (size_t i = 1; i < counted_end; i += 2)
+    counter_.add(key[i], key[i + 1]);
+  GroupPrice price;
+  for (size_t i = counted_end + 1; i < key.size(); i += 2)
+    price.add(counter_.price(key[i], key[i + 1]));
   counter_.clear();
+  if (flow_prices_) flow_prices_->store_groups(std::move(key), std::make_shared<std::vector<GroupPrice>>(1, price));
   p.prices.emplace(group, price);
   return price;
 }

@@ -1,10 +1,12 @@
 // Contention: flows of one flow set (or groups of one kind running a collective) that share a
 // resource divide its bandwidth. Hand-built plans and schedules on two 2-GPU nodes with one
 // 100 Gb/s NIC each: every inter-node flow of a node crosses that NIC. Ring collectives across
-// nodes with several NICs: one channel per NIC.
+// nodes with several NICs: one channel per NIC. Prices of large patterns kept across pricers.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/cost/network.hpp>
 #include "common/multi_nic_topology.hpp"
 #include "cost_test_util.hpp"
 
@@ -234,6 +236,55 @@ TEST_F(AllToAll, AShiftHasOnePeer) {
   const double bytes = double(kTokens) * kHeads * 64 * 2;
   const double alpha = topology.route(0, 1).latency_us * 1e-6;
   EXPECT_NEAR(seconds(spec), alpha + bytes / 450e9, 1e-12);
+}
+
+}  // namespace
+}  // namespace wallfacer
+
+namespace wallfacer {
+namespace {
+
+// Groups of a collective pattern with more than kExactFlows flows are each priced against the
+// flows near them (those with an end on the group's nodes), and the price is kept under those
+// flows and the group's own (FlowPriceCache). Every pair of nodes holds two groups of one kind:
+// A, GPU 0 of both nodes; B, GPUs 1 to 3 of the first and GPU 1 of the second. A and B count the
+// same flows near them, so only their own flows tell their prices apart: at offset 2, A's members
+// send to themselves (no flow, no price) while B's cross the NIC. 700 pairs make 4,200 flows at
+// offset 1. Priced through one cache by two pricers, and over two placements, every group gets
+// what a pricer without a cache gives it.
+TEST(NearFlowPrices, PricesKeptByTheirFlowsEqualPricesComputedAfresh) {
+  constexpr int kPairs = 700, kGpus = 4;
+  const Topology topology = testing::switch_nodes(2 * kPairs, kGpus);
+  detail::FlowPriceCache cache;
+  for (bool shifted : {false, true}) {
+    SCOPED_TRACE(shifted ? "GPUs shifted by one inside each node" : "rank r on GPU r");
+    Plan plan;
+    plan.workload = testing::mha_workload(1024);
+    for (int r = 0; r < 2 * kPairs * kGpus; ++r) {
+      const int node = r / kGpus, local = shifted ? (r + 1) % kGpus : r % kGpus;
+      plan.ranks.push_back(RankSlot{r, node * kGpus + local, node, local, ""});
+    }
+    for (int q = 0; q < kPairs; ++q) {
+      const int first = 2 * q * kGpus, second = first + kGpus;
+      plan.groups.push_back(CommGroup{fmt::format("a{}", q), GroupKind::AllToAll, {first, second}});
+      plan.groups.push_back(
+          CommGroup{fmt::format("b{}", q), GroupKind::AllToAll, {first + 1, first + 2, first + 3, second + 1}});
+    }
+    const std::vector<FlowSet> no_sets;
+    detail::NetworkPricer once(topology, plan, no_sets, nullptr, &cache),
+        again(topology, plan, no_sets, nullptr, &cache);
+    detail::NetworkPricer fresh(topology, plan, no_sets);
+    int differ = 0;
+    for (int offset : {1, 2, 3})
+      for (int g = 0; g < 6; ++g) {  // the first three pairs' groups
+        const std::vector<std::pair<int, int64_t>> slices = {{offset, int64_t(1) << 24}};
+        const double expected = fresh.all_to_all_seconds(g, slices);
+        EXPECT_EQ(once.all_to_all_seconds(g, slices), expected) << "group " << g << " offset " << offset;
+        EXPECT_EQ(again.all_to_all_seconds(g, slices), expected) << "group " << g << " offset " << offset;
+        if (g % 2 == 1 && expected != fresh.all_to_all_seconds(g - 1, slices)) ++differ;
+      }
+    EXPECT_GE(differ, 3);  // A and B of a pair are priced apart at some offset
+  }
 }
 
 }  // namespace

@@ -168,7 +168,7 @@ class NetworkPricer {
   template <typename Visit>
   void for_each_predecessor(const Pattern& pattern, int group, int k, Visit&& visit);
   GroupPrice group_price(Pattern& pattern, int group);
-  void count_pattern_near(const Pattern& pattern, int group);
+  void flows_near(const Pattern& pattern, int group, std::vector<int32_t>& out);
   void index_kind(GroupKind kind);
   int member_index(int group, int rank);
   int gpu_of(int rank) const { return plan_.ranks[size_t(rank)].gpu; }
