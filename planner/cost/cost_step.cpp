@@ -167,6 +167,8 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
     orders.emplace_back(p, flat);
     return flat;
   };
+  // Their waiting structure too, shared by the groups (each group is a shape of its own).
+  auto library = std::make_unique<detail::OrderLibrary>();
   auto time_group = [&](const std::vector<size_t>& group, bool keep) {
     Timed t;
     std::vector<detail::ProgramView> views;
@@ -176,7 +178,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
     }
     for (size_t k = 0; k < group.size(); ++k)
       views.emplace_back(templates[group[k]].program, *t.flats[k]);
-    t.shape = std::make_unique<detail::TimelineShape>(std::move(views), mode);
+    t.shape = std::make_unique<detail::TimelineShape>(std::move(views), mode, library.get());
     const std::vector<detail::RankTiming> times = t.shape->run(t.duration, keep ? &t.ends : nullptr);
     for (size_t k = 0; k < group.size(); ++k)
       timings[group[k]] = times[k];
@@ -200,6 +202,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   };
   CostBreakdown cost = summarize_timings(plan, timings, &parts);
   kept = Timed{};  // release the unrolled orders before the rest is read off the templates
+  library.reset();
   orders.clear();
   cost.volume = template_volume(programs, copies);
   template_transfers(topology_, plan, programs, copies, cost.parts);

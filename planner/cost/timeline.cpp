@@ -65,13 +65,18 @@ struct TimelineShape::Impl {
     std::vector<int32_t> dependents;        // ops naming this one as a dependency
     std::vector<uint8_t> kind;              // by op: kCompute | kForward (what the totals read)
   };
-  struct Lanes {
-    std::shared_ptr<const Order> order;
+  // Whom a program's ops meet. Written while the shape pairs its programs, then only read, so a
+  // lone program of a sample shares it with the programs that pair alike (OrderLibrary).
+  struct Pairs {
     std::vector<int32_t> meet;   // by op: its meeting, kAlone or kPaired
     std::vector<OpRef> partner;  // by op: the other end of its pair (kPaired)
   };
+  struct Lanes {
+    std::shared_ptr<const Order> order;
+    std::shared_ptr<Pairs> pairs;
+  };
   static constexpr uint8_t kCompute = 1, kForward = 2;
-  // Lanes::meet of an op that starts alone, and of one of two ops that meet (most are message
+  // Pairs::meet of an op that starts alone, and of one of two ops that meet (most are message
   // ends): a pair is kept in the ops themselves rather than as a meeting, so that a run finds the
   // other end in its record instead of through the meeting lists.
   static constexpr int32_t kAlone = -1, kPaired = -2;
@@ -81,19 +86,21 @@ struct TimelineShape::Impl {
   std::vector<OpRef> meet_ops;             // every meeting's ops, one meeting after another
   std::vector<uint32_t> meet_begin = {0};  // meeting m: meet_ops[begin[m], begin[m + 1])
 
-  void add_lanes(const ProgramView& program);
+  void add_lanes(const ProgramView& program, OrderLibrary::Impl* library);
+  bool pair_lone_from(const OrderLibrary::Impl* library);
+  void keep_lone_pairs(OrderLibrary::Impl* library) const;
   void add_meet(const OpRef* begin, const OpRef* end) {
     if (end - begin == 2) {
       for (int k = 0; k < 2; ++k) {
-        Lanes& l = lanes[size_t(begin[k].program)];
-        l.meet[size_t(begin[k].op)] = kPaired;
-        l.partner[size_t(begin[k].op)] = begin[1 - k];
+        Pairs& pairs = *lanes[size_t(begin[k].program)].pairs;
+        pairs.meet[size_t(begin[k].op)] = kPaired;
+        pairs.partner[size_t(begin[k].op)] = begin[1 - k];
       }
       return;
     }
     const auto index = int32_t(meet_begin.size() - 1);
     for (const OpRef* ref = begin; ref != end; ++ref) {
-      lanes[size_t(ref->program)].meet[size_t(ref->op)] = index;
+      lanes[size_t(ref->program)].pairs->meet[size_t(ref->op)] = index;
       meet_ops.push_back(*ref);
     }
     meet_begin.push_back(uint32_t(meet_ops.size()));
@@ -152,7 +159,15 @@ bool same_order(const ProgramView& a, const ProgramView& b) {
 
 }  // namespace
 
-void TimelineShape::Impl::add_lanes(const ProgramView& program) {
+struct OrderLibrary::Impl {
+  std::vector<std::pair<ProgramView, std::shared_ptr<const TimelineShape::Impl::Order>>> orders;
+  std::vector<std::pair<ProgramView, std::shared_ptr<TimelineShape::Impl::Pairs>>> lone_pairs;
+};
+
+OrderLibrary::OrderLibrary() : impl_(new Impl) {}
+OrderLibrary::~OrderLibrary() = default;
+
+void TimelineShape::Impl::add_lanes(const ProgramView& program, OrderLibrary::Impl* library) {
   Lanes& l = lanes.emplace_back();
   for (size_t q : order_owners)
     if (same_order(programs[q], program)) {
@@ -160,11 +175,53 @@ void TimelineShape::Impl::add_lanes(const ProgramView& program) {
       break;
     }
   if (!l.order) {
-    l.order = order_of(program);
     order_owners.push_back(lanes.size() - 1);
+    for (size_t q = 0; library && !l.order && q < library->orders.size(); ++q)
+      if (same_order(library->orders[q].first, program)) l.order = library->orders[q].second;
   }
-  l.meet.assign(program.size(), kAlone);
-  l.partner.resize(program.size());
+  if (!l.order) {
+    l.order = order_of(program);
+    if (library) library->orders.emplace_back(program, l.order);
+  }
+}
+
+namespace {
+
+bool is_message(const Op& op) {
+  return op.kind == OpKind::Send || op.kind == OpKind::Recv;
+}
+
+// Whether a lone program of a sample pairs its ops as `seen` did (pair_symmetric pairs a program's
+// message ends by their tags alone): the same flat order, template ops of the same kinds, messages
+// of the same tags, and no pipeline stage message, whose pairing needs the rest of its column.
+bool pairs_alike(const ProgramView& seen, const ProgramView& program) {
+  if (!seen.flat() || !program.flat() || !seen.same_flat(program)) return false;
+  const std::vector<Op>&x = seen.program().ops, &y = program.program().ops;
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i].kind != y[i].kind) return false;
+    if (is_message(x[i]) && (x[i].tag != y[i].tag || is_stage_message(x[i]) || is_stage_message(y[i]))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool TimelineShape::Impl::pair_lone_from(const OrderLibrary::Impl* library) {
+  if (library == nullptr || programs.size() != 1) return false;
+  for (const auto& [seen, pairs] : library->lone_pairs)
+    if (pairs_alike(seen, programs.front())) {
+      lanes.front().pairs = pairs;
+      return true;
+    }
+  return false;
+}
+
+void TimelineShape::Impl::keep_lone_pairs(OrderLibrary::Impl* library) const {
+  if (library == nullptr || programs.size() != 1 || !programs.front().flat() || !meet_ops.empty()) return;
+  for (const Op& op : programs.front().program().ops)
+    if (is_message(op) && is_stage_message(op)) return;
+  library->lone_pairs.emplace_back(programs.front(), lanes.front().pairs);
 }
 
 // The message ends of every program, each with its key's id: `key(op, rank, program index)`
@@ -317,17 +374,26 @@ std::vector<ProgramView> views_of(const std::vector<const RankProgram*>& program
 TimelineShape::TimelineShape(const std::vector<const RankProgram*>& programs, PairMode mode)
     : TimelineShape(views_of(programs), mode) {}
 
-TimelineShape::TimelineShape(std::vector<ProgramView> programs, PairMode mode) : impl_(new Impl) {
+TimelineShape::TimelineShape(std::vector<ProgramView> programs, PairMode mode, OrderLibrary* library)
+    : impl_(new Impl) {
   impl_->programs = std::move(programs);
   impl_->lanes.reserve(impl_->programs.size());
+  OrderLibrary::Impl* kept = library ? library->impl_.get() : nullptr;
   for (const ProgramView& program : impl_->programs)
-    impl_->add_lanes(program);
+    impl_->add_lanes(program, kept);
+  if (mode == PairMode::Symmetric && impl_->pair_lone_from(kept)) return;
+  for (size_t p = 0; p < impl_->lanes.size(); ++p) {
+    const size_t n = impl_->programs[p].size();
+    impl_->lanes[p].pairs =
+        std::make_shared<Impl::Pairs>(Impl::Pairs{std::vector<int32_t>(n, Impl::kAlone), std::vector<OpRef>(n)});
+  }
   if (mode == PairMode::Matched) {
     impl_->pair_matched(false);
     impl_->meet_collectives();
   } else if (mode == PairMode::Symmetric) {
     impl_->pair_symmetric();
     impl_->pair_matched(true);
+    impl_->keep_lone_pairs(kept);
   } else if (mode == PairMode::StagesOnly) {
     impl_->pair_matched(true);
   }
@@ -360,7 +426,7 @@ class TimelineRun {
       const std::vector<int32_t>& waiting = lanes.order->waiting;
       ops.resize(waiting.size());
       for (size_t i = 0; i < ops.size(); ++i)
-        ops[i] = OpState{0.0, duration[p][i], waiting[i], lanes.meet[i], lanes.partner[i]};
+        ops[i] = OpState{0.0, duration[p][i], waiting[i], lanes.pairs->meet[i], lanes.pairs->partner[i]};
     }
     meet_posted_.assign(shape.meet_begin.size() - 1, 0);
     meet_ready_.assign(shape.meet_begin.size() - 1, 0.0);

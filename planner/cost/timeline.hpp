@@ -67,12 +67,32 @@ struct RankTiming {
   double compute_forward_s = 0, compute_backward_s = 0;  // compute-stream busy time per phase
 };
 
+// What each op of a program waits for on its own rank (its stream predecessor, its dependencies),
+// derived once per unrolled order and kept for the shapes built after: a sampled step is timed
+// one pipeline column per shape, and its columns mostly share a few unrolled orders. A column of
+// one program (no pipeline) also shares whom its ops meet: in a sample that is its own message
+// ends, paired by their tags. Keeps pointers to the programs it has seen; it must not outlive them.
+class OrderLibrary {
+ public:
+  OrderLibrary();
+  ~OrderLibrary();
+  OrderLibrary(const OrderLibrary&) = delete;
+  OrderLibrary& operator=(const OrderLibrary&) = delete;
+
+  struct Impl;
+
+ private:
+  friend class TimelineShape;
+  std::unique_ptr<Impl> impl_;
+};
+
 // How the ops of some rank programs wait for each other under one pairing: built once (pairing
 // sorts every message end), then run with any op durations (the search prices one schedule under
 // many GPU orders). Keeps pointers to the programs.
 class TimelineShape {
  public:
-  TimelineShape(std::vector<ProgramView> programs, PairMode mode);
+  // `library`, when given, provides the orders of programs like those seen before and keeps the new ones.
+  TimelineShape(std::vector<ProgramView> programs, PairMode mode, OrderLibrary* library = nullptr);
   TimelineShape(const std::vector<const RankProgram*>& programs, PairMode mode);
   ~TimelineShape();
   TimelineShape(TimelineShape&&) noexcept;

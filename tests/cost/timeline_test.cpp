@@ -262,6 +262,73 @@ TEST(CostTimeline, MatchedTimesEqualOnePassOverAGlobalOrderOfEvents) {
   }
 }
 
+// Shapes built one after another keep the orders they derive in a library (OrderLibrary) and take
+// them for later programs that wait alike: the same flat order, template ops on the same streams
+// in the same phases. A program whose ops run in another phase, or with a flat order of its own,
+// gets an order of its own, so each is timed as by a shape of its own. Two compute ops of 1 and
+// 2 s: both forward, or the second in the backward; then a third of 4 s.
+TEST(CostTimeline, ShapesSharingOrdersTimeEachProgramAsAlone) {
+  RankProgram forward, mixed, longer;
+  forward.add(compute_op());
+  forward.add(compute_op());
+  mixed.add(compute_op());
+  mixed.add(compute_op(Phase::Backward));
+  longer = mixed;
+  longer.add(compute_op(Phase::Backward));
+  auto unrolled_as_is = [](const RankProgram& program) {
+    FlatStep flat;
+    for (uint32_t i = 0; i < program.ops.size(); ++i)
+      flat.origin.push_back(i);
+    flat.dep_begin.assign(program.ops.size() + 1, 0);
+    return flat;
+  };
+  const FlatStep two = unrolled_as_is(forward), three = unrolled_as_is(longer);
+  struct Case {
+    const RankProgram* program;
+    const FlatStep* flat;
+    double forward_s, backward_s;
+  };
+  const double durations[] = {1, 2, 4};
+  detail::OrderLibrary library;
+  for (const Case& c : {Case{&forward, &two, 3, 0}, Case{&mixed, &two, 1, 2}, Case{&forward, &two, 3, 0},
+                        Case{&longer, &three, 1, 6}, Case{&mixed, &two, 1, 2}}) {
+    const std::vector<std::vector<double>> seconds = {std::vector<double>(durations, durations + c.flat->size())};
+    const RankTiming shared =
+        detail::TimelineShape({detail::ProgramView(*c.program, *c.flat)}, PairMode::Unpaired, &library).run(seconds)[0];
+    EXPECT_DOUBLE_EQ(shared.compute_forward_s, c.forward_s);
+    EXPECT_DOUBLE_EQ(shared.compute_backward_s, c.backward_s);
+    EXPECT_DOUBLE_EQ(shared.forward_end_s, c.backward_s > 0 ? 1 : 3);
+    EXPECT_DOUBLE_EQ(shared.end_s, c.forward_s + c.backward_s);
+  }
+}
+
+// A sampled step's columns of one program each share whom their ops meet when they pair alike
+// (OrderLibrary): a rank's send and receive of one tag meet, so programs whose message ends differ
+// in a tag pair differently. Compute 1 s, then a send of tag 1 (0.5 s); a receive (2 s) of tag 1
+// meets the send and starts at 1 s, one of tag 2 meets nothing and starts at 0.
+TEST(CostTimeline, ShapesSharingPairsPairEachLoneProgramByItsOwnTags) {
+  auto program_receiving = [](int tag) {
+    RankProgram program;
+    program.add(compute_op());
+    program.add(message(OpKind::Send, 0, 1));
+    program.add(message(OpKind::Recv, 0, tag));
+    return program;
+  };
+  const RankProgram same = program_receiving(1), other = program_receiving(2);
+  FlatStep flat;
+  flat.origin = {0, 1, 2};
+  flat.dep_begin = {0, 0, 1, 1};  // the send waits for the compute op
+  flat.deps = {0};
+  const std::vector<std::vector<double>> seconds = {{1, 0.5, 2}};
+  detail::OrderLibrary library;
+  for (const auto& [program, receive_end] : {std::pair{&same, 3.0}, std::pair{&other, 2.0}, std::pair{&same, 3.0}}) {
+    std::vector<std::vector<double>> ends;
+    detail::TimelineShape({detail::ProgramView(*program, flat)}, PairMode::Symmetric, &library).run(seconds, &ends);
+    EXPECT_DOUBLE_EQ(ends[0][2], receive_end);
+    EXPECT_DOUBLE_EQ(ends[0][1], 1.5);
+  }
+}
+
 TEST(CostTimeline, TheSearchBoundNeverExceedsTheEstimate) {
   // Rank 0 timed without pairing is a lower bound on the whole plan's estimate, for every
   // strategy (the heuristic search prunes on it).
