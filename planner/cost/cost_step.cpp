@@ -169,13 +169,30 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   };
   // Their waiting structure too, shared by the groups (each group is a shape of its own).
   auto library = std::make_unique<detail::OrderLibrary>();
+  // A lone program (a sample's column without pipeline) runs the same timeline as one timed before
+  // with the same unrolled order, ops that wait and meet alike and the same template durations:
+  // its timing is that one's (a homogeneous cluster's sampled ranks mostly price alike).
+  std::vector<std::pair<size_t, std::shared_ptr<const FlatStep>>> lone;  // timed so far, with their flats
+  auto timed_alike = [&](size_t p, const std::shared_ptr<const FlatStep>& flat) {
+    const detail::ProgramView view(templates[p].program, *flat);
+    for (const auto& [q, seen] : lone)
+      if (seen == flat && once[q] == once[p] &&
+          detail::times_alike(detail::ProgramView(templates[q].program, *seen), view)) {
+        timings[p] = timings[q];
+        return true;
+      }
+    lone.emplace_back(p, flat);
+    return false;
+  };
   auto time_group = [&](const std::vector<size_t>& group, bool keep) {
     Timed t;
     std::vector<detail::ProgramView> views;
-    for (size_t p : group) {
+    for (size_t p : group)
       t.flats.push_back(flat_of(p));
-      t.duration.push_back(flat_durations(once[p], *t.flats.back()));
-    }
+    if (mode == detail::PairMode::Symmetric && group.size() == 1 && !keep && timed_alike(group[0], t.flats[0]))
+      return Timed{};
+    for (size_t k = 0; k < group.size(); ++k)
+      t.duration.push_back(flat_durations(once[group[k]], *t.flats[k]));
     for (size_t k = 0; k < group.size(); ++k)
       views.emplace_back(templates[group[k]].program, *t.flats[k]);
     t.shape = std::make_unique<detail::TimelineShape>(std::move(views), mode, library.get());

@@ -207,6 +207,10 @@ bool pairs_alike(const ProgramView& seen, const ProgramView& program) {
 
 }  // namespace
 
+bool times_alike(const ProgramView& a, const ProgramView& b) {
+  return same_order(a, b) && pairs_alike(a, b);
+}
+
 bool TimelineShape::Impl::pair_lone_from(const OrderLibrary::Impl* library) {
   if (library == nullptr || programs.size() != 1) return false;
   for (const auto& [seen, pairs] : library->lone_pairs)

@@ -113,6 +113,11 @@ class TimelineShape {
   std::unique_ptr<Impl> impl_;
 };
 
+// Whether two programs of a sample, each timed alone (PairMode::Symmetric) with the same op
+// durations, run the same timeline: one unrolled order, template ops on the same streams in the
+// same phases, of the same kinds, messages of the same tags, and no pipeline stage message.
+bool times_alike(const ProgramView& a, const ProgramView& b);
+
 // How to pair the programs' message ends: with every rank of a plan of `plan_ranks` ranks at hand
 // (each once) Matched, else Symmetric; `lower_bound`: StagesOnly.
 PairMode pair_mode_for(int plan_ranks, const std::vector<ProgramView>& programs, bool lower_bound);

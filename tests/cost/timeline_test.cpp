@@ -329,6 +329,39 @@ TEST(CostTimeline, ShapesSharingPairsPairEachLoneProgramByItsOwnTags) {
   }
 }
 
+// The cost model copies a lone sampled program's timing from one timed before when they time alike
+// (detail::times_alike) and their template durations are equal: the same flat order, the same
+// streams and phases, the same kinds and tags, and no pipeline stage message (which meets the rest
+// of its column).
+TEST(CostTimeline, LoneProgramsTimeAlikeOnlyWithTheSameOrderPhasesAndTags) {
+  auto program_receiving = [](int tag, Phase phase = Phase::Forward) {
+    RankProgram program;
+    program.add(compute_op(phase));
+    program.add(message(OpKind::Send, 0, 1));
+    program.add(message(OpKind::Recv, 0, tag));
+    return program;
+  };
+  const RankProgram same = program_receiving(1), copy = program_receiving(1), other_tag = program_receiving(2),
+                    backward = program_receiving(1, Phase::Backward);
+  RankProgram stage = same;
+  stage.ops[1].fields = fieldset::kActivation;
+  FlatStep flat, equal_flat;
+  flat.origin = equal_flat.origin = {0, 1, 2};
+  flat.dep_begin = equal_flat.dep_begin = {0, 0, 1, 1};
+  flat.deps = equal_flat.deps = {0};
+  using detail::ProgramView;
+  EXPECT_TRUE(detail::times_alike(ProgramView(same, flat), ProgramView(copy, flat)));
+  EXPECT_FALSE(detail::times_alike(ProgramView(same, flat), ProgramView(other_tag, flat)));
+  EXPECT_FALSE(detail::times_alike(ProgramView(same, flat), ProgramView(backward, flat)));
+  EXPECT_FALSE(detail::times_alike(ProgramView(same, flat), ProgramView(copy, equal_flat)));  // another unrolled order
+  EXPECT_FALSE(detail::times_alike(ProgramView(stage, flat), ProgramView(stage, flat)));
+  const std::vector<std::vector<double>> seconds = {{1, 0.5, 2}};
+  std::vector<std::vector<double>> a, b;
+  detail::TimelineShape({ProgramView(same, flat)}, PairMode::Symmetric).run(seconds, &a);
+  detail::TimelineShape({ProgramView(copy, flat)}, PairMode::Symmetric).run(seconds, &b);
+  EXPECT_EQ(a, b);
+}
+
 TEST(CostTimeline, TheSearchBoundNeverExceedsTheEstimate) {
   // Rank 0 timed without pairing is a lower bound on the whole plan's estimate, for every
   // strategy (the heuristic search prunes on it).
