@@ -162,9 +162,19 @@ bool same_order(const ProgramView& a, const ProgramView& b) {
 struct OrderLibrary::Impl {
   std::vector<std::pair<ProgramView, std::shared_ptr<const TimelineShape::Impl::Order>>> orders;
   std::vector<std::pair<ProgramView, std::shared_ptr<TimelineShape::Impl::Pairs>>> lone_pairs;
+  size_t budget_bytes = 0, bytes = 0;
+  // Whether `more` bytes may be kept: past the budget new entries are not kept (an order or a
+  // pairing not found is derived again, so this bounds memory, not results).
+  bool room_for(size_t more) {
+    if (bytes + more > budget_bytes) return false;
+    bytes += more;
+    return true;
+  }
 };
 
-OrderLibrary::OrderLibrary() : impl_(new Impl) {}
+OrderLibrary::OrderLibrary(size_t budget_bytes) : impl_(new Impl) {
+  impl_->budget_bytes = budget_bytes;
+}
 OrderLibrary::~OrderLibrary() = default;
 
 void TimelineShape::Impl::add_lanes(const ProgramView& program, OrderLibrary::Impl* library) {
@@ -181,7 +191,10 @@ void TimelineShape::Impl::add_lanes(const ProgramView& program, OrderLibrary::Im
   }
   if (!l.order) {
     l.order = order_of(program);
-    if (library) library->orders.emplace_back(program, l.order);
+    const Order& o = *l.order;
+    const size_t bytes =
+        4 * (o.waiting.size() + o.next.size() + o.first_dependent.size() + o.dependents.size()) + o.kind.size();
+    if (library && library->room_for(bytes)) library->orders.emplace_back(program, l.order);
   }
 }
 
@@ -225,7 +238,9 @@ void TimelineShape::Impl::keep_lone_pairs(OrderLibrary::Impl* library) const {
   if (library == nullptr || programs.size() != 1 || !programs.front().flat() || !meet_ops.empty()) return;
   for (const Op& op : programs.front().program().ops)
     if (is_message(op) && is_stage_message(op)) return;
-  library->lone_pairs.emplace_back(programs.front(), lanes.front().pairs);
+  const Pairs& pairs = *lanes.front().pairs;
+  if (library->room_for(pairs.meet.size() * sizeof(int32_t) + pairs.partner.size() * sizeof(OpRef)))
+    library->lone_pairs.emplace_back(programs.front(), lanes.front().pairs);
 }
 
 // The message ends of every program, each with its key's id: `key(op, rank, program index)`

@@ -24,6 +24,7 @@
 // pairing above, so the end of any program they time bounds its end there from below.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <vector>
 
@@ -72,9 +73,11 @@ struct RankTiming {
 // one pipeline column per shape, and its columns mostly share a few unrolled orders. A column of
 // one program (no pipeline) also shares whom its ops meet: in a sample that is its own message
 // ends, paired by their tags. Keeps pointers to the programs it has seen; it must not outlive them.
+// Keeps at most `budget_bytes` of orders and pairings; past that, shapes derive their own.
 class OrderLibrary {
  public:
-  OrderLibrary();
+  explicit OrderLibrary(size_t budget_bytes = kDefaultBudgetBytes);
+  static constexpr size_t kDefaultBudgetBytes = size_t(512) << 20;
   ~OrderLibrary();
   OrderLibrary(const OrderLibrary&) = delete;
   OrderLibrary& operator=(const OrderLibrary&) = delete;

@@ -265,8 +265,9 @@ TEST(CostTimeline, MatchedTimesEqualOnePassOverAGlobalOrderOfEvents) {
 // Shapes built one after another keep the orders they derive in a library (OrderLibrary) and take
 // them for later programs that wait alike: the same flat order, template ops on the same streams
 // in the same phases. A program whose ops run in another phase, or with a flat order of its own,
-// gets an order of its own, so each is timed as by a shape of its own. Two compute ops of 1 and
-// 2 s: both forward, or the second in the backward; then a third of 4 s.
+// gets an order of its own, so each is timed as by a shape of its own; so is every program when
+// the library has no room. Two compute ops of 1 and 2 s: both forward, or the second in the
+// backward; then a third of 4 s.
 TEST(CostTimeline, ShapesSharingOrdersTimeEachProgramAsAlone) {
   RankProgram forward, mixed, longer;
   forward.add(compute_op());
@@ -289,16 +290,19 @@ TEST(CostTimeline, ShapesSharingOrdersTimeEachProgramAsAlone) {
     double forward_s, backward_s;
   };
   const double durations[] = {1, 2, 4};
-  detail::OrderLibrary library;
-  for (const Case& c : {Case{&forward, &two, 3, 0}, Case{&mixed, &two, 1, 2}, Case{&forward, &two, 3, 0},
-                        Case{&longer, &three, 1, 6}, Case{&mixed, &two, 1, 2}}) {
-    const std::vector<std::vector<double>> seconds = {std::vector<double>(durations, durations + c.flat->size())};
-    const RankTiming shared =
-        detail::TimelineShape({detail::ProgramView(*c.program, *c.flat)}, PairMode::Unpaired, &library).run(seconds)[0];
-    EXPECT_DOUBLE_EQ(shared.compute_forward_s, c.forward_s);
-    EXPECT_DOUBLE_EQ(shared.compute_backward_s, c.backward_s);
-    EXPECT_DOUBLE_EQ(shared.forward_end_s, c.backward_s > 0 ? 1 : 3);
-    EXPECT_DOUBLE_EQ(shared.end_s, c.forward_s + c.backward_s);
+  for (size_t budget : {detail::OrderLibrary::kDefaultBudgetBytes, size_t(0)}) {  // keeping them, or none
+    detail::OrderLibrary library(budget);
+    for (const Case& c : {Case{&forward, &two, 3, 0}, Case{&mixed, &two, 1, 2}, Case{&forward, &two, 3, 0},
+                          Case{&longer, &three, 1, 6}, Case{&mixed, &two, 1, 2}}) {
+      const std::vector<std::vector<double>> seconds = {std::vector<double>(durations, durations + c.flat->size())};
+      const RankTiming shared =
+          detail::TimelineShape({detail::ProgramView(*c.program, *c.flat)}, PairMode::Unpaired, &library)
+              .run(seconds)[0];
+      EXPECT_DOUBLE_EQ(shared.compute_forward_s, c.forward_s);
+      EXPECT_DOUBLE_EQ(shared.compute_backward_s, c.backward_s);
+      EXPECT_DOUBLE_EQ(shared.forward_end_s, c.backward_s > 0 ? 1 : 3);
+      EXPECT_DOUBLE_EQ(shared.end_s, c.forward_s + c.backward_s);
+    }
   }
 }
 
