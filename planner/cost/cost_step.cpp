@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -128,6 +129,32 @@ std::vector<std::vector<size_t>> meeting_groups(const Plan& plan, const std::vec
   return groups;
 }
 
+// The sampled columns of one program timed so far (PairMode::Symmetric). A later one runs the same
+// timeline as one of them when it has the same unrolled order (the same FlatStep), ops that wait
+// and meet alike (detail::times_alike) and the same template durations, and takes its timing
+// instead: a homogeneous cluster's sampled ranks mostly price alike.
+class LoneColumns {
+ public:
+  LoneColumns(const std::vector<StepTemplate>& templates, const std::vector<std::vector<double>>& once)
+      : templates_(templates), once_(once) {}
+  // The program timed before that program `p` (on `flat`) times alike with; otherwise none, and
+  // `p` is remembered as timed.
+  std::optional<size_t> timed_alike(size_t p, const std::shared_ptr<const FlatStep>& flat) {
+    const detail::ProgramView view(templates_[p].program, *flat);
+    for (const auto& [q, seen] : timed_)
+      if (seen == flat && once_[q] == once_[p] &&
+          detail::times_alike(detail::ProgramView(templates_[q].program, *seen), view))
+        return q;
+    timed_.emplace_back(p, flat);
+    return std::nullopt;
+  }
+
+ private:
+  const std::vector<StepTemplate>& templates_;
+  const std::vector<std::vector<double>>& once_;  // template op durations, by program
+  std::vector<std::pair<size_t, std::shared_ptr<const FlatStep>>> timed_;
+};
+
 }  // namespace
 
 CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& step,
@@ -169,28 +196,17 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   };
   // Their waiting structure too, shared by the groups (each group is a shape of its own).
   auto library = std::make_unique<detail::OrderLibrary>();
-  // A lone program (a sample's column without pipeline) runs the same timeline as one timed before
-  // with the same unrolled order, ops that wait and meet alike and the same template durations:
-  // its timing is that one's (a homogeneous cluster's sampled ranks mostly price alike).
-  std::vector<std::pair<size_t, std::shared_ptr<const FlatStep>>> lone;  // timed so far, with their flats
-  auto timed_alike = [&](size_t p, const std::shared_ptr<const FlatStep>& flat) {
-    const detail::ProgramView view(templates[p].program, *flat);
-    for (const auto& [q, seen] : lone)
-      if (seen == flat && once[q] == once[p] &&
-          detail::times_alike(detail::ProgramView(templates[q].program, *seen), view)) {
-        timings[p] = timings[q];
-        return true;
-      }
-    lone.emplace_back(p, flat);
-    return false;
-  };
+  LoneColumns lone(templates, once);
   auto time_group = [&](const std::vector<size_t>& group, bool keep) {
     Timed t;
     std::vector<detail::ProgramView> views;
     for (size_t p : group)
       t.flats.push_back(flat_of(p));
-    if (mode == detail::PairMode::Symmetric && group.size() == 1 && !keep && timed_alike(group[0], t.flats[0]))
-      return Timed{};
+    if (mode == detail::PairMode::Symmetric && group.size() == 1 && !keep)
+      if (const std::optional<size_t> q = lone.timed_alike(group[0], t.flats[0])) {
+        timings[group[0]] = timings[*q];
+        return Timed{};
+      }
     for (size_t k = 0; k < group.size(); ++k)
       t.duration.push_back(flat_durations(once[group[k]], *t.flats[k]));
     for (size_t k = 0; k < group.size(); ++k)
