@@ -138,21 +138,21 @@ class LoneColumns {
   LoneColumns(const std::vector<StepTemplate>& templates, const std::vector<std::vector<double>>& once)
       : templates_(templates), once_(once) {}
   // The program timed before that program `p` (on `flat`) times alike with; otherwise none, and
-  // `p` is remembered as timed.
-  std::optional<size_t> timed_alike(size_t p, const std::shared_ptr<const FlatStep>& flat) {
-    const detail::ProgramView view(templates_[p].program, *flat);
+  // `p` is remembered as timed. The flat steps are the caller's and must outlive this.
+  std::optional<size_t> timed_alike(size_t p, const FlatStep& flat) {
+    const detail::ProgramView view(templates_[p].program, flat);
     for (const auto& [q, seen] : timed_)
-      if (seen == flat && once_[q] == once_[p] &&
+      if (seen == &flat && once_[q] == once_[p] &&
           detail::times_alike(detail::ProgramView(templates_[q].program, *seen), view))
         return q;
-    timed_.emplace_back(p, flat);
+    timed_.emplace_back(p, &flat);
     return std::nullopt;
   }
 
  private:
   const std::vector<StepTemplate>& templates_;
   const std::vector<std::vector<double>>& once_;  // template op durations, by program
-  std::vector<std::pair<size_t, std::shared_ptr<const FlatStep>>> timed_;
+  std::vector<std::pair<size_t, const FlatStep*>> timed_;
 };
 
 }  // namespace
@@ -203,7 +203,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
     for (size_t p : group)
       t.flats.push_back(flat_of(p));
     if (mode == detail::PairMode::Symmetric && group.size() == 1 && !keep)
-      if (const std::optional<size_t> q = lone.timed_alike(group[0], t.flats[0])) {
+      if (const std::optional<size_t> q = lone.timed_alike(group[0], *t.flats[0])) {
         timings[group[0]] = timings[*q];
         return Timed{};
       }
