@@ -11,6 +11,7 @@
 
 #include <wallfacer/core/log.hpp>
 #include <wallfacer/schedule/per_stream.hpp>
+#include "timeline_fold.hpp"
 
 namespace wallfacer::detail {
 namespace {
@@ -80,12 +81,22 @@ struct TimelineShape::Impl {
   // ends): a pair is kept in the ops themselves rather than as a meeting, so that a run finds the
   // other end in its record instead of through the meeting lists.
   static constexpr int32_t kAlone = -1, kPaired = -2;
-  std::vector<ProgramView> programs;
+  PairMode mode = PairMode::Matched;
+  std::vector<ProgramView> unfolded;                    // the programs as given
+  std::vector<ProgramView> programs;                    // as timed: with their chains of collectives folded
+  std::vector<std::shared_ptr<const FoldedOps>> folds;  // by program: its folded chains, or null
+  bool misaligned = false;                              // a meeting's members folded different chains into their ops
   std::vector<Lanes> lanes;
   std::vector<size_t> order_owners;        // the first program of each distinct Order
   std::vector<OpRef> meet_ops;             // every meeting's ops, one meeting after another
   std::vector<uint32_t> meet_begin = {0};  // meeting m: meet_ops[begin[m], begin[m + 1])
 
+  void build(std::vector<ProgramView> given, PairMode pairing, OrderLibrary::Impl* library, bool fold);
+  void fold_programs(OrderLibrary::Impl* library);
+  size_t chain_size(OpRef ref) const {
+    const FoldedOps* f = folds[size_t(ref.program)].get();
+    return f ? f->chain_size(size_t(ref.op)) : 0;
+  }
   void add_lanes(const ProgramView& program, OrderLibrary::Impl* library);
   bool pair_lone_from(const OrderLibrary::Impl* library);
   void keep_lone_pairs(OrderLibrary::Impl* library) const;
@@ -160,6 +171,9 @@ bool same_order(const ProgramView& a, const ProgramView& b) {
 }  // namespace
 
 struct OrderLibrary::Impl {
+  // Every program's folding seen (null: nothing folds), kept whatever the budget, since the
+  // orders and pairings below may be of the folded programs.
+  std::vector<std::pair<ProgramView, std::shared_ptr<const FoldedOps>>> folds;
   std::vector<std::pair<ProgramView, std::shared_ptr<const TimelineShape::Impl::Order>>> orders;
   std::vector<std::pair<ProgramView, std::shared_ptr<TimelineShape::Impl::Pairs>>> lone_pairs;
   size_t budget_bytes = 0, bytes = 0;
@@ -176,6 +190,30 @@ OrderLibrary::OrderLibrary(size_t budget_bytes) : impl_(new Impl) {
   impl_->budget_bytes = budget_bytes;
 }
 OrderLibrary::~OrderLibrary() = default;
+
+// Folds each program's chains of collectives (timeline_fold.hpp), once per way of folding: the
+// programs of a step mostly fold alike, and so do a sample's columns (through the library).
+void TimelineShape::Impl::fold_programs(OrderLibrary::Impl* library) {
+  std::vector<std::pair<ProgramView, std::shared_ptr<const FoldedOps>>> seen;
+  for (const ProgramView& program : unfolded) {
+    std::shared_ptr<const FoldedOps> fold;
+    bool found = false;
+    for (const auto* list : {&seen, library ? &library->folds : nullptr})
+      for (size_t k = 0; list && !found && k < list->size(); ++k)
+        if (folds_alike((*list)[k].first, program)) fold = (*list)[k].second, found = true;
+    if (!found) {
+      fold = fold_collective_chains(program);
+      seen.emplace_back(program, fold);
+      // Kept past the budget too: the orders and pairings the library keeps may point at it.
+      if (library) {
+        library->bytes += fold ? 4 * (3 * fold->kept.size() + fold->flat.deps.size() + fold->chain.size()) : 0;
+        library->folds.emplace_back(program, fold);
+      }
+    }
+    folds.push_back(fold);
+    programs.push_back(fold ? ProgramView(program.program(), fold->flat) : program);
+  }
+}
 
 void TimelineShape::Impl::add_lanes(const ProgramView& program, OrderLibrary::Impl* library) {
   Lanes& l = lanes.emplace_back();
@@ -374,8 +412,13 @@ void TimelineShape::Impl::meet_collectives() {
   }
   meet_ops.reserve(meet_ops.size() + members.size());
   meet_begin.reserve(meet_begin.size() + keys);
-  for (uint32_t k : order)
-    if (begin[k + 1] - begin[k] > 1) add_meet(members.data() + begin[k], members.data() + begin[k + 1]);
+  for (uint32_t k : order) {
+    if (begin[k + 1] - begin[k] <= 1) continue;
+    // Members meet op by op in the unfolded programs: the chains folded into their ops must match.
+    for (uint32_t m = begin[k] + 1; m < begin[k + 1]; ++m)
+      if (chain_size(members[m]) != chain_size(members[begin[k]])) misaligned = true;
+    add_meet(members.data() + begin[k], members.data() + begin[k + 1]);
+  }
 }
 
 namespace {
@@ -393,29 +436,47 @@ std::vector<ProgramView> views_of(const std::vector<const RankProgram*>& program
 TimelineShape::TimelineShape(const std::vector<const RankProgram*>& programs, PairMode mode)
     : TimelineShape(views_of(programs), mode) {}
 
-TimelineShape::TimelineShape(std::vector<ProgramView> programs, PairMode mode, OrderLibrary* library)
-    : impl_(new Impl) {
-  impl_->programs = std::move(programs);
-  impl_->lanes.reserve(impl_->programs.size());
-  OrderLibrary::Impl* kept = library ? library->impl_.get() : nullptr;
-  for (const ProgramView& program : impl_->programs)
-    impl_->add_lanes(program, kept);
-  if (mode == PairMode::Symmetric && impl_->pair_lone_from(kept)) return;
-  for (size_t p = 0; p < impl_->lanes.size(); ++p) {
-    const size_t n = impl_->programs[p].size();
-    impl_->lanes[p].pairs =
-        std::make_shared<Impl::Pairs>(Impl::Pairs{std::vector<int32_t>(n, Impl::kAlone), std::vector<OpRef>(n)});
+void TimelineShape::Impl::build(std::vector<ProgramView> given, PairMode pairing, OrderLibrary::Impl* library,
+                                bool fold) {
+  mode = pairing;
+  unfolded = std::move(given);
+  if (fold) {
+    fold_programs(library);
+  } else {
+    programs = unfolded;
+    folds.assign(unfolded.size(), nullptr);
+  }
+  lanes.reserve(programs.size());
+  for (const ProgramView& program : programs)
+    add_lanes(program, library);
+  if (mode == PairMode::Symmetric && pair_lone_from(library)) return;
+  for (size_t p = 0; p < lanes.size(); ++p) {
+    const size_t n = programs[p].size();
+    lanes[p].pairs = std::make_shared<Pairs>(Pairs{std::vector<int32_t>(n, kAlone), std::vector<OpRef>(n)});
   }
   if (mode == PairMode::Matched) {
-    impl_->pair_matched(false);
-    impl_->meet_collectives();
+    pair_matched(false);
+    meet_collectives();
   } else if (mode == PairMode::Symmetric) {
-    impl_->pair_symmetric();
-    impl_->pair_matched(true);
-    impl_->keep_lone_pairs(kept);
+    pair_symmetric();
+    pair_matched(true);
+    keep_lone_pairs(library);
   } else if (mode == PairMode::StagesOnly) {
-    impl_->pair_matched(true);
+    pair_matched(true);
   }
+}
+
+TimelineShape::TimelineShape(std::vector<ProgramView> programs, PairMode mode, OrderLibrary* library)
+    : TimelineShape(std::move(programs), mode, library, true) {}
+
+TimelineShape::TimelineShape(std::vector<ProgramView> programs, PairMode mode, OrderLibrary* library, bool fold)
+    : impl_(new Impl) {
+  OrderLibrary::Impl* kept = library ? library->impl_.get() : nullptr;
+  impl_->build(programs, mode, kept, fold);
+  if (!impl_->misaligned) return;
+  // Members that folded different chains would meet other ops than unfolded: time them unfolded.
+  impl_ = std::make_unique<Impl>();
+  impl_->build(std::move(programs), mode, kept, false);
 }
 
 TimelineShape::~TimelineShape() = default;
@@ -427,7 +488,7 @@ size_t TimelineShape::size() const {
 }
 
 const ProgramView& TimelineShape::program(size_t p) const {
-  return impl_->programs[p];
+  return impl_->unfolded[p];
 }
 
 namespace {
@@ -437,28 +498,49 @@ namespace {
 // than one per field: a step's timeline holds millions of ops and is bound by memory.
 class TimelineRun {
  public:
-  TimelineRun(const TimelineShape::Impl& shape, const std::vector<std::vector<double>>& duration)
-      : shape_(shape), state_(shape.lanes.size()) {
+  // `duration` and the ends taken are by op of the programs as given (unfolded); `ends`: whether
+  // the ends will be taken.
+  TimelineRun(const TimelineShape::Impl& shape, const std::vector<std::vector<double>>& duration, bool ends)
+      : shape_(shape), duration_(duration), state_(shape.lanes.size()), folded_ends_(ends ? state_.size() : 0) {
     for (size_t p = 0; p < state_.size(); ++p) {
       const TimelineShape::Impl::Lanes& lanes = shape.lanes[p];
+      const FoldedOps* fold = shape.folds[p].get();
       std::vector<OpState>& ops = state_[p];
       const std::vector<int32_t>& waiting = lanes.order->waiting;
       ops.resize(waiting.size());
       for (size_t i = 0; i < ops.size(); ++i)
-        ops[i] = OpState{0.0, duration[p][i], waiting[i], lanes.pairs->meet[i], lanes.pairs->partner[i]};
+        ops[i] = OpState{0.0, duration[p][fold ? fold->kept[i] : i], waiting[i], lanes.pairs->meet[i],
+                         lanes.pairs->partner[i]};
+      if (!fold) continue;
+      // A chain folds only with durations of at least zero (each op then ends after the ones before start).
+      for (const uint32_t op : fold->chain)
+        if (!(duration[p][op] >= 0)) unfold_ = true;
+      if (ends) folded_ends_[p].assign(fold->chain.size(), kNotStarted);
     }
     meet_posted_.assign(shape.meet_begin.size() - 1, 0);
     meet_ready_.assign(shape.meet_begin.size() - 1, 0.0);
   }
 
   std::vector<RankTiming> run();
+  // Whether the programs must be timed unfolded: a chain's duration below zero, or a meeting of
+  // folded ops called off (called off op by op, unfolded, its members would go on differently).
+  bool unfold() const { return unfold_; }
   // Every op's end, by program (valid after run()): kNotStarted for an op that never started.
   std::vector<std::vector<double>> take_ends() const {
     std::vector<std::vector<double>> ends(state_.size());
     for (size_t p = 0; p < state_.size(); ++p) {
-      ends[p].reserve(state_[p].size());
-      for (const OpState& op : state_[p])
-        ends[p].push_back(end_of(op));
+      const FoldedOps* fold = shape_.folds[p].get();
+      if (!fold) {
+        ends[p].reserve(state_[p].size());
+        for (const OpState& op : state_[p])
+          ends[p].push_back(end_of(op));
+        continue;
+      }
+      ends[p].assign(fold->unfolded_size, kNotStarted);
+      for (size_t i = 0; i < state_[p].size(); ++i)
+        ends[p][fold->kept[i]] = end_of(state_[p][i]);
+      for (size_t c = 0; c < fold->chain.size(); ++c)
+        ends[p][fold->chain[c]] = folded_ends_[p][c];
     }
     return ends;
   }
@@ -478,16 +560,20 @@ class TimelineRun {
   const OpRef* meet_begin(int32_t meet) const { return shape_.meet_ops.data() + shape_.meet_begin[size_t(meet)]; }
   const OpRef* meet_end(int32_t meet) const { return shape_.meet_ops.data() + shape_.meet_begin[size_t(meet) + 1]; }
   void post(OpRef ref);
+  double fold_chains(const OpRef* members, size_t count, double at);
   void start(OpRef ref, double at);
   bool dissolve_one_waiting_meet();
 
   const TimelineShape::Impl& shape_;
-  std::vector<std::vector<OpState>> state_;  // by program, by op
-  std::vector<int32_t> meet_posted_;         // by meeting: ops posted so far
-  std::vector<double> meet_ready_;           // by meeting: latest ready time among them
-  std::vector<OpRef> posted_;                // ops posted but not handled yet (work list)
-  bool listing_waiting_ = false;             // once a meeting was to be called off
-  std::vector<OpRef> waiting_;               // ops that waited in a meeting (some may have started since)
+  const std::vector<std::vector<double>>& duration_;  // by unfolded op
+  std::vector<std::vector<OpState>> state_;           // by program, by op
+  std::vector<std::vector<double>> folded_ends_;      // by program, by folded op (FoldedOps::chain)
+  bool unfold_ = false;
+  std::vector<int32_t> meet_posted_;  // by meeting: ops posted so far
+  std::vector<double> meet_ready_;    // by meeting: latest ready time among them
+  std::vector<OpRef> posted_;         // ops posted but not handled yet (work list)
+  bool listing_waiting_ = false;      // once a meeting was to be called off
+  std::vector<OpRef> waiting_;        // ops that waited in a meeting (some may have started since)
 };
 
 // `ref` has every predecessor started: start it now, or count it in its meeting and start the
@@ -497,7 +583,7 @@ void TimelineRun::post(OpRef ref) {
   const double ready = op.time;
   const int32_t meet = op.meet;
   if (meet == kAlone) {
-    start(ref, ready);
+    start(ref, fold_chains(&ref, 1, ready));
     return;
   }
   if (meet == kPaired) {
@@ -507,8 +593,9 @@ void TimelineRun::post(OpRef ref) {
       if (listing_waiting_) waiting_.push_back(ref);
       return;
     }
-    const double at = std::max(ready, other.time);
-    start(op.partner, at);
+    const OpRef pair[2] = {op.partner, ref};
+    const double at = fold_chains(pair, 2, std::max(ready, other.time));
+    start(pair[0], at);
     start(ref, at);
     return;
   }
@@ -516,8 +603,29 @@ void TimelineRun::post(OpRef ref) {
   if (listing_waiting_) waiting_.push_back(ref);
   meet_ready_[size_t(meet)] = std::max(meet_ready_[size_t(meet)], ready);
   if (++meet_posted_[size_t(meet)] < meet_end(meet) - meet_begin(meet)) return;
+  const double at = fold_chains(meet_begin(meet), size_t(meet_end(meet) - meet_begin(meet)), meet_ready_[size_t(meet)]);
   for (const OpRef* other = meet_begin(meet); other != meet_end(meet); ++other)
-    start(*other, meet_ready_[size_t(meet)]);
+    start(*other, at);
+}
+
+// When the first ops of the members' folded chains (the members of one meeting, all of whose
+// chains have the same length) start at `at`: when their last op starts. Unfolded, each op starts
+// on every member once all members ended the one before: the members meet op by op.
+double TimelineRun::fold_chains(const OpRef* members, size_t count, double at) {
+  const size_t length = shape_.chain_size(members[0]);
+  for (size_t k = 0; k < length; ++k) {
+    double next = 0;
+    for (size_t m = 0; m < count; ++m) {
+      const auto p = size_t(members[m].program);
+      const FoldedOps& fold = *shape_.folds[p];
+      const uint32_t c = fold.chain_begin[size_t(members[m].op)] + uint32_t(k);
+      const double end = at + duration_[p][fold.chain[c]];
+      if (!folded_ends_.empty()) folded_ends_[p][c] = end;
+      next = m == 0 ? end : std::max(next, end);
+    }
+    at = next;
+  }
+  return at;
 }
 
 void TimelineRun::start(OpRef ref, double at) {
@@ -565,6 +673,11 @@ bool TimelineRun::dissolve_one_waiting_meet() {
   }
   waiting_.resize(kept);
   if (first.program < 0) return false;
+  for (const OpRef ref : waiting_)
+    if (shape_.chain_size(ref) > 0) {
+      unfold_ = true;
+      return false;
+    }
   auto call_off = [&](OpRef ref) {
     OpState& owner = state_[size_t(ref.program)][size_t(ref.op)];
     owner.meet = kAlone;
@@ -584,6 +697,7 @@ bool TimelineRun::dissolve_one_waiting_meet() {
 }
 
 std::vector<RankTiming> TimelineRun::run() {
+  if (unfold_) return {};
   for (size_t p = 0; p < state_.size(); ++p)
     for (size_t i = 0; i < state_[p].size(); ++i)
       if (state_[p][i].waiting == 0) posted_.push_back({int32_t(p), int32_t(i)});
@@ -597,6 +711,7 @@ std::vector<RankTiming> TimelineRun::run() {
     if (!dissolve_one_waiting_meet()) break;
     ++called_off;
   }
+  if (unfold_) return {};
   if (called_off > 0) WF_LOG_DEBUG("cost", "{} meetings of message ends or collectives called off", called_off);
 
   std::vector<RankTiming> times(state_.size());
@@ -618,8 +733,9 @@ std::vector<RankTiming> TimelineRun::run() {
 
 std::vector<RankTiming> TimelineShape::run(const std::vector<std::vector<double>>& duration,
                                            std::vector<std::vector<double>>* op_ends) const {
-  TimelineRun timeline(*impl_, duration);
+  TimelineRun timeline(*impl_, duration, op_ends != nullptr);
   std::vector<RankTiming> times = timeline.run();
+  if (timeline.unfold()) return TimelineShape(impl_->unfolded, impl_->mode, nullptr, false).run(duration, op_ends);
   if (op_ends) *op_ends = timeline.take_ends();
   return times;
 }

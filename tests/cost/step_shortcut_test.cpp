@@ -1,8 +1,9 @@
 // The whole step's shortcuts against the full computation: pricing each step-template op once for
 // all its unrolled copies (and reading volumes and transfer counts off the templates) gives every
 // plan (each strategy, tensor and pipeline parallel ones, several micro-batches, ZeRO 3 with full
-// recomputation) the same times, parts and volumes as pricing every unrolled op on its own; and
-// the timed lower bound the search prunes on never exceeds the step.
+// recomputation) the same times, parts and volumes as pricing every unrolled op on its own, which
+// is also timed without folding the chains of gradient and parameter buckets (timeline_fold.hpp);
+// and the timed lower bound the search prunes on never exceeds the step.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -56,6 +57,7 @@ void for_each_step_plan(const Topology& topology, Visit&& visit) {
     w.microbatches = s.microbatches;
     w.zero_stage = s.zero;
     w.checkpointing = s.checkpointing;
+    w.grad_bucket_MiB = 1;  // several buckets a layer: chains of collectives the timeline folds
     Workload slice = w;
     slice.heads /= s.tensor;
     slice.kv_heads /= s.tensor;
