@@ -440,7 +440,9 @@ void TimelineShape::Impl::build(std::vector<ProgramView> given, PairMode pairing
                                 bool fold) {
   mode = pairing;
   unfolded = std::move(given);
-  if (fold) {
+  // Only where collectives meet does a chain cost much unfolded: each of its ops is then a meeting
+  // of the group's members. Alone, folding costs about what it saves.
+  if (fold && mode == PairMode::Matched) {
     fold_programs(library);
   } else {
     programs = unfolded;

@@ -19,8 +19,9 @@
 // Collectives: with every rank timed, the k-th collective of a group starts on all members when the
 // last of them has posted it (as the simulator runs it); in a sample, when the member is ready.
 // Their price covers the group.
-// Chains of collectives that nothing else waits for (a step's gradient and parameter buckets) are
-// folded into their last op (timeline_fold.hpp), with the same times as unfolded.
+// With every rank timed, chains of collectives that nothing else waits for (a step's gradient and
+// parameter buckets) are folded into their last op (timeline_fold.hpp), with the same times as
+// unfolded.
 // Bounds: Unpaired meets nothing (every op starts when its own rank allows); StagesOnly meets only
 // pipeline stage messages with their real other end. Both only let ops start earlier than either
 // pairing above, so the end of any program they time bounds its end there from below.

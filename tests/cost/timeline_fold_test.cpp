@@ -1,7 +1,8 @@
 // Chains of collectives folded into one op (planner/cost/timeline_fold.hpp): which ops fold, and
 // that a timeline with folded chains gives every op the end it gets when every op runs on its own,
 // worked out on paper and against the same programs timed unfolded (a program that is not a flat
-// step is never folded).
+// step is never folded). Only every rank timed together (PairMode::Matched) folds; the other
+// pairings are timed both ways too, to the same ends.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -217,9 +218,10 @@ TEST(CostTimelineFold, MeetingsOfFoldedOpsThatCannotHappenAreCalledOffAsUnfolded
 TEST(CostTimelineFold, ChainsWithADurationBelowZeroAreTimedUnfolded) {
   // Folding relies on each bucket ending no earlier than it starts; with one that does not, the
   // programs are timed unfolded.
-  // (Alone, rank 1's third bucket then starts when its compute ends, not 10 s before.)
+  // (Unfolded, the third buckets then start when the last rank's compute ends, not 10 s before.)
   Programs p = bucketed_step();
-  p.seconds[1][2] = -10;
+  for (std::vector<double>& seconds : p.seconds)
+    seconds[2] = -10;
   for (PairMode mode : {PairMode::Matched, PairMode::Symmetric, PairMode::Unpaired}) {
     std::vector<RankTiming> folded_times, unfolded_times;
     EXPECT_EQ(p.ends(mode, true, &folded_times), p.ends(mode, false, &unfolded_times)) << int(mode);
