@@ -426,8 +426,14 @@ CostBreakdown CostModel::time_schedule(const Plan& plan, const detail::TimelineS
                                        const std::vector<std::vector<double>>& duration, bool with_parts) const {
   WF_ASSERT(shape.size() == duration.size(), "durations of other programs than the timeline's");
   std::vector<std::vector<double>> ends;
-  const std::vector<detail::RankTiming> timings = shape.run(duration, with_parts ? &ends : nullptr);
+  detail::TimelineShape::RunOptions options;
+  options.ends_of = detail::critical_program;  // the parts read the critical program's alone
+  const std::vector<detail::RankTiming> timings = shape.run(duration, with_parts ? &ends : nullptr, options);
   const PartsOf parts = [&](size_t critical, double step_s, double mean_compute_s, double busiest_compute_s) {
+    if (ends[critical].empty()) {
+      options.ends_of = [critical](const std::vector<detail::RankTiming>&) { return critical; };
+      shape.run(duration, &ends, options);
+    }
     detail::TierClassifier tiers(topology_, plan);
     return detail::step_parts(shape.program(critical), duration[critical], ends[critical], step_s, mean_compute_s,
                               busiest_compute_s, tiers);

@@ -176,8 +176,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   std::vector<std::vector<uint32_t>> copies(templates.size());
   struct Timed {
     std::vector<std::shared_ptr<const FlatStep>> flats;  // by program; one per unrolled order
-    std::vector<std::vector<double>> duration;
-    std::vector<std::vector<double>> ends;
+    std::vector<std::vector<double>> ends;               // by program: those of the one asked for
     std::unique_ptr<detail::TimelineShape> shape;
   };
   // The distinct unrolled orders so far (a template with it, its flat step): a step's ranks mostly
@@ -197,7 +196,9 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   // Their waiting structure too, shared by the groups (each group is a shape of its own).
   auto library = std::make_unique<detail::OrderLibrary>();
   LoneColumns lone(templates, once);
-  auto time_group = [&](const std::vector<size_t>& group, bool keep) {
+  // `keep`: the shape and the ends of one program, `ends_of` (by its place in the group), or
+  // without it of the one that ends last (the critical program when every rank is one group).
+  auto time_group = [&](const std::vector<size_t>& group, bool keep, std::optional<size_t> ends_of) {
     Timed t;
     std::vector<detail::ProgramView> views;
     for (size_t p : group)
@@ -207,12 +208,19 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
         timings[group[0]] = timings[*q];
         return Timed{};
       }
-    for (size_t k = 0; k < group.size(); ++k)
-      t.duration.push_back(flat_durations(once[group[k]], *t.flats[k]));
-    for (size_t k = 0; k < group.size(); ++k)
+    std::vector<std::vector<double>> durations;  // by template op: each copy lasts its template op's
+    for (size_t k = 0; k < group.size(); ++k) {
+      durations.push_back(once[group[k]]);
       views.emplace_back(templates[group[k]].program, *t.flats[k]);
+    }
     t.shape = std::make_unique<detail::TimelineShape>(std::move(views), mode, library.get());
-    const std::vector<detail::RankTiming> times = t.shape->run(t.duration, keep ? &t.ends : nullptr);
+    detail::TimelineShape::RunOptions options;
+    options.by_template_op = true;
+    if (ends_of)
+      options.ends_of = [k = *ends_of](const std::vector<detail::RankTiming>&) { return k; };
+    else
+      options.ends_of = detail::critical_program;
+    const std::vector<detail::RankTiming> times = t.shape->run(durations, keep ? &t.ends : nullptr, options);
     for (size_t k = 0; k < group.size(); ++k)
       timings[group[k]] = times[k];
     if (!keep) t = Timed{};
@@ -222,16 +230,16 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   // program's group again with them.
   Timed kept;
   for (const std::vector<size_t>& group : groups)
-    kept = time_group(group, groups.size() == 1);
+    kept = time_group(group, groups.size() == 1, std::nullopt);
   const PartsOf parts = [&](size_t critical, double step_s, double mean_compute_s, double busiest_compute_s) {
     const auto in = std::find_if(groups.begin(), groups.end(), [&](const std::vector<size_t>& g) {
       return std::find(g.begin(), g.end(), critical) != g.end();
     });
-    if (groups.size() > 1) kept = time_group(*in, true);
     const size_t k = size_t(std::find(in->begin(), in->end(), critical) - in->begin());
+    if (groups.size() > 1 || kept.ends[k].empty()) kept = time_group(*in, true, k);
     detail::TierClassifier tiers(topology_, plan);
-    return detail::step_parts(kept.shape->program(k), kept.duration[k], kept.ends[k], step_s, mean_compute_s,
-                              busiest_compute_s, tiers);
+    return detail::step_parts(kept.shape->program(k), flat_durations(once[critical], *kept.flats[k]), kept.ends[k],
+                              step_s, mean_compute_s, busiest_compute_s, tiers);
   };
   CostBreakdown cost = summarize_timings(plan, timings, &parts);
   kept = Timed{};  // release the unrolled orders before the rest is read off the templates

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -500,10 +501,15 @@ namespace {
 // than one per field: a step's timeline holds millions of ops and is bound by memory.
 class TimelineRun {
  public:
-  // `duration` and the ends taken are by op of the programs as given (unfolded); `ends`: whether
-  // the ends will be taken.
-  TimelineRun(const TimelineShape::Impl& shape, const std::vector<std::vector<double>>& duration, bool ends)
-      : shape_(shape), duration_(duration), state_(shape.lanes.size()), folded_ends_(ends ? state_.size() : 0) {
+  // `duration` (by op, or by template op: `by_template`) and the ends taken are of the programs
+  // as given (unfolded); `ends`: whether ends will be taken.
+  TimelineRun(const TimelineShape::Impl& shape, const std::vector<std::vector<double>>& duration, bool by_template,
+              bool ends)
+      : shape_(shape),
+        duration_(duration),
+        by_template_(by_template),
+        state_(shape.lanes.size()),
+        folded_ends_(ends ? state_.size() : 0) {
     for (size_t p = 0; p < state_.size(); ++p) {
       const TimelineShape::Impl::Lanes& lanes = shape.lanes[p];
       const FoldedOps* fold = shape.folds[p].get();
@@ -511,12 +517,12 @@ class TimelineRun {
       const std::vector<int32_t>& waiting = lanes.order->waiting;
       ops.resize(waiting.size());
       for (size_t i = 0; i < ops.size(); ++i)
-        ops[i] = OpState{0.0, duration[p][fold ? fold->kept[i] : i], waiting[i], lanes.pairs->meet[i],
+        ops[i] = OpState{0.0, seconds(p, fold ? fold->kept[i] : i), waiting[i], lanes.pairs->meet[i],
                          lanes.pairs->partner[i]};
       if (!fold) continue;
       // A chain folds only with durations of at least zero (each op then ends after the ones before start).
       for (const uint32_t op : fold->chain)
-        if (!(duration[p][op] >= 0)) unfold_ = true;
+        if (!(seconds(p, op) >= 0)) unfold_ = true;
       if (ends) folded_ends_[p].assign(fold->chain.size(), kNotStarted);
     }
     meet_posted_.assign(shape.meet_begin.size() - 1, 0);
@@ -528,9 +534,11 @@ class TimelineRun {
   // folded ops called off (called off op by op, unfolded, its members would go on differently).
   bool unfold() const { return unfold_; }
   // Every op's end, by program (valid after run()): kNotStarted for an op that never started.
-  std::vector<std::vector<double>> take_ends() const {
+  // `only`: that program's alone, the others left empty.
+  std::vector<std::vector<double>> take_ends(std::optional<size_t> only) const {
     std::vector<std::vector<double>> ends(state_.size());
     for (size_t p = 0; p < state_.size(); ++p) {
+      if (only && p != *only) continue;
       const FoldedOps* fold = shape_.folds[p].get();
       if (!fold) {
         ends[p].reserve(state_[p].size());
@@ -566,10 +574,17 @@ class TimelineRun {
   void start(OpRef ref, double at);
   bool dissolve_one_waiting_meet();
 
+  // Seconds op i of program p (as given) lasts.
+  double seconds(size_t p, size_t i) const {
+    const ProgramView& program = shape_.unfolded[p];
+    return duration_[p][by_template_ && program.flat() ? program.origin(i) : i];
+  }
+
   const TimelineShape::Impl& shape_;
-  const std::vector<std::vector<double>>& duration_;  // by unfolded op
-  std::vector<std::vector<OpState>> state_;           // by program, by op
-  std::vector<std::vector<double>> folded_ends_;      // by program, by folded op (FoldedOps::chain)
+  const std::vector<std::vector<double>>& duration_;  // by op, or by template op
+  bool by_template_;
+  std::vector<std::vector<OpState>> state_;       // by program, by op
+  std::vector<std::vector<double>> folded_ends_;  // by program, by folded op (FoldedOps::chain)
   bool unfold_ = false;
   std::vector<int32_t> meet_posted_;  // by meeting: ops posted so far
   std::vector<double> meet_ready_;    // by meeting: latest ready time among them
@@ -621,7 +636,7 @@ double TimelineRun::fold_chains(const OpRef* members, size_t count, double at) {
       const auto p = size_t(members[m].program);
       const FoldedOps& fold = *shape_.folds[p];
       const uint32_t c = fold.chain_begin[size_t(members[m].op)] + uint32_t(k);
-      const double end = at + duration_[p][fold.chain[c]];
+      const double end = at + seconds(p, fold.chain[c]);
       if (!folded_ends_.empty()) folded_ends_[p][c] = end;
       next = m == 0 ? end : std::max(next, end);
     }
@@ -734,12 +749,22 @@ std::vector<RankTiming> TimelineRun::run() {
 }  // namespace
 
 std::vector<RankTiming> TimelineShape::run(const std::vector<std::vector<double>>& duration,
-                                           std::vector<std::vector<double>>* op_ends) const {
-  TimelineRun timeline(*impl_, duration, op_ends != nullptr);
+                                           std::vector<std::vector<double>>* op_ends, const RunOptions& options) const {
+  TimelineRun timeline(*impl_, duration, options.by_template_op, op_ends != nullptr);
   std::vector<RankTiming> times = timeline.run();
-  if (timeline.unfold()) return TimelineShape(impl_->unfolded, impl_->mode, nullptr, false).run(duration, op_ends);
-  if (op_ends) *op_ends = timeline.take_ends();
+  if (timeline.unfold())
+    return TimelineShape(impl_->unfolded, impl_->mode, nullptr, false).run(duration, op_ends, options);
+  if (op_ends)
+    *op_ends = timeline.take_ends(options.ends_of ? std::optional<size_t>(options.ends_of(times)) : std::nullopt);
   return times;
+}
+
+size_t critical_program(const std::vector<RankTiming>& timings) {
+  size_t critical = 0;
+  double latest = 0;
+  for (size_t p = 0; p < timings.size(); ++p)
+    if (timings[p].end_s > latest) latest = timings[p].end_s, critical = p;
+  return critical;
 }
 
 PairMode pair_mode_for(int plan_ranks, const std::vector<ProgramView>& programs, bool lower_bound) {

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -104,12 +105,24 @@ class TimelineShape {
   TimelineShape(TimelineShape&&) noexcept;
   TimelineShape& operator=(TimelineShape&&) noexcept;
 
+  struct RunOptions {
+    // `duration` is by template op: an op of a flat program lasts what the template op it copies
+    // does (a step's copies need not be listed one by one); other programs' ops are their own.
+    bool by_template_op = false;
+    // With `op_ends`: the program whose ends are taken, chosen from the timings (the others are
+    // left empty: a step's parts read one program's); without it, every program's.
+    std::function<size_t(const std::vector<RankTiming>&)> ends_of;
+  };
   // `duration[p][i]`: seconds op i of the p-th program lasts. One entry per program. A pairing that
   // cannot be honoured (an end that is never posted) falls back to starting the waiting op on its
   // own, so timing always finishes. `op_ends`, when given, receives every op's end time (by
   // program, then op): an op started at its end minus its duration.
   std::vector<RankTiming> run(const std::vector<std::vector<double>>& duration,
-                              std::vector<std::vector<double>>* op_ends = nullptr) const;
+                              std::vector<std::vector<double>>* op_ends = nullptr) const {
+    return run(duration, op_ends, RunOptions{});
+  }
+  std::vector<RankTiming> run(const std::vector<std::vector<double>>& duration,
+                              std::vector<std::vector<double>>* op_ends, const RunOptions& options) const;
   size_t size() const;
   const ProgramView& program(size_t p) const;
 
@@ -121,6 +134,10 @@ class TimelineShape {
   TimelineShape(std::vector<ProgramView> programs, PairMode mode, OrderLibrary* library, bool fold);
   std::unique_ptr<Impl> impl_;
 };
+
+// The program that ends last (the first of those), whose parts a step reports: 0 when none ends
+// after 0.
+size_t critical_program(const std::vector<RankTiming>& timings);
 
 // Whether two programs of a sample, each timed alone (PairMode::Symmetric) with the same op
 // durations, run the same timeline: one unrolled order, template ops on the same streams in the

@@ -229,5 +229,47 @@ TEST(CostTimelineFold, ChainsWithADurationBelowZeroAreTimedUnfolded) {
   }
 }
 
+TEST(CostTimelineFold, RunsReadDurationsByTemplateOpAndTakeTheEndsOfTheProgramAskedFor) {
+  // Two ranks, each a flat step copying its template (a compute, then a bucket on it) three
+  // times: durations listed once per template op give the ends that listing every copy gives.
+  Programs p;
+  for (int r = 0; r < 2; ++r) {
+    const int32_t work = p.add(r, compute_op(), 1 + r);
+    p.add(r, bucket(0), 0.5 + 0.25 * r, {work});
+  }
+  std::vector<FlatStep> flats;
+  std::vector<ProgramView> views;
+  std::vector<std::vector<double>> per_op(2);
+  flats.reserve(2);
+  for (int r = 0; r < 2; ++r) {
+    FlatStep& flat = flats.emplace_back();
+    flat.dep_begin.push_back(0);
+    for (uint32_t copy = 0; copy < 3; ++copy) {
+      flat.origin.insert(flat.origin.end(), {0, 1});
+      flat.deps.push_back(int32_t(2 * copy));  // the bucket of each copy waits for its compute
+      flat.dep_begin.insert(flat.dep_begin.end(), {uint32_t(flat.deps.size() - 1), uint32_t(flat.deps.size())});
+      per_op[size_t(r)].insert(per_op[size_t(r)].end(), p.seconds[size_t(r)].begin(), p.seconds[size_t(r)].end());
+    }
+    views.emplace_back(p.ranks[size_t(r)], flat);
+  }
+  const detail::TimelineShape shape(views, PairMode::Matched);
+  std::vector<std::vector<double>> listed, by_template, one;
+  const std::vector<RankTiming> times = shape.run(per_op, &listed);
+  detail::TimelineShape::RunOptions options;
+  options.by_template_op = true;
+  expect_same_timings(shape.run(p.seconds, &by_template, options), times);
+  EXPECT_EQ(by_template, listed);
+  // Rank 1 computes longer: each copy's bucket meets when its third compute of 2 s ends, and
+  // rank 1's lasts longer, so it ends last, at 6.75.
+  EXPECT_DOUBLE_EQ(times[0].end_s, 6.5);
+  EXPECT_DOUBLE_EQ(times[1].end_s, 6.75);
+  EXPECT_EQ(detail::critical_program(times), 1u);
+  options.ends_of = detail::critical_program;
+  shape.run(p.seconds, &one, options);
+  ASSERT_EQ(one.size(), 2u);
+  EXPECT_TRUE(one[0].empty());
+  EXPECT_EQ(one[1], listed[1]);
+}
+
 }  // namespace
 }  // namespace wallfacer
