@@ -509,6 +509,7 @@ class TimelineRun {
         duration_(duration),
         by_template_(by_template),
         state_(shape.lanes.size()),
+        chain_seconds_(state_.size()),
         folded_ends_(ends ? state_.size() : 0) {
     for (size_t p = 0; p < state_.size(); ++p) {
       const TimelineShape::Impl::Lanes& lanes = shape.lanes[p];
@@ -521,8 +522,11 @@ class TimelineRun {
                          lanes.pairs->partner[i]};
       if (!fold) continue;
       // A chain folds only with durations of at least zero (each op then ends after the ones before start).
-      for (const uint32_t op : fold->chain)
-        if (!(seconds(p, op) >= 0)) unfold_ = true;
+      chain_seconds_[p].reserve(fold->chain.size());
+      for (const uint32_t op : fold->chain) {
+        chain_seconds_[p].push_back(seconds(p, op));
+        if (!(chain_seconds_[p].back() >= 0)) unfold_ = true;
+      }
       if (ends) folded_ends_[p].assign(fold->chain.size(), kNotStarted);
     }
     meet_posted_.assign(shape.meet_begin.size() - 1, 0);
@@ -583,8 +587,10 @@ class TimelineRun {
   const TimelineShape::Impl& shape_;
   const std::vector<std::vector<double>>& duration_;  // by op, or by template op
   bool by_template_;
-  std::vector<std::vector<OpState>> state_;       // by program, by op
-  std::vector<std::vector<double>> folded_ends_;  // by program, by folded op (FoldedOps::chain)
+  std::vector<std::vector<OpState>> state_;         // by program, by op
+  std::vector<std::vector<double>> chain_seconds_;  // by program, by folded op (FoldedOps::chain)
+  std::vector<std::vector<double>> folded_ends_;    // by program, by folded op
+  std::vector<double> longest_;                     // by chain position: the members' longest op
   bool unfold_ = false;
   std::vector<int32_t> meet_posted_;  // by meeting: ops posted so far
   std::vector<double> meet_ready_;    // by meeting: latest ready time among them
@@ -628,20 +634,36 @@ void TimelineRun::post(OpRef ref) {
 // When the first ops of the members' folded chains (the members of one meeting, all of whose
 // chains have the same length) start at `at`: when their last op starts. Unfolded, each op starts
 // on every member once all members ended the one before: the members meet op by op.
+//
+// The k-th ops start at the latest of the members' ends of the ones before: with all of those
+// started at `at`, at `at` plus the longest of them, as rounding is monotonic (a longer op never
+// ends earlier), so the members' durations are read one member at a time.
 double TimelineRun::fold_chains(const OpRef* members, size_t count, double at) {
   const size_t length = shape_.chain_size(members[0]);
-  for (size_t k = 0; k < length; ++k) {
-    double next = 0;
-    for (size_t m = 0; m < count; ++m) {
-      const auto p = size_t(members[m].program);
-      const FoldedOps& fold = *shape_.folds[p];
-      const uint32_t c = fold.chain_begin[size_t(members[m].op)] + uint32_t(k);
-      const double end = at + seconds(p, fold.chain[c]);
-      if (!folded_ends_.empty()) folded_ends_[p][c] = end;
-      next = m == 0 ? end : std::max(next, end);
-    }
-    at = next;
+  if (length == 0) return at;
+  auto chain_of = [&](size_t m) {
+    const auto p = size_t(members[m].program);
+    return std::pair{p, size_t(shape_.folds[p]->chain_begin[size_t(members[m].op)])};
+  };
+  longest_.assign(length, 0.0);
+  for (size_t m = 0; m < count; ++m) {
+    const auto [p, first] = chain_of(m);
+    const double* seconds = chain_seconds_[p].data() + first;
+    for (size_t k = 0; k < length; ++k)
+      longest_[k] = std::max(longest_[k], seconds[k]);
   }
+  if (!folded_ends_.empty())
+    for (size_t m = 0; m < count; ++m) {
+      const auto [p, first] = chain_of(m);
+      const double* seconds = chain_seconds_[p].data() + first;
+      double start = at;
+      for (size_t k = 0; k < length; ++k) {
+        folded_ends_[p][first + k] = start + seconds[k];
+        start += longest_[k];
+      }
+    }
+  for (size_t k = 0; k < length; ++k)
+    at += longest_[k];
   return at;
 }
 
