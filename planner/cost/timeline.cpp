@@ -197,6 +197,11 @@ OrderLibrary::~OrderLibrary() = default;
 void TimelineShape::Impl::fold_programs(OrderLibrary::Impl* library) {
   std::vector<std::pair<ProgramView, std::shared_ptr<const FoldedOps>>> seen;
   for (const ProgramView& program : unfolded) {
+    if (!program.flat()) {  // only a step's flat programs fold (and a plan's every rank may be many)
+      folds.push_back(nullptr);
+      programs.push_back(program);
+      continue;
+    }
     std::shared_ptr<const FoldedOps> fold;
     bool found = false;
     for (const auto* list : {&seen, library ? &library->folds : nullptr})
