@@ -194,26 +194,25 @@ OrderLibrary::~OrderLibrary() = default;
 // Folds each program's chains of collectives (timeline_fold.hpp), once per way of folding: the
 // programs of a step mostly fold alike, and so do a sample's columns (through the library).
 void TimelineShape::Impl::fold_programs(OrderLibrary::Impl* library) {
-  std::vector<std::pair<ProgramView, std::shared_ptr<const FoldedOps>>> seen;
+  std::vector<std::pair<ProgramView, std::shared_ptr<const FoldedOps>>> own;
+  auto& seen = library ? library->folds : own;  // the library keeps them past this shape
   for (const ProgramView& program : unfolded) {
     if (!program.flat()) {  // only a step's flat programs fold (and a plan's every rank may be many)
       folds.push_back(nullptr);
       programs.push_back(program);
       continue;
     }
+    const auto alike =
+        std::find_if(seen.begin(), seen.end(), [&](const auto& s) { return folds_alike(s.first, program); });
     std::shared_ptr<const FoldedOps> fold;
-    bool found = false;
-    for (const auto* list : {&seen, library ? &library->folds : nullptr})
-      for (size_t k = 0; list && !found && k < list->size(); ++k)
-        if (folds_alike((*list)[k].first, program)) fold = (*list)[k].second, found = true;
-    if (!found) {
+    if (alike != seen.end()) {
+      fold = alike->second;
+    } else {
       fold = fold_collective_chains(program);
       seen.emplace_back(program, fold);
-      // Kept past the budget too: the orders and pairings the library keeps may point at it.
-      if (library) {
+      // Kept past the library's budget too: the orders and pairings it keeps may point at it.
+      if (library)
         library->bytes += fold ? 4 * (3 * fold->kept.size() + fold->flat.deps.size() + fold->chain.size()) : 0;
-        library->folds.emplace_back(program, fold);
-      }
     }
     folds.push_back(fold);
     programs.push_back(fold ? ProgramView(program.program(), fold->flat) : program);

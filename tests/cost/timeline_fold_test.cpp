@@ -10,6 +10,7 @@
 
 #include "timeline.hpp"
 #include "timeline_fold.hpp"
+#include "timeline_test_ops.hpp"
 
 namespace wallfacer {
 namespace {
@@ -17,14 +18,8 @@ namespace {
 using detail::PairMode;
 using detail::ProgramView;
 using detail::RankTiming;
-
-Op compute_op(Phase phase = Phase::Forward) {
-  Op op;
-  op.kind = OpKind::AttnFwd;
-  op.stream = Stream::Compute;
-  op.phase = phase;
-  return op;
-}
+using testing::compute_op;
+using testing::message;
 
 // A bucket of a gradient or parameter synchronisation: collective `coll` on the sync stream.
 Op bucket(int32_t coll, Phase phase = Phase::Forward) {
@@ -33,15 +28,6 @@ Op bucket(int32_t coll, Phase phase = Phase::Forward) {
   op.stream = Stream::Sync;
   op.coll = coll;
   op.phase = phase;
-  return op;
-}
-
-Op message(OpKind kind, int peer, int tag) {
-  Op op;
-  op.kind = kind;
-  op.stream = kind == OpKind::Send ? Stream::Send : Stream::Recv;
-  op.peer = peer;
-  op.tag = tag;
   return op;
 }
 
@@ -106,6 +92,13 @@ void expect_same_timings(const std::vector<RankTiming>& a, const std::vector<Ran
   }
 }
 
+// Timed folded and unfolded, every op ends at the same time and every rank's totals are equal.
+void expect_folded_as_unfolded(const Programs& p, PairMode mode) {
+  std::vector<RankTiming> folded_times, unfolded_times;
+  EXPECT_EQ(p.ends(mode, true, &folded_times), p.ends(mode, false, &unfolded_times)) << int(mode);
+  expect_same_timings(folded_times, unfolded_times);
+}
+
 size_t kept_ops(const RankProgram& program) {
   const FlatStep flat = flat_of(program);
   const auto fold = detail::fold_collective_chains(ProgramView(program, flat));
@@ -135,11 +128,8 @@ TEST(CostTimelineFold, ChainsOfBucketsTimeAsEveryOpRunOnItsOwn) {
   // Each rank keeps its two computes, the last bucket of each chain and the last compute.
   for (const RankProgram& program : p.ranks)
     EXPECT_EQ(kept_ops(program), 5u);
-  for (PairMode mode : {PairMode::Matched, PairMode::Symmetric, PairMode::Unpaired}) {
-    std::vector<RankTiming> folded_times, unfolded_times;
-    EXPECT_EQ(p.ends(mode, true, &folded_times), p.ends(mode, false, &unfolded_times)) << int(mode);
-    expect_same_timings(folded_times, unfolded_times);
-  }
+  for (PairMode mode : {PairMode::Matched, PairMode::Symmetric, PairMode::Unpaired})
+    expect_folded_as_unfolded(p, mode);
   // On paper, every rank timed: the buckets meet once the last rank computed, at 3 s, and each
   // next one once every rank ended the one before (the rank with the longest bucket); each rank
   // computes on its last bucket as soon as it ends there.
@@ -189,9 +179,7 @@ TEST(CostTimelineFold, MembersThatFoldDifferentChainsAreTimedUnfolded) {
   p.add(2, compute_op(), 0.5, {second});
   EXPECT_EQ(kept_ops(p.ranks[2]), 7u);
   EXPECT_EQ(kept_ops(p.ranks[0]), 5u);
-  std::vector<RankTiming> folded_times, unfolded_times;
-  EXPECT_EQ(p.ends(PairMode::Matched, true, &folded_times), p.ends(PairMode::Matched, false, &unfolded_times));
-  expect_same_timings(folded_times, unfolded_times);
+  expect_folded_as_unfolded(p, PairMode::Matched);
 }
 
 TEST(CostTimelineFold, MeetingsOfFoldedOpsThatCannotHappenAreCalledOffAsUnfolded) {
@@ -210,9 +198,7 @@ TEST(CostTimelineFold, MeetingsOfFoldedOpsThatCannotHappenAreCalledOffAsUnfolded
   p.add(1, bucket(0), 0.75, {arrival});
   EXPECT_EQ(kept_ops(p.ranks[0]), 4u);
   EXPECT_EQ(kept_ops(p.ranks[1]), 3u);
-  std::vector<RankTiming> folded_times, unfolded_times;
-  EXPECT_EQ(p.ends(PairMode::Matched, true, &folded_times), p.ends(PairMode::Matched, false, &unfolded_times));
-  expect_same_timings(folded_times, unfolded_times);
+  expect_folded_as_unfolded(p, PairMode::Matched);
 }
 
 TEST(CostTimelineFold, ChainsWithADurationBelowZeroAreTimedUnfolded) {
@@ -222,11 +208,8 @@ TEST(CostTimelineFold, ChainsWithADurationBelowZeroAreTimedUnfolded) {
   Programs p = bucketed_step();
   for (std::vector<double>& seconds : p.seconds)
     seconds[2] = -10;
-  for (PairMode mode : {PairMode::Matched, PairMode::Symmetric, PairMode::Unpaired}) {
-    std::vector<RankTiming> folded_times, unfolded_times;
-    EXPECT_EQ(p.ends(mode, true, &folded_times), p.ends(mode, false, &unfolded_times)) << int(mode);
-    expect_same_timings(folded_times, unfolded_times);
-  }
+  for (PairMode mode : {PairMode::Matched, PairMode::Symmetric, PairMode::Unpaired})
+    expect_folded_as_unfolded(p, mode);
 }
 
 TEST(CostTimelineFold, RunsReadDurationsByTemplateOpAndTakeTheEndsOfTheProgramAskedFor) {

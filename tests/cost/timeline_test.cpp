@@ -12,29 +12,15 @@
 #include <wallfacer/schedule/strategy.hpp>
 #include "cost_test_util.hpp"
 #include "timeline.hpp"
+#include "timeline_test_ops.hpp"
 
 namespace wallfacer {
 namespace {
 
 using detail::PairMode;
 using detail::RankTiming;
-
-Op compute_op(Phase phase = Phase::Forward) {
-  Op op;
-  op.kind = OpKind::AttnFwd;
-  op.stream = Stream::Compute;
-  op.phase = phase;
-  return op;
-}
-
-Op message(OpKind kind, int peer, int tag) {
-  Op op;
-  op.kind = kind;
-  op.stream = kind == OpKind::Send ? Stream::Send : Stream::Recv;
-  op.peer = peer;
-  op.tag = tag;
-  return op;
-}
+using testing::compute_op;
+using testing::message;
 
 struct Programs {
   std::vector<RankProgram> ranks;
