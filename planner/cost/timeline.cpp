@@ -23,14 +23,6 @@ struct OpRef {
   int32_t op = -1;
 };
 
-// A message end or collective op with the dense id of the key that decides whom it meets (equal
-// ids meet) and its side (messages: sends first).
-struct End {
-  OpRef ref;
-  uint32_t id;
-  bool send;
-};
-
 // Dense ids of meeting keys (three numbers), numbered in order of first appearance.
 class KeyIds {
  public:
@@ -48,6 +40,8 @@ class KeyIds {
   };
   std::unordered_map<std::pair<uint64_t, uint64_t>, uint32_t, KeyHash> ids_;
 };
+
+class MessageKeys;
 
 }  // namespace
 
@@ -116,7 +110,7 @@ struct TimelineShape::Impl {
     }
     meet_begin.push_back(uint32_t(meet_ops.size()));
   }
-  void pair_messages(const std::vector<End>& ends, uint32_t keys);
+  void pair_messages(const MessageKeys& ends);
   void pair_matched(bool stage_only);
   void pair_symmetric();
   void meet_collectives();
@@ -285,54 +279,71 @@ void TimelineShape::Impl::keep_lone_pairs(OrderLibrary::Impl* library) const {
     library->lone_pairs.emplace_back(programs.front(), lanes.front().pairs);
 }
 
-// The message ends of every program, each with its key's id: `key(op, rank, program index)`
-// gives (a, b, c, side) for an end and side -1 for any other op. The copies of one template op in a
-// flat program share its key, found once.
-template <typename Key>
-std::vector<End> message_ends_of(const std::vector<ProgramView>& programs, KeyIds& ids, Key&& key) {
-  std::vector<End> ends;
-  size_t ops = 0;
-  for (const ProgramView& program : programs)
-    ops += program.size();
-  ends.reserve(ops);  // at most one end per op; pages never written cost nothing
-  constexpr int64_t kUnknown = -2, kNone = -1;
-  std::vector<int64_t> memo;  // by template op: id << 1 | side, or kNone
-  for (size_t p = 0; p < programs.size(); ++p) {
-    const ProgramView& program = programs[p];
-    memo.assign(program.flat() ? program.program().ops.size() : 0, kUnknown);
-    for (size_t i = 0; i < program.size(); ++i) {
-      int64_t* known = program.flat() ? &memo[program.origin(i)] : nullptr;
-      int64_t found = known ? *known : kUnknown;
-      if (found == kUnknown) {
+// The message ends of every program: `key(op, rank, program index)` gives (a, b, c, side) for an
+// end and side -1 for any other op. Each end gets the dense id of its key, numbered in order of
+// first appearance, program by program, op by op; the copies of one template op in a flat program
+// share its key, found once.
+namespace {
+class MessageKeys {
+ public:
+  template <typename Key>
+  MessageKeys(const std::vector<ProgramView>& programs, Key&& key) : programs_(programs), memo_(programs.size()) {
+    KeyIds ids;
+    for (size_t p = 0; p < programs.size(); ++p) {
+      const ProgramView& program = programs[p];
+      memo_[p].assign(program.flat() ? program.program().ops.size() : program.size(), kUnknown);
+      for (size_t i = 0; i < program.size(); ++i) {
+        int64_t& known = memo_[p][program.flat() ? program.origin(i) : i];
+        if (known != kUnknown) continue;
         const std::array<int32_t, 4> k = key(program.op(i), program.rank(), int32_t(p));
-        found = k[3] < 0 ? kNone : int64_t(ids.of(k[0], k[1], k[2])) << 1 | k[3];
-        if (known) *known = found;
+        known = k[3] < 0 ? kNone : int64_t(ids.of(k[0], k[1], k[2])) << 1 | k[3];
       }
-      if (found != kNone) ends.push_back({OpRef{int32_t(p), int32_t(i)}, uint32_t(found >> 1), (found & 1) == 0});
+    }
+    count_ = ids.count();
+  }
+  uint32_t count() const { return count_; }
+  // Calls visit(ref, id, send) for every end, program by program, op by op.
+  template <typename Visit>
+  void for_each_end(Visit&& visit) const {
+    for (size_t p = 0; p < programs_.size(); ++p) {
+      const ProgramView& program = programs_[p];
+      const std::vector<int64_t>& memo = memo_[p];
+      for (size_t i = 0; i < program.size(); ++i) {
+        const int64_t found = memo[program.flat() ? program.origin(i) : i];
+        if (found != kNone) visit(OpRef{int32_t(p), int32_t(i)}, uint32_t(found >> 1), (found & 1) == 0);
+      }
     }
   }
-  return ends;
-}
+
+ private:
+  static constexpr int64_t kUnknown = -2, kNone = -1;
+  const std::vector<ProgramView>& programs_;
+  std::vector<std::vector<int64_t>> memo_;  // by program, by template op or op: id << 1 | side, or kNone
+  uint32_t count_ = 0;
+};
+}  // namespace
 
 // Pairs the k-th send of each key with its k-th receive, in the order the ends are listed
-// (collected program by program, op by op: each program's order).
-void TimelineShape::Impl::pair_messages(const std::vector<End>& ends, uint32_t keys) {
-  meet_ops.reserve(meet_ops.size() + ends.size());
-  meet_begin.reserve(meet_begin.size() + ends.size() / 2);
+// (program by program, op by op: each program's order). Two passes over the ends, counting then
+// placing, instead of a list of every end: a step has millions, and a list of them was fresh
+// memory, zeroed page by page, on every pricing.
+void TimelineShape::Impl::pair_messages(const MessageKeys& ends) {
+  const uint32_t keys = ends.count();
   // Counting sort by key, sends then receives, stable.
   std::vector<uint32_t> sends(keys + 1, 0), recvs(keys + 1, 0);
-  for (const End& e : ends)
-    ++(e.send ? sends : recvs)[e.id + 1];
+  ends.for_each_end([&](OpRef, uint32_t id, bool send) { ++(send ? sends : recvs)[id + 1]; });
   for (uint32_t k = 0; k < keys; ++k)
     sends[k + 1] += sends[k], recvs[k + 1] += recvs[k];
+  meet_ops.reserve(meet_ops.size() + sends[keys] + recvs[keys]);
+  meet_begin.reserve(meet_begin.size() + (sends[keys] + recvs[keys]) / 2);
   std::vector<OpRef> send_refs(sends[keys]), recv_refs(recvs[keys]);
   std::vector<uint32_t> send_fill(sends.begin(), sends.end() - 1), recv_fill(recvs.begin(), recvs.end() - 1);
-  for (const End& e : ends) {
-    if (e.send)
-      send_refs[send_fill[e.id]++] = e.ref;
+  ends.for_each_end([&](OpRef ref, uint32_t id, bool send) {
+    if (send)
+      send_refs[send_fill[id]++] = ref;
     else
-      recv_refs[recv_fill[e.id]++] = e.ref;
-  }
+      recv_refs[recv_fill[id]++] = ref;
+  });
   for (uint32_t k = 0; k < keys; ++k) {
     const uint32_t pairs = std::min(sends[k + 1] - sends[k], recvs[k + 1] - recvs[k]);
     for (uint32_t j = 0; j < pairs; ++j) {
@@ -346,26 +357,20 @@ void TimelineShape::Impl::pair_messages(const std::vector<End>& ends, uint32_t k
 // pipeline stage messages, whose ends always meet for real (a sample times whole pipeline
 // columns), whatever the mode for the strategy's messages.
 void TimelineShape::Impl::pair_matched(bool stage_only) {
-  KeyIds ids;
-  const std::vector<End> ends =
-      message_ends_of(programs, ids, [stage_only](const Op& op, int32_t rank, int32_t) -> std::array<int32_t, 4> {
-        if (stage_only && !is_stage_message(op)) return {0, 0, 0, -1};
-        if (op.kind == OpKind::Send) return {rank, op.peer, op.tag, 0};
-        if (op.kind == OpKind::Recv) return {op.peer, rank, op.tag, 1};
-        return {0, 0, 0, -1};
-      });
-  pair_messages(ends, ids.count());
+  pair_messages(MessageKeys(programs, [stage_only](const Op& op, int32_t rank, int32_t) -> std::array<int32_t, 4> {
+    if (stage_only && !is_stage_message(op)) return {0, 0, 0, -1};
+    if (op.kind == OpKind::Send) return {rank, op.peer, op.tag, 0};
+    if (op.kind == OpKind::Recv) return {op.peer, rank, op.tag, 1};
+    return {0, 0, 0, -1};
+  }));
 }
 
 // Both ends on the timed rank: its send and its receive of the same tag.
 void TimelineShape::Impl::pair_symmetric() {
-  KeyIds ids;
-  const std::vector<End> ends =
-      message_ends_of(programs, ids, [](const Op& op, int32_t, int32_t p) -> std::array<int32_t, 4> {
-        if ((op.kind != OpKind::Send && op.kind != OpKind::Recv) || is_stage_message(op)) return {0, 0, 0, -1};
-        return {p, op.tag, 0, op.kind == OpKind::Send ? 0 : 1};
-      });
-  pair_messages(ends, ids.count());
+  pair_messages(MessageKeys(programs, [](const Op& op, int32_t, int32_t p) -> std::array<int32_t, 4> {
+    if ((op.kind != OpKind::Send && op.kind != OpKind::Recv) || is_stage_message(op)) return {0, 0, 0, -1};
+    return {p, op.tag, 0, op.kind == OpKind::Send ? 0 : 1};
+  }));
 }
 
 // The k-th collective a rank runs on a group meets the k-th of every other member (only when
