@@ -2,19 +2,105 @@
 #include "cublaslt_gemm.hpp"
 
 #include <cublasLt.h>
+#include <dlfcn.h>
 #include <fmt/format.h>
+
+#include <filesystem>
+#include <string>
 
 #include "cuda_device_backend.hpp"
 
+// Calls go through lt() (the library opened on first use); the status text too.
 #define WF_CUBLAS_CHECK(call)                                                                                     \
   do {                                                                                                            \
     const cublasStatus_t wf_status_ = (call);                                                                     \
     if (wf_status_ != CUBLAS_STATUS_SUCCESS)                                                                      \
       ::wallfacer::runtime::cuda::throw_cuda(__FILE__, __LINE__, ::wallfacer::runtime::cuda::error_rank(), #call, \
-                                             cublasLtGetStatusString(wf_status_));                                \
+                                             lt().status_string(wf_status_));                                     \
   } while (0)
 
 namespace wallfacer::runtime::cuda {
+
+namespace {
+
+// cuBLASLt is opened when the first LtGemm is made, not linked: the library's static initialisers
+// took about 0.28 s of every process start (perf on `wallfacer --help`: three quarters of its
+// 0.38 s), which every command paid, `plan` included, though only the GPU trainer runs GEMMs.
+struct LtApi {
+  decltype(&cublasLtCreate) create = nullptr;
+  decltype(&cublasLtDestroy) destroy = nullptr;
+  decltype(&cublasLtGetStatusString) status_string = nullptr;
+  decltype(&cublasLtMatmul) matmul = nullptr;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) algo_get_heuristic = nullptr;
+  decltype(&cublasLtMatmulDescCreate) desc_create = nullptr;
+  decltype(&cublasLtMatmulDescDestroy) desc_destroy = nullptr;
+  decltype(&cublasLtMatmulDescSetAttribute) desc_set_attribute = nullptr;
+  decltype(&cublasLtMatmulPreferenceCreate) preference_create = nullptr;
+  decltype(&cublasLtMatmulPreferenceDestroy) preference_destroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set_attribute = nullptr;
+  decltype(&cublasLtMatrixLayoutCreate) layout_create = nullptr;
+  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy = nullptr;
+  decltype(&cublasLtGetVersion) version = nullptr;
+};
+
+const std::string& cublaslt_file() {
+  static const std::string name = fmt::format("libcublasLt.so.{}", CUBLAS_VER_MAJOR);
+  return name;
+}
+
+// The loader's search (LD_LIBRARY_PATH, the binary's run path, the system's), then the folder
+// of the CUDA runtime this binary uses, where a toolkit keeps cuBLASLt too.
+void* open_cublaslt() {
+  if (void* handle = dlopen(cublaslt_file().c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
+  const std::string searched = dlerror();
+  Dl_info runtime{};
+  using Malloc = cudaError_t (*)(void**, size_t);
+  if (dladdr(reinterpret_cast<void*>(static_cast<Malloc>(&cudaMalloc)), &runtime) != 0 && runtime.dli_fname) {
+    const std::string beside = (std::filesystem::path(runtime.dli_fname).parent_path() / cublaslt_file()).string();
+    if (void* handle = dlopen(beside.c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
+  }
+  throw CudaError(
+      fmt::format("rank {}: cannot open {} (cuBLASLt, for the step's GEMMs; it comes with the CUDA "
+                  "toolkit): {}",
+                  error_rank(), cublaslt_file(), searched));
+}
+
+template <typename Function>
+void resolve(void* library, const char* symbol, Function& function) {
+  function = reinterpret_cast<Function>(dlsym(library, symbol));
+  if (function == nullptr) throw CudaError(fmt::format("rank {}: {} has no {}", error_rank(), cublaslt_file(), symbol));
+}
+
+LtApi load_cublaslt() {
+  void* library = open_cublaslt();  // kept open for the process's life
+  LtApi api;
+  resolve(library, "cublasLtCreate", api.create);
+  resolve(library, "cublasLtDestroy", api.destroy);
+  resolve(library, "cublasLtGetStatusString", api.status_string);
+  resolve(library, "cublasLtMatmul", api.matmul);
+  resolve(library, "cublasLtMatmulAlgoGetHeuristic", api.algo_get_heuristic);
+  resolve(library, "cublasLtMatmulDescCreate", api.desc_create);
+  resolve(library, "cublasLtMatmulDescDestroy", api.desc_destroy);
+  resolve(library, "cublasLtMatmulDescSetAttribute", api.desc_set_attribute);
+  resolve(library, "cublasLtMatmulPreferenceCreate", api.preference_create);
+  resolve(library, "cublasLtMatmulPreferenceDestroy", api.preference_destroy);
+  resolve(library, "cublasLtMatmulPreferenceSetAttribute", api.preference_set_attribute);
+  resolve(library, "cublasLtMatrixLayoutCreate", api.layout_create);
+  resolve(library, "cublasLtMatrixLayoutDestroy", api.layout_destroy);
+  resolve(library, "cublasLtGetVersion", api.version);
+  return api;
+}
+
+const LtApi& lt() {
+  static const LtApi api = load_cublaslt();  // a throw leaves it to the next call
+  return api;
+}
+
+}  // namespace
+
+size_t cublaslt_version() {
+  return lt().version();
+}
 
 ColumnMajorGemm column_major(const GemmShape& s) {
   ColumnMajorGemm g;
@@ -61,16 +147,16 @@ struct LtGemm::Cached {
   cublasLtMatmulAlgo_t algo{};
   bool f64 = false;
   ~Cached() {  // not checked: a destructor must not throw
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (second) cublasLtMatrixLayoutDestroy(second);
-    if (first) cublasLtMatrixLayoutDestroy(first);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (c) lt().layout_destroy(c);
+    if (second) lt().layout_destroy(second);
+    if (first) lt().layout_destroy(first);
+    if (desc) lt().desc_destroy(desc);
   }
 };
 
 LtGemm::LtGemm(cudaStream_t stream) : stream_(stream) {
   cublasLtHandle_t handle = nullptr;
-  WF_CUBLAS_CHECK(cublasLtCreate(&handle));
+  WF_CUBLAS_CHECK(lt().create(&handle));
   handle_ = handle;
   WF_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
   workspace_bytes_ = kWorkspaceBytes;
@@ -79,7 +165,7 @@ LtGemm::LtGemm(cudaStream_t stream) : stream_(stream) {
 LtGemm::~LtGemm() {
   plans_.clear();
   if (workspace_) cudaFree(workspace_);  // not checked: a destructor must not throw
-  if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+  if (handle_) lt().destroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
 LtGemm::Cached& LtGemm::plan(GemmType inputs, GemmType output, const GemmShape& shape, bool accumulate) {
@@ -91,28 +177,28 @@ LtGemm::Cached& LtGemm::plan(GemmType inputs, GemmType output, const GemmShape& 
   p->f64 = inputs == GemmType::F64;
   const ColumnMajorGemm g = column_major(shape);
   const cublasComputeType_t compute = p->f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
-  WF_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, compute, p->f64 ? CUDA_R_64F : CUDA_R_32F));
+  WF_CUBLAS_CHECK(lt().desc_create(&p->desc, compute, p->f64 ? CUDA_R_64F : CUDA_R_32F));
   const cublasOperation_t op_first = g.transpose_first ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_second = g.transpose_second ? CUBLAS_OP_T : CUBLAS_OP_N;
-  WF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
-  WF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
-  WF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->first, data_type(inputs), uint64_t(g.rows_first),
-                                             uint64_t(g.cols_first), g.ld_first));
-  WF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->second, data_type(inputs), uint64_t(g.rows_second),
-                                             uint64_t(g.cols_second), g.ld_second));
-  WF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, data_type(output), uint64_t(g.m), uint64_t(g.n), g.ldc));
+  WF_CUBLAS_CHECK(lt().desc_set_attribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
+  WF_CUBLAS_CHECK(lt().desc_set_attribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+  WF_CUBLAS_CHECK(
+      lt().layout_create(&p->first, data_type(inputs), uint64_t(g.rows_first), uint64_t(g.cols_first), g.ld_first));
+  WF_CUBLAS_CHECK(
+      lt().layout_create(&p->second, data_type(inputs), uint64_t(g.rows_second), uint64_t(g.cols_second), g.ld_second));
+  WF_CUBLAS_CHECK(lt().layout_create(&p->c, data_type(output), uint64_t(g.m), uint64_t(g.n), g.ldc));
   cublasLtMatmulPreference_t preference = nullptr;
-  WF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  WF_CUBLAS_CHECK(lt().preference_create(&preference));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status = [&] {
-    const cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                                  &workspace_bytes_, sizeof(workspace_bytes_));
+    const cublasStatus_t s = lt().preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &workspace_bytes_, sizeof(workspace_bytes_));
     if (s != CUBLAS_STATUS_SUCCESS) return s;
-    return cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->desc, p->first, p->second, p->c,
-                                          p->c, preference, 1, &result, &found);
+    return lt().algo_get_heuristic(static_cast<cublasLtHandle_t>(handle_), p->desc, p->first, p->second, p->c, p->c,
+                                   preference, 1, &result, &found);
   }();
-  cublasLtMatmulPreferenceDestroy(preference);
+  lt().preference_destroy(preference);
   WF_CUBLAS_CHECK(status);
   if (found == 0)
     throw CudaError(fmt::format("rank {}: cuBLASLt has no algorithm for a {} x {} x {} GEMM", error_rank(), shape.m,
@@ -135,8 +221,8 @@ void LtGemm::run(GemmType inputs, GemmType output, const void* a, const void* b,
   const void* alpha = p.f64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = p.f64 ? static_cast<const void*>(&beta64) : &beta32;
   // The column-major first operand is B, the second A.
-  WF_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.desc, alpha, b, p.first, a, p.second, beta,
-                                 c, p.c, c, p.c, &p.algo, workspace_, workspace_bytes_, stream_));
+  WF_CUBLAS_CHECK(lt().matmul(static_cast<cublasLtHandle_t>(handle_), p.desc, alpha, b, p.first, a, p.second, beta, c,
+                              p.c, c, p.c, &p.algo, workspace_, workspace_bytes_, stream_));
 }
 
 }  // namespace wallfacer::runtime::cuda

@@ -2,7 +2,8 @@
 // whole-step program. Inputs in fp32, fp64, bf16 or fp16; accumulation in fp32 (fp64 for fp64
 // inputs; fp32 inputs run in true fp32, not TF32, so they match the CPU); the output in fp32 or
 // the inputs' type. One LtGemm per rank: its handle, a workspace and the algorithms chosen per
-// shape. Every cuBLASLt call is checked, a failure naming the file, line and rank.
+// shape. Every cuBLASLt call is checked, a failure naming the file, line and rank. The library is
+// opened on first use, not linked (cublaslt_gemm.cpp says why).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,6 +33,10 @@ struct ColumnMajorGemm {
   int64_t ldc = 0;
 };
 ColumnMajorGemm column_major(const GemmShape& shape);
+
+// The version of the cuBLASLt library the GEMMs use (cublasLtGetVersion), opening it on the first
+// call as the first LtGemm does (no GPU needed); throws CudaError when it cannot be opened.
+size_t cublaslt_version();
 
 class LtGemm {
  public:

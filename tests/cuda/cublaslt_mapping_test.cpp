@@ -1,11 +1,13 @@
 // The row-major to column-major mapping of the cuBLASLt GEMMs (column_major), without a GPU: a
 // naive column-major GEMM (BLAS's definition: op(X) read from the stored matrix with its leading
 // dimension) run on the mapped problem must give the naive row-major product, for every
-// transpose pair and non-square shapes.
+// transpose pair and non-square shapes; and the library opens on first use.
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
+
+#include <cublas_api.h>
 
 #include "cublaslt_gemm.hpp"
 
@@ -59,6 +61,14 @@ TEST(CublasLtMapping, RowMajorProductsForEveryTransposePair) {
     for (size_t i = 0; i < c.size(); ++i)
       EXPECT_NEAR(c[i], expected[i], 1e-12) << "transpose_a " << ta << " transpose_b " << tb << " element " << i;
   }
+}
+
+// cuBLASLt is opened on first use, not linked (its start-up cost every command paid): opening it
+// must find the library of the toolkit the backend was compiled against, without a GPU.
+TEST(CublasLt, OpensTheLibraryOfItsToolkitOnFirstUse) {
+  const size_t version = runtime::cuda::cublaslt_version();
+  EXPECT_EQ(version / 10000, size_t(CUBLAS_VER_MAJOR)) << "cuBLASLt version " << version;
+  EXPECT_EQ(runtime::cuda::cublaslt_version(), version);  // opened once
 }
 
 }  // namespace

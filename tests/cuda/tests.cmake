@@ -95,4 +95,10 @@ if(WALLFACER_CUDA_ENABLED)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cublaslt_mapping_test.cpp
     LIBS wallfacer::runtime_cuda CUDA::cudart)
   target_include_directories(test_cublaslt_mapping PRIVATE ${PROJECT_SOURCE_DIR}/runtime/cuda)
+  # cuBLASLt's start-up (about 0.3 s) is paid only where GEMMs run: the CLI must not need it.
+  if(TARGET wallfacer)
+    add_test(NAME cuda_cli_does_not_link_cublaslt COMMAND readelf -d $<TARGET_FILE:wallfacer>)
+    set_tests_properties(cuda_cli_does_not_link_cublaslt PROPERTIES PASS_REGULAR_EXPRESSION "NEEDED.*libcudart"
+                         FAIL_REGULAR_EXPRESSION "libcublasLt")
+  endif()
 endif()
