@@ -389,12 +389,13 @@ double CostModel::step_lower_bound_ms(const Plan& plan, int rank) const {
     programs.push_back(&templates[p].program);
     views.emplace_back(templates[p].program, flats[p]);
   }
+  // Each copy of a template op lasts the template op's time, read through the template (no list
+  // of durations per unrolled op: the bound is taken for most candidates of a search).
   const std::vector<std::vector<double>> once = template_op_durations(plan, step, programs);
-  std::vector<std::vector<double>> duration;
-  for (size_t p = 0; p < templates.size(); ++p)
-    duration.push_back(flat_durations(once[p], flats[p]));
   const detail::TimelineShape shape(views, detail::PairMode::StagesOnly);
-  return time_schedule(plan, shape, duration, false).step_ms;
+  detail::TimelineShape::RunOptions options;
+  options.by_template_op = true;
+  return summarize_timings(plan, shape.run(once, nullptr, options), nullptr).step_ms;
 }
 
 }  // namespace wallfacer

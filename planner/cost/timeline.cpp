@@ -61,7 +61,9 @@ struct TimelineShape::Impl {
     std::vector<uint8_t> kind;              // by op: kCompute | kForward (what the totals read)
   };
   // Whom a program's ops meet. Written while the shape pairs its programs, then only read, so a
-  // lone program of a sample shares it with the programs that pair alike (OrderLibrary).
+  // lone program of a sample shares it with the programs that pair alike (OrderLibrary). Made for
+  // a program when the first of its ops meets another: none (a null record) means every op starts
+  // alone, as in a bound's programs without pipeline stages, which need no record per op.
   struct Pairs {
     std::vector<int32_t> meet;   // by op: its meeting, kAlone or kPaired
     std::vector<OpRef> partner;  // by op: the other end of its pair (kPaired)
@@ -94,10 +96,18 @@ struct TimelineShape::Impl {
   void add_lanes(const ProgramView& program, OrderLibrary::Impl* library);
   bool pair_lone_from(const OrderLibrary::Impl* library);
   void keep_lone_pairs(OrderLibrary::Impl* library) const;
+  Pairs& pairs_of(int32_t program) {
+    std::shared_ptr<Pairs>& pairs = lanes[size_t(program)].pairs;
+    if (!pairs) {
+      const size_t n = programs[size_t(program)].size();
+      pairs = std::make_shared<Pairs>(Pairs{std::vector<int32_t>(n, kAlone), std::vector<OpRef>(n)});
+    }
+    return *pairs;
+  }
   void add_meet(const OpRef* begin, const OpRef* end) {
     if (end - begin == 2) {
       for (int k = 0; k < 2; ++k) {
-        Pairs& pairs = *lanes[size_t(begin[k].program)].pairs;
+        Pairs& pairs = pairs_of(begin[k].program);
         pairs.meet[size_t(begin[k].op)] = kPaired;
         pairs.partner[size_t(begin[k].op)] = begin[1 - k];
       }
@@ -105,7 +115,7 @@ struct TimelineShape::Impl {
     }
     const auto index = int32_t(meet_begin.size() - 1);
     for (const OpRef* ref = begin; ref != end; ++ref) {
-      lanes[size_t(ref->program)].pairs->meet[size_t(ref->op)] = index;
+      pairs_of(ref->program).meet[size_t(ref->op)] = index;
       meet_ops.push_back(*ref);
     }
     meet_begin.push_back(uint32_t(meet_ops.size()));
@@ -274,9 +284,9 @@ void TimelineShape::Impl::keep_lone_pairs(OrderLibrary::Impl* library) const {
   if (library == nullptr || programs.size() != 1 || !programs.front().flat() || !meet_ops.empty()) return;
   for (const Op& op : programs.front().program().ops)
     if (is_message(op) && is_stage_message(op)) return;
-  const Pairs& pairs = *lanes.front().pairs;
-  if (library->room_for(pairs.meet.size() * sizeof(int32_t) + pairs.partner.size() * sizeof(OpRef)))
-    library->lone_pairs.emplace_back(programs.front(), lanes.front().pairs);
+  const Pairs* pairs = lanes.front().pairs.get();  // null: nothing meets
+  const size_t bytes = pairs ? pairs->meet.size() * sizeof(int32_t) + pairs->partner.size() * sizeof(OpRef) : 0;
+  if (library->room_for(bytes)) library->lone_pairs.emplace_back(programs.front(), lanes.front().pairs);
 }
 
 // The message ends of every program: `key(op, rank, program index)` gives (a, b, c, side) for an
@@ -461,10 +471,6 @@ void TimelineShape::Impl::build(std::vector<ProgramView> given, PairMode pairing
   for (const ProgramView& program : programs)
     add_lanes(program, library);
   if (mode == PairMode::Symmetric && pair_lone_from(library)) return;
-  for (size_t p = 0; p < lanes.size(); ++p) {
-    const size_t n = programs[p].size();
-    lanes[p].pairs = std::make_shared<Pairs>(Pairs{std::vector<int32_t>(n, kAlone), std::vector<OpRef>(n)});
-  }
   if (mode == PairMode::Matched) {
     pair_matched(false);
     meet_collectives();
@@ -525,9 +531,12 @@ class TimelineRun {
       std::vector<OpState>& ops = state_[p];
       const std::vector<int32_t>& waiting = lanes.order->waiting;
       ops.resize(waiting.size());
-      for (size_t i = 0; i < ops.size(); ++i)
-        ops[i] = OpState{0.0, seconds(p, fold ? fold->kept[i] : i), waiting[i], lanes.pairs->meet[i],
-                         lanes.pairs->partner[i]};
+      if (const TimelineShape::Impl::Pairs* pairs = lanes.pairs.get())
+        for (size_t i = 0; i < ops.size(); ++i)
+          ops[i] = OpState{0.0, seconds(p, fold ? fold->kept[i] : i), waiting[i], pairs->meet[i], pairs->partner[i]};
+      else
+        for (size_t i = 0; i < ops.size(); ++i)
+          ops[i] = OpState{0.0, seconds(p, fold ? fold->kept[i] : i), waiting[i], kAlone, OpRef{}};
       if (!fold) continue;
       // A chain folds only with durations of at least zero (each op then ends after the ones before start).
       chain_seconds_[p].reserve(fold->chain.size());
