@@ -83,11 +83,11 @@ endmacro()
 
 # Links an executable with mimalloc when enabled; its malloc then serves every library, SimGrid's
 # included, because the executable's own dependencies are searched before libc. The executable
-# also asks for huge pages (simulator/large_pages.cpp).
+# also asks for huge pages and keeps freed memory committed (simulator/allocator_settings.cpp).
 function(wallfacer_use_fast_malloc target)
   if(WALLFACER_MIMALLOC_ENABLED)
     target_link_libraries(${target} PRIVATE mimalloc)
-    target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/simulator/large_pages.cpp)
+    target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/simulator/allocator_settings.cpp)
   endif()
 endfunction()
 
