@@ -530,13 +530,16 @@ class TimelineRun {
       const FoldedOps* fold = shape.folds[p].get();
       std::vector<OpState>& ops = state_[p];
       const std::vector<int32_t>& waiting = lanes.order->waiting;
-      ops.resize(waiting.size());
-      if (const TimelineShape::Impl::Pairs* pairs = lanes.pairs.get())
-        for (size_t i = 0; i < ops.size(); ++i)
-          ops[i] = OpState{0.0, seconds(p, fold ? fold->kept[i] : i), waiting[i], pairs->meet[i], pairs->partner[i]};
-      else
-        for (size_t i = 0; i < ops.size(); ++i)
-          ops[i] = OpState{0.0, seconds(p, fold ? fold->kept[i] : i), waiting[i], kAlone, OpRef{}};
+      const TimelineShape::Impl::Pairs* pairs = lanes.pairs.get();
+      // Each record written once (not zeroed first), and the ops that wait for nothing posted in
+      // the same pass, program by program, op by op.
+      ops.reserve(waiting.size());
+      for (size_t i = 0; i < waiting.size(); ++i) {
+        ops.push_back(OpState{0.0, seconds(p, fold ? fold->kept[i] : i), waiting[i], pairs ? pairs->meet[i] : kAlone,
+                              pairs ? pairs->partner[i] : OpRef{}});
+        if (waiting[i] == 0) posted_.push_back({int32_t(p), int32_t(i)});
+      }
+      not_started_ += waiting.size();
       if (!fold) continue;
       // A chain folds only with durations of at least zero (each op then ends after the ones before start).
       chain_seconds_[p].reserve(fold->chain.size());
@@ -609,6 +612,7 @@ class TimelineRun {
   std::vector<std::vector<double>> folded_ends_;    // by program, by folded op
   std::vector<double> longest_;                     // by chain position: the members' longest op
   bool unfold_ = false;
+  size_t not_started_ = 0;            // ops not started yet
   std::vector<int32_t> meet_posted_;  // by meeting: ops posted so far
   std::vector<double> meet_ready_;    // by meeting: latest ready time among them
   std::vector<OpRef> posted_;         // ops posted but not handled yet (work list)
@@ -691,6 +695,7 @@ void TimelineRun::start(OpRef ref, double at) {
   const double end = at + op.duration;
   op.time = end;
   op.waiting = kStarted;
+  --not_started_;
   auto release = [&](int32_t successor) {
     OpState& next = ops[size_t(successor)];
     next.time = std::max(next.time, end);
@@ -754,9 +759,6 @@ bool TimelineRun::dissolve_one_waiting_meet() {
 
 std::vector<RankTiming> TimelineRun::run() {
   if (unfold_) return {};
-  for (size_t p = 0; p < state_.size(); ++p)
-    for (size_t i = 0; i < state_[p].size(); ++i)
-      if (state_[p][i].waiting == 0) posted_.push_back({int32_t(p), int32_t(i)});
   int called_off = 0;
   for (;;) {
     while (!posted_.empty()) {
@@ -764,7 +766,8 @@ std::vector<RankTiming> TimelineRun::run() {
       posted_.pop_back();
       post(ref);
     }
-    if (!dissolve_one_waiting_meet()) break;
+    // Every op started (the usual end): nothing waits in a meeting, no need to look.
+    if (not_started_ == 0 || !dissolve_one_waiting_meet()) break;
     ++called_off;
   }
   if (unfold_) return {};
