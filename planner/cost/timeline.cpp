@@ -252,8 +252,6 @@ void TimelineShape::Impl::pair_messages(const MessageKeys& ends) {
   ends.for_each_end([&](OpRef, uint32_t id, bool send) { ++(send ? sends : recvs)[id + 1]; });
   for (uint32_t k = 0; k < keys; ++k)
     sends[k + 1] += sends[k], recvs[k + 1] += recvs[k];
-  meet_ops.reserve(meet_ops.size() + sends[keys] + recvs[keys]);
-  meet_begin.reserve(meet_begin.size() + (sends[keys] + recvs[keys]) / 2);
   std::vector<OpRef> send_refs(sends[keys]), recv_refs(recvs[keys]);
   std::vector<uint32_t> send_fill(sends.begin(), sends.end() - 1), recv_fill(recvs.begin(), recvs.end() - 1);
   ends.for_each_end([&](OpRef ref, uint32_t id, bool send) {
