@@ -581,8 +581,8 @@ void register_plan_command(CLI::App& app) {
       ->group(output);
   command
       ->add_option("--jobs", flags->jobs,
-                   "Whole steps the search prices at once, and simulations --simulate-top runs at once; the "
-                   "ranking is the same for any count (default: one per usable CPU, at most 8)")
+                   "Threads the search bounds and prices candidates on, and simulations --simulate-top runs at "
+                   "once; the ranking is the same for any count (default: one per usable CPU, at most 8)")
       ->capture_default_str()
       ->check(at_least(1))
       ->group(output);

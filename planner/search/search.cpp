@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <limits>
@@ -19,7 +20,9 @@
 #include <wallfacer/schedule/strategy.hpp>
 #include <wallfacer/topology/topology.hpp>
 #include "orders.hpp"
+#include "parallel.hpp"
 #include "screen.hpp"
+#include "step_jobs.hpp"
 
 namespace wallfacer {
 namespace {
@@ -29,46 +32,6 @@ constexpr const char* kLog = "search";
 constexpr size_t kFewOrders = 24;
 // The ring-order heuristic scores every distinct order up to this many, else builds one greedily.
 constexpr size_t kScoredOrders = 50000;
-
-// Prices whole steps ahead of the search on other threads: the search asks for the step of the
-// candidate it has decided to price, and meanwhile the ones its queue holds next are priced
-// speculatively. The search still decides, one candidate after the other, what is priced and
-// what is pruned, exactly as on one thread; a speculative price it never asks for is dropped. So
-// the ranking does not depend on the thread count, only the wall time does.
-class StepPricer {
- public:
-  StepPricer(const CostModel& model, int threads) : model_(model), threads_(std::max(1, threads)) {}
-  ~StepPricer() {
-    for (auto& [order, job] : jobs_)
-      job.wait();  // results nobody asked for
-  }
-  // Starts pricing `plan` (known to the search as `order`) unless it is under way, within the
-  // thread count.
-  void ahead(size_t order, const Plan& plan) {
-    if (busy() || jobs_.count(order)) return;
-    jobs_.emplace(order, std::async(std::launch::async, [this, plan] { return model_.evaluate_step(plan); }));
-  }
-  // Every thread prices: jobs finished but not asked for yet do not count.
-  bool busy() const {
-    if (threads_ < 2) return true;
-    int running = 0;
-    for (const auto& [order, job] : jobs_)
-      running += job.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
-    return running >= threads_;
-  }
-  CostBreakdown price(size_t order, const Plan& plan) {
-    auto job = jobs_.find(order);
-    if (job == jobs_.end()) return model_.evaluate_step(plan);
-    CostBreakdown cost = job->second.get();
-    jobs_.erase(job);
-    return cost;
-  }
-
- private:
-  const CostModel& model_;
-  int threads_;
-  std::map<size_t, std::future<CostBreakdown>> jobs_;
-};
 
 struct Work {
   Candidate candidate;
@@ -83,6 +46,7 @@ struct Work {
   // Whole step: the step memory of the chosen ZeRO stage and checkpointing mode, when
   // choose_memory_settings computed it (what evaluate_step would report, from the same model).
   std::optional<MemoryEstimate> step_memory;
+  bool warning_pending = false;  // rejected on a thread: warned about once the threads are done
 };
 
 std::vector<std::vector<int>> choose_orders(const detail::NodeOrders& orders, SearchMode mode,
@@ -257,6 +221,7 @@ struct Searcher {
   std::vector<std::vector<int>> orders;
   double budget_GiB = 0;
   std::vector<Work> work;
+  std::atomic<bool> in_parallel{false};  // candidates are being handled on several threads
 
   Plan identity_plan(const Candidate& c) const {
     return make_plan(c.plan.strategy, c.plan.params, c.plan.workload, topology, ranks, {}, options.all_reduce);
@@ -265,7 +230,36 @@ struct Searcher {
   void reject(Work& w, const std::exception& e) {
     w.priced = false;
     w.candidate.reason = e.what();
-    WF_LOG_WARN(kLog, "{} {}: {}", to_string(w.candidate.plan.strategy), w.candidate.describe_params(), e.what());
+    w.warning_pending = true;
+    if (!in_parallel) warn_rejected(w);
+  }
+  static void warn_rejected(Work& w) {
+    if (!w.warning_pending) return;
+    w.warning_pending = false;
+    WF_LOG_WARN(kLog, "{} {}: {}", to_string(w.candidate.plan.strategy), w.candidate.describe_params(),
+                w.candidate.reason);
+  }
+
+  // Runs `job` on each of `items` on the search's threads. Candidates rejected meanwhile are
+  // warned about afterwards, in the order of `items`, as one thread would have warned.
+  template <typename Job>
+  void on_threads(const std::vector<Work*>& items, Job&& job) {
+    in_parallel = true;
+    try {
+      detail::for_each_index(items.size(), options.threads, [&](size_t i) { job(*items[i]); });
+    } catch (...) {
+      in_parallel = false;
+      throw;
+    }
+    in_parallel = false;
+    for (Work* w : items)
+      warn_rejected(*w);
+  }
+  std::vector<Work*> all_work() {
+    std::vector<Work*> items;
+    for (Work& w : work)
+      items.push_back(&w);
+    return items;
   }
 
   // Runs `step` on a candidate; a plan or schedule the builders refuse rejects the candidate.
@@ -308,13 +302,20 @@ struct Searcher {
     std::map<StrategyKind, double> scale, best_estimate;
     std::map<StrategyKind, int> tied;
     std::vector<bool> keep(work.size(), false);
+    std::vector<size_t> tied_best;  // which candidates are bounded depends on the estimates alone
+    std::vector<Work*> to_bound;
     for (size_t i : priced) {
       const StrategyKind kind = work[i].candidate.plan.strategy;
       auto [best, first] = best_estimate.try_emplace(kind, work[i].estimate);
       if (!first && (work[i].estimate > best->second * (1 + kScreenTie) || tied[kind] >= options.screen_ties)) continue;
       ++tied[kind];
-      bound(work[i]);
+      tied_best.push_back(i);
+      to_bound.push_back(&work[i]);
       keep[i] = true;
+    }
+    on_threads(to_bound, [&](Work& w) { bound(w); });
+    for (size_t i : tied_best) {
+      const StrategyKind kind = work[i].candidate.plan.strategy;
       const double ratio = work[i].priced && work[i].estimate > 0 ? work[i].lower_bound / work[i].estimate : 1.0;
       auto [it, inserted] = scale.try_emplace(kind, ratio);
       if (!inserted) it->second = std::min(it->second, ratio);
@@ -352,8 +353,7 @@ struct Searcher {
   }
 
   void bound_all() {
-    for (Work& w : work)
-      bound(w);
+    on_threads(all_work(), [&](Work& w) { bound(w); });
   }
 
   void price_all() {
@@ -363,11 +363,59 @@ struct Searcher {
       std::stable_sort(visit.begin(), visit.end(),
                        [&](size_t a, size_t b) { return work[a].lower_bound < work[b].lower_bound; });
     double best_step = std::numeric_limits<double>::infinity();
-    size_t done = 0;
-    for (size_t i : visit) {
-      price(work[i], best_step);
-      if (options.progress) options.progress("orders", ++done, visit.size());
+    if (options.threads < 2) {
+      for (size_t done = 0; done < visit.size(); ++done) {
+        price(work[visit[done]], best_step);
+        if (options.progress) options.progress("orders", done + 1, visit.size());
+      }
+      return;
     }
+    price_all_on_threads(visit, best_step);
+  }
+
+  // price_all with the candidates priced ahead on other threads. In visit order the heuristic's
+  // bounds grow and the best step shrinks, so the candidates it prices in full are the visit's
+  // first ones up to the first it prunes: each is started once the ones before it leave its bound
+  // below the best step, and taken in visit order, where one its predecessors' steps prune after
+  // all is put back as it was and pruned, exactly as on one thread.
+  void price_all_on_threads(const std::vector<size_t>& visit, double& best_step) {
+    struct Ahead {
+      Candidate candidate;  // as before pricing, to put back
+      bool priced = false;
+      std::future<bool> job;  // whether pricing in full succeeded
+    };
+    std::map<size_t, Ahead> ahead;  // by position in `visit`
+    size_t next = 0;                // the first position not started
+    auto prunable = [&](const Work& w) { return mode == SearchMode::Heuristic && w.lower_bound > best_step; };
+    in_parallel = true;  // reject() defers its warning: the candidate may yet be put back
+    for (size_t k = 0; k < visit.size(); ++k) {
+      for (next = std::max(next, k); next < visit.size() && ahead.size() < size_t(options.threads); ++next) {
+        Work& w = work[visit[next]];
+        if (!w.priced) continue;
+        if (prunable(w)) break;
+        ahead.emplace(next, Ahead{w.candidate, w.priced,
+                                  std::async(std::launch::async, [this, &w] { return price_in_full(w); })});
+      }
+      Work& w = work[visit[k]];
+      const auto it = ahead.find(k);
+      if (it == ahead.end()) {
+        price(w, best_step);
+      } else {
+        const bool full = it->second.job.get();
+        if (!prunable(w)) {
+          if (full) settle(w, best_step);
+        } else {  // priced ahead, but the steps priced before it prune it
+          w.candidate = std::move(it->second.candidate);
+          w.priced = it->second.priced;
+          w.warning_pending = false;
+          price(w, best_step);
+        }
+        ahead.erase(it);
+      }
+      warn_rejected(w);
+      if (options.progress) options.progress("orders", k + 1, visit.size());
+    }
+    in_parallel = false;
   }
 
   // Prices one candidate in full, unless (heuristic) its bound already exceeds `best_step`.
@@ -377,12 +425,22 @@ struct Searcher {
     if (mode == SearchMode::Heuristic && w.lower_bound > best_step) {
       c.pruned = true;
       c.reason = fmt::format("not fully timed: its first rank alone takes {:.2f} ms", w.lower_bound);
-    } else if (!guarded(w, [&] {
-                 model.build_timed(identity_plan(c), w.schedule);
-                 price_orders(w, orders, node_orders, topology, model, ranks, options.all_reduce);
-               })) {
+    } else if (!price_in_full(w)) {
       return;
     }
+    settle(w, best_step);
+  }
+
+  // Every timed rank built and timed under every order; false when the builders refuse the plan.
+  bool price_in_full(Work& w) {
+    return guarded(w, [&] {
+      model.build_timed(identity_plan(w.candidate), w.schedule);
+      price_orders(w, orders, node_orders, topology, model, ranks, options.all_reduce);
+    });
+  }
+
+  void settle(Work& w, double& best_step) {
+    Candidate& c = w.candidate;
     c.feasible = true;
     // A whole-step search checks the step's memory before it prices steps (price_steps), from the
     // timed ranks' attention programs at hand now when they are all built.
@@ -491,46 +549,65 @@ struct Searcher {
                        : fmt::format("compute alone takes {:.3f} ms, above the best step", q.key);
   }
 
-  // Speculation for StepPricer: the candidates the queue holds next that the best step so far
-  // does not prune, in the order the search will take them, while threads are free.
+  // Speculation for StepJobs: the candidates the queue holds next that the best step so far
+  // does not prune, in the order the search will take them, while threads are free: the timed
+  // bound of one still keyed by its compute bound, the step of one keyed by its timed bound. A
+  // step is priced ahead only when its bound is within kPriceAheadReach of the first timed bound
+  // in line (`timed`, the one being priced, or infinity): a step is seldom that far above its
+  // bound, so a candidate further out would most likely be pruned by the step priced first
+  // (at 16,384 GPUs the runner-up's bound is 3.6 times the best step), and its price, the
+  // costliest job, would only slow the one the search waits for.
+  static constexpr double kPriceAheadReach = 1.5;
   template <typename Queue>
-  static void price_ahead(StepPricer& pricer, const Queue& queued, const std::vector<Work*>& feasible, double best) {
-    if (pricer.busy()) return;  // one thread, or all of them pricing: no copy of the queue
+  static void work_ahead(detail::StepJobs& jobs, const Queue& queued, const std::vector<Work*>& feasible, double best,
+                         double timed) {
+    if (jobs.busy()) return;  // one thread, or all of them working: no copy of the queue
     Queue queue = queued;
-    while (!queue.empty() && !pricer.busy()) {
+    while (!queue.empty() && !jobs.busy()) {
       const Queued q = queue.top();
       queue.pop();
-      if (q.key >= best) return;  // it and everything after it would be pruned now
-      pricer.ahead(q.order, feasible[q.order]->candidate.plan);
+      if (q.timed ? q.key > best : q.key >= best) return;  // it and everything after it would be pruned now
+      const Work& w = *feasible[q.order];
+      if (!q.timed) {
+        jobs.bound_ahead(q.order, w.candidate.plan, w.busiest_rank);
+        continue;
+      }
+      timed = std::min(timed, q.key);
+      if (q.key <= timed * kPriceAheadReach) jobs.price_ahead(q.order, w.candidate.plan);
     }
   }
 
   void price_steps() {
     choose_memory_settings();
-    std::vector<Work*> feasible;
+    // A step that cannot fit is rejected with its memory before any bound or pricing: pruned at
+    // a bound it would be listed as feasible, and its time would not count.
+    // (Its compute bound finds the memory where it is not known yet.)
+    auto fits = [&](Work& w) {
+      if (w.step_memory->total_GiB <= budget_GiB) return true;
+      Candidate& c = w.candidate;
+      c.cost = CostBreakdown{};
+      c.cost.memory = *w.step_memory;
+      check_memory(c, budget_GiB);
+      return false;
+    };
+    std::vector<Work*> bounded;
     for (Work& w : work) {
       Candidate& c = w.candidate;
       if (!c.feasible || c.plan.ranks.empty()) continue;
       c.plan.scope = Scope::Step;
-      // A step that cannot fit is rejected with its memory before any bound or pricing: pruned at
-      // a bound it would be listed as feasible, and its time would not count.
-      // (Its compute bound finds the memory where it is not known yet.)
-      auto fits = [&] {
-        if (w.step_memory->total_GiB <= budget_GiB) return true;
-        c.cost = CostBreakdown{};
-        c.cost.memory = *w.step_memory;
-        check_memory(c, budget_GiB);
-        return false;
-      };
-      if (w.step_memory && !fits()) continue;
-      MemoryEstimate memory;
-      w.estimate = model.step_compute_bound_ms(c.plan, &w.busiest_rank, w.step_memory ? nullptr : &memory);
-      if (!w.step_memory) {
-        w.step_memory = memory;
-        if (!fits()) continue;
-      }
-      feasible.push_back(&w);
+      if (w.step_memory && !fits(w)) continue;
+      bounded.push_back(&w);
     }
+    // The compute bounds are independent of each other: one candidate per thread at a time.
+    detail::for_each_index(bounded.size(), options.threads, [&](size_t i) {
+      Work& w = *bounded[i];
+      MemoryEstimate memory;
+      w.estimate = model.step_compute_bound_ms(w.candidate.plan, &w.busiest_rank, w.step_memory ? nullptr : &memory);
+      if (!w.step_memory) w.step_memory = memory;
+    });
+    std::vector<Work*> feasible;
+    for (Work* w : bounded)
+      if (fits(*w)) feasible.push_back(w);
     std::stable_sort(feasible.begin(), feasible.end(),
                      [](const Work* a, const Work* b) { return a->estimate < b->estimate; });
     auto later = [](const Queued& a, const Queued& b) { return a.key != b.key ? a.key > b.key : a.order > b.order; };
@@ -541,7 +618,7 @@ struct Searcher {
     // last of them.
     std::priority_queue<double> top;
     double best = std::numeric_limits<double>::infinity();
-    StepPricer pricer(model, options.threads);
+    detail::StepJobs jobs(model, options.threads);
     size_t done = 0;
     while (!queue.empty()) {
       const Queued q = queue.top();
@@ -556,13 +633,15 @@ struct Searcher {
         continue;
       }
       if (!q.timed) {
-        queue.push({std::max(q.key, model.step_lower_bound_ms(c.plan, w.busiest_rank)), q.order, true});
+        jobs.bound_ahead(q.order, c.plan, w.busiest_rank);
+        work_ahead(jobs, queue, feasible, best, std::numeric_limits<double>::infinity());
+        queue.push({std::max(q.key, jobs.bound(q.order, c.plan, w.busiest_rank)), q.order, true});
         continue;
       }
       if (options.progress) options.progress("steps", done++, feasible.size());
-      pricer.ahead(q.order, c.plan);
-      price_ahead(pricer, queue, feasible, best);
-      c.cost = pricer.price(q.order, c.plan);
+      jobs.price_ahead(q.order, c.plan);
+      work_ahead(jobs, queue, feasible, best, q.key);
+      c.cost = jobs.price(q.order, c.plan);
       c.pruned = false;
       c.reason.clear();
       check_memory(c, budget_GiB);

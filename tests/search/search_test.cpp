@@ -418,5 +418,48 @@ TEST(StepSearch, ThreadsGiveTheSameRanking) {
   }
 }
 
+// The attention search on several threads: candidates bounded and priced ahead, including ones
+// the heuristic then prunes after all (put back as they were), change nothing it reports. The
+// 64-GPU search prunes by bounds; the 2,048-GPU one screens first.
+TEST(Search, ThreadsGiveTheSameAttentionRanking) {
+  for (int nodes : {8, 256}) {
+    const Topology topology = Topology::load("dgx-h100", nodes);
+    WorkloadOverrides o;
+    o.seq = int64_t(1) << 20;
+    const Workload w = load_workload("llama-3-8b", o);
+    const CostModel model(topology, Calibration::defaults());
+    SearchOptions options;
+    options.mode = SearchMode::Heuristic;
+    const SearchResult one = search_plans(topology, w, model, options);
+    int priced = 0, pruned = 0;
+    for (const Candidate& c : one.candidates) {
+      priced += c.feasible && !c.pruned;
+      pruned += c.reason.rfind("not fully timed", 0) == 0;
+    }
+    EXPECT_GE(priced, 2) << nodes << " nodes";
+    EXPECT_GE(pruned, 1) << nodes << " nodes";
+    for (int threads : {2, 3, 8}) {
+      options.threads = threads;
+      const SearchResult many = search_plans(topology, w, model, options);
+      EXPECT_EQ(many.best, one.best) << threads;
+      ASSERT_EQ(many.candidates.size(), one.candidates.size()) << threads;
+      for (size_t i = 0; i < one.candidates.size(); ++i) {
+        const Candidate &a = one.candidates[i], &b = many.candidates[i];
+        const std::string row = fmt::format("{} nodes, {} threads, row {}", nodes, threads, i);
+        EXPECT_EQ(b.describe_params(), a.describe_params()) << row;
+        EXPECT_EQ(b.describe_placement(), a.describe_placement()) << row;
+        EXPECT_EQ(b.plan.strategy, a.plan.strategy) << row;
+        EXPECT_EQ(b.feasible, a.feasible) << row;
+        EXPECT_EQ(b.pruned, a.pruned) << row;
+        EXPECT_EQ(b.reason, a.reason) << row;
+        EXPECT_EQ(b.cost.step_ms, a.cost.step_ms) << row;
+        EXPECT_EQ(b.cost.forward_ms, a.cost.forward_ms) << row;
+        EXPECT_EQ(b.cost.volume.p2p_forward, a.cost.volume.p2p_forward) << row;
+        EXPECT_EQ(b.cost.memory.total_GiB, a.cost.memory.total_GiB) << row;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace wallfacer

@@ -58,8 +58,9 @@ struct SearchOptions {
   // so far, so the best `priced_top` candidates are all priced, the ones pricing every candidate
   // would rank first (a table of that many rows shows what it would show).
   int priced_top = 1;
-  // Whole step: steps priced at once. The candidates the search will price next are priced ahead
-  // on other threads; what is priced and pruned, and the ranking, do not depend on the count.
+  // Threads the search bounds and prices candidates on: independent bounds one candidate per
+  // thread, and the candidates it will price next priced ahead; what is bounded, priced and
+  // pruned, and the ranking, do not depend on the count (docs/cost-model.md).
   int threads = 1;
   // Called after each candidate is priced, with the stage ("orders": under every GPU order;
   // "steps": as a whole step), the candidates done and the total of that stage. Empty: none.

@@ -1,0 +1,77 @@
+// Whole-step bounds and prices computed ahead of the step search on other threads
+// (docs/cost-model.md, "Searches on several threads").
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <future>
+#include <map>
+
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/plan/plan.hpp>
+
+namespace wallfacer::detail {
+
+// Bounds and prices whole steps ahead of the search on other threads: the search asks for the
+// timed bound or the step of the candidate it has decided on, and meanwhile the ones its queue
+// holds next are bounded or priced speculatively. The search still decides, one candidate after
+// the other, what is bounded, priced and pruned, exactly as on one thread; a speculative result it
+// never asks for is dropped. So the ranking does not depend on the thread count, only the wall
+// time does.
+class StepJobs {
+ public:
+  StepJobs(const CostModel& model, int threads) : model_(model), threads_(std::max(1, threads)) {}
+  ~StepJobs() {
+    for (auto& [order, job] : bounds_)
+      job.wait();  // results nobody asked for
+    for (auto& [order, job] : prices_)
+      job.wait();
+  }
+  // Starts the timed bound of `plan` (known to the search as `order`) at `rank`, or its price,
+  // unless under way, within the thread count.
+  void bound_ahead(size_t order, const Plan& plan, int rank) {
+    if (busy() || bounds_.count(order)) return;
+    bounds_.emplace(
+        order, std::async(std::launch::async, [this, plan, rank] { return model_.step_lower_bound_ms(plan, rank); }));
+  }
+  void price_ahead(size_t order, const Plan& plan) {
+    if (busy() || prices_.count(order)) return;
+    prices_.emplace(order, std::async(std::launch::async, [this, plan] { return model_.evaluate_step(plan); }));
+  }
+  // Every thread works: jobs finished but not asked for yet do not count.
+  bool busy() const {
+    if (threads_ < 2) return true;
+    return running(bounds_) + running(prices_) >= threads_;
+  }
+  double bound(size_t order, const Plan& plan, int rank) {
+    return take(bounds_, order, [&] { return model_.step_lower_bound_ms(plan, rank); });
+  }
+  CostBreakdown price(size_t order, const Plan& plan) {
+    return take(prices_, order, [&] { return model_.evaluate_step(plan); });
+  }
+
+ private:
+  template <typename Jobs>
+  static int running(const Jobs& jobs) {
+    int count = 0;
+    for (const auto& [order, job] : jobs)
+      count += job.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+    return count;
+  }
+  template <typename Result, typename Compute>
+  static Result take(std::map<size_t, std::future<Result>>& jobs, size_t order, Compute&& compute) {
+    auto job = jobs.find(order);
+    if (job == jobs.end()) return compute();
+    Result result = job->second.get();
+    jobs.erase(job);
+    return result;
+  }
+
+  const CostModel& model_;
+  int threads_;
+  std::map<size_t, std::future<double>> bounds_;
+  std::map<size_t, std::future<CostBreakdown>> prices_;
+};
+
+}  // namespace wallfacer::detail
