@@ -196,14 +196,15 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   // Their waiting structure too, shared by the groups (each group is a shape of its own).
   auto library = std::make_unique<detail::OrderLibrary>();
   LoneColumns lone(templates, once);
-  // `keep`: the shape and the ends of one program, `ends_of` (by its place in the group), or
-  // without it of the one that ends last (the critical program when every rank is one group).
-  auto time_group = [&](const std::vector<size_t>& group, bool keep, std::optional<size_t> ends_of) {
+  // Keeps the shape and the ends of one program, `ends_of` (by its place in the group), or without
+  // it of the one that ends last. `first`: the group's first timing, which a lone column timed
+  // alike with an earlier one takes from it (then nothing is kept).
+  auto time_group = [&](const std::vector<size_t>& group, bool first, std::optional<size_t> ends_of) {
     Timed t;
     std::vector<detail::ProgramView> views;
     for (size_t p : group)
       t.flats.push_back(flat_of(p));
-    if (mode == detail::PairMode::Symmetric && group.size() == 1 && !keep)
+    if (mode == detail::PairMode::Symmetric && group.size() == 1 && first)
       if (const std::optional<size_t> q = lone.timed_alike(group[0], *t.flats[0])) {
         timings[group[0]] = timings[*q];
         return Timed{};
@@ -220,23 +221,34 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       options.ends_of = [k = *ends_of](const std::vector<detail::RankTiming>&) { return k; };
     else
       options.ends_of = detail::critical_program;
-    const std::vector<detail::RankTiming> times = t.shape->run(durations, keep ? &t.ends : nullptr, options);
+    const std::vector<detail::RankTiming> times = t.shape->run(durations, &t.ends, options);
     for (size_t k = 0; k < group.size(); ++k)
       timings[group[k]] = times[k];
-    if (!keep) t = Timed{};
     return t;
   };
-  // One group keeps its ends for the parts; several are timed without them, and the critical
-  // program's group again with them.
+  // The parts are read off the critical program (the first of those that end last): each group
+  // keeps its own critical program's ends, and the group holding the latest so far is kept, so the
+  // critical group is not timed again. (A group timed alike with an earlier one ends with it, so
+  // the earlier one stays ahead.)
   Timed kept;
-  for (const std::vector<size_t>& group : groups)
-    kept = time_group(group, groups.size() == 1, std::nullopt);
+  std::optional<size_t> kept_critical;  // the program whose ends `kept` holds
+  for (const std::vector<size_t>& group : groups) {
+    Timed t = time_group(group, true, std::nullopt);
+    if (!t.shape) continue;
+    std::vector<detail::RankTiming> times;
+    for (size_t p : group)
+      times.push_back(timings[p]);
+    const size_t critical = group[detail::critical_program(times)];
+    const double end = timings[critical].end_s, latest = kept_critical ? timings[*kept_critical].end_s : 0;
+    if (!kept_critical || end > latest || (end == latest && critical < *kept_critical))
+      kept = std::move(t), kept_critical = critical;
+  }
   const PartsOf parts = [&](size_t critical, double step_s, double mean_compute_s, double busiest_compute_s) {
     const auto in = std::find_if(groups.begin(), groups.end(), [&](const std::vector<size_t>& g) {
       return std::find(g.begin(), g.end(), critical) != g.end();
     });
     const size_t k = size_t(std::find(in->begin(), in->end(), critical) - in->begin());
-    if (groups.size() > 1 || kept.ends[k].empty()) kept = time_group(*in, true, k);
+    if (kept_critical != critical || kept.ends[k].empty()) kept = time_group(*in, false, k);
     detail::TierClassifier tiers(topology_, plan);
     return detail::step_parts(kept.shape->program(k), flat_durations(once[critical], *kept.flats[k]), kept.ends[k],
                               step_s, mean_compute_s, busiest_compute_s, tiers);
