@@ -5,9 +5,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
+#include <deque>
 #include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace wallfacer::detail {
@@ -47,5 +54,63 @@ void for_each_index(size_t count, int threads, Work&& work) {
   for (const std::exception_ptr& error : errors)
     if (error) std::rethrow_exception(error);
 }
+
+// Threads that run submitted jobs for as long as they live, in submission order. Jobs of one
+// search run on the same few threads instead of a thread each: a thread's allocator keeps the
+// memory its jobs freed for the next job (a whole step's timeline is hundreds of MB, which a new
+// thread would take as fresh pages, zeroed by the kernel on first touch). Jobs not started when
+// it is destroyed are dropped (their futures report a broken promise); running ones finish.
+class WorkerThreads {
+ public:
+  explicit WorkerThreads(int threads) {
+    for (int t = 0; t < threads; ++t)
+      threads_.emplace_back([this] { work(); });
+  }
+  ~WorkerThreads() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+      queue_.clear();
+    }
+    wake_.notify_all();
+    for (std::thread& thread : threads_)
+      thread.join();
+  }
+  WorkerThreads(const WorkerThreads&) = delete;
+  WorkerThreads& operator=(const WorkerThreads&) = delete;
+
+  template <typename Job>
+  std::future<std::invoke_result_t<Job>> submit(Job&& job) {
+    auto task = std::make_shared<std::packaged_task<std::invoke_result_t<Job>()>>(std::forward<Job>(job));
+    auto result = task->get_future();
+    {
+      std::lock_guard lock(mutex_);
+      queue_.emplace_back([task] { (*task)(); });
+    }
+    wake_.notify_one();
+    return result;
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      job();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
 
 }  // namespace wallfacer::detail

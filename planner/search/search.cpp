@@ -384,6 +384,7 @@ struct Searcher {
       bool priced = false;
       std::future<bool> job;  // whether pricing in full succeeded
     };
+    detail::WorkerThreads workers(options.threads);
     std::map<size_t, Ahead> ahead;  // by position in `visit`
     size_t next = 0;                // the first position not started
     auto prunable = [&](const Work& w) { return mode == SearchMode::Heuristic && w.lower_bound > best_step; };
@@ -393,8 +394,7 @@ struct Searcher {
         Work& w = work[visit[next]];
         if (!w.priced) continue;
         if (prunable(w)) break;
-        ahead.emplace(next, Ahead{w.candidate, w.priced,
-                                  std::async(std::launch::async, [this, &w] { return price_in_full(w); })});
+        ahead.emplace(next, Ahead{w.candidate, w.priced, workers.submit([this, &w] { return price_in_full(w); })});
       }
       Work& w = work[visit[k]];
       const auto it = ahead.find(k);

@@ -10,6 +10,7 @@
 
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/plan/plan.hpp>
+#include "parallel.hpp"
 
 namespace wallfacer::detail {
 
@@ -21,23 +22,17 @@ namespace wallfacer::detail {
 // time does.
 class StepJobs {
  public:
-  StepJobs(const CostModel& model, int threads) : model_(model), threads_(std::max(1, threads)) {}
-  ~StepJobs() {
-    for (auto& [order, job] : bounds_)
-      job.wait();  // results nobody asked for
-    for (auto& [order, job] : prices_)
-      job.wait();
-  }
+  StepJobs(const CostModel& model, int threads)
+      : model_(model), threads_(std::max(1, threads)), workers_(threads_ > 1 ? threads_ : 0) {}
   // Starts the timed bound of `plan` (known to the search as `order`) at `rank`, or its price,
   // unless under way, within the thread count.
   void bound_ahead(size_t order, const Plan& plan, int rank) {
     if (busy() || bounds_.count(order)) return;
-    bounds_.emplace(
-        order, std::async(std::launch::async, [this, plan, rank] { return model_.step_lower_bound_ms(plan, rank); }));
+    bounds_.emplace(order, workers_.submit([this, plan, rank] { return model_.step_lower_bound_ms(plan, rank); }));
   }
   void price_ahead(size_t order, const Plan& plan) {
     if (busy() || prices_.count(order)) return;
-    prices_.emplace(order, std::async(std::launch::async, [this, plan] { return model_.evaluate_step(plan); }));
+    prices_.emplace(order, workers_.submit([this, plan] { return model_.evaluate_step(plan); }));
   }
   // Every thread works: jobs finished but not asked for yet do not count.
   bool busy() const {
@@ -72,6 +67,7 @@ class StepJobs {
   int threads_;
   std::map<size_t, std::future<double>> bounds_;
   std::map<size_t, std::future<CostBreakdown>> prices_;
+  WorkerThreads workers_;  // last: destroyed first, finishing the jobs that use the members above
 };
 
 }  // namespace wallfacer::detail

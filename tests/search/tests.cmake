@@ -8,6 +8,7 @@ wallfacer_add_test(NAME test_search
           ${CMAKE_CURRENT_LIST_DIR}/screen_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/explain_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/vpp_search_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/parallel_test.cpp
   LIBS wallfacer::search_internal wallfacer::planner)
 # The answer-time goal on the 32-GPU A100 cluster of docs/benchmarks.md, with a generous bound.
 wallfacer_add_test(NAME test_search_speed
