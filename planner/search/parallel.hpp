@@ -79,6 +79,17 @@ class WorkerThreads {
   WorkerThreads(const WorkerThreads&) = delete;
   WorkerThreads& operator=(const WorkerThreads&) = delete;
 
+  // Jobs finished so far, and a wait until more than `seen` have: read the count before looking
+  // at a job's future, so that a job finishing in between is not missed.
+  size_t finished() {
+    std::lock_guard lock(mutex_);
+    return finished_;
+  }
+  void wait_finished_past(size_t seen) {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return finished_ > seen; });
+  }
+
   template <typename Job>
   std::future<std::invoke_result_t<Job>> submit(Job&& job) {
     auto task = std::make_shared<std::packaged_task<std::invoke_result_t<Job>()>>(std::forward<Job>(job));
@@ -103,11 +114,17 @@ class WorkerThreads {
         queue_.pop_front();
       }
       job();
+      {
+        std::lock_guard lock(mutex_);
+        ++finished_;
+      }
+      done_.notify_all();
     }
   }
 
   std::mutex mutex_;
-  std::condition_variable wake_;
+  std::condition_variable wake_, done_;
+  size_t finished_ = 0;
   std::deque<std::function<void()>> queue_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;

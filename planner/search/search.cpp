@@ -389,18 +389,34 @@ struct Searcher {
     size_t next = 0;                // the first position not started
     auto prunable = [&](const Work& w) { return mode == SearchMode::Heuristic && w.lower_bound > best_step; };
     in_parallel = true;  // reject() defers its warning: the candidate may yet be put back
-    for (size_t k = 0; k < visit.size(); ++k) {
-      for (next = std::max(next, k); next < visit.size() && ahead.size() < size_t(options.threads); ++next) {
+    auto ready = [](const Ahead& a) { return a.job.wait_for(std::chrono::seconds(0)) == std::future_status::ready; };
+    // Starts the next candidates while fewer than `threads` run, and holds at most twice that
+    // many priced but not taken yet (each keeps its timed ranks' programs until taken).
+    auto start_more = [&](size_t k) {
+      for (next = std::max(next, k); next < visit.size() && ahead.size() < 2 * size_t(options.threads); ++next) {
+        size_t running = 0;
+        for (const auto& [position, a] : ahead)
+          running += !ready(a);
+        if (running >= size_t(options.threads)) return;
         Work& w = work[visit[next]];
         if (!w.priced) continue;
-        if (prunable(w)) break;
+        if (prunable(w)) return;
         ahead.emplace(next, Ahead{w.candidate, w.priced, workers.submit([this, &w] { return price_in_full(w); })});
       }
+    };
+    for (size_t k = 0; k < visit.size(); ++k) {
+      start_more(k);
       Work& w = work[visit[k]];
       const auto it = ahead.find(k);
       if (it == ahead.end()) {
         price(w, best_step);
       } else {
+        for (;;) {  // a thread that comes free meanwhile takes the next candidate
+          const size_t seen = workers.finished();
+          if (ready(it->second)) break;
+          start_more(k + 1);
+          workers.wait_finished_past(seen);
+        }
         const bool full = it->second.job.get();
         if (!prunable(w)) {
           if (full) settle(w, best_step);
@@ -633,15 +649,17 @@ struct Searcher {
         continue;
       }
       if (!q.timed) {
+        auto more_ahead = [&] { work_ahead(jobs, queue, feasible, best, std::numeric_limits<double>::infinity()); };
         jobs.bound_ahead(q.order, c.plan, w.busiest_rank);
-        work_ahead(jobs, queue, feasible, best, std::numeric_limits<double>::infinity());
-        queue.push({std::max(q.key, jobs.bound(q.order, c.plan, w.busiest_rank)), q.order, true});
+        more_ahead();
+        queue.push({std::max(q.key, jobs.bound(q.order, c.plan, w.busiest_rank, more_ahead)), q.order, true});
         continue;
       }
       if (options.progress) options.progress("steps", done++, feasible.size());
+      auto more_ahead = [&] { work_ahead(jobs, queue, feasible, best, q.key); };
       jobs.price_ahead(q.order, c.plan);
-      work_ahead(jobs, queue, feasible, best, q.key);
-      c.cost = jobs.price(q.order, c.plan);
+      more_ahead();
+      c.cost = jobs.price(q.order, c.plan, more_ahead);
       c.pruned = false;
       c.reason.clear();
       check_memory(c, budget_GiB);

@@ -39,11 +39,18 @@ class StepJobs {
     if (threads_ < 2) return true;
     return running(bounds_) + running(prices_) >= threads_;
   }
-  double bound(size_t order, const Plan& plan, int rank) {
-    return take(bounds_, order, [&] { return model_.step_lower_bound_ms(plan, rank); });
+  // The timed bound or the step asked for: taken from the thread computing it (meanwhile
+  // `more_ahead` is called whenever a thread comes free, to give it the next job), or computed
+  // here when none is.
+  template <typename MoreAhead>
+  double bound(size_t order, const Plan& plan, int rank, MoreAhead&& more_ahead) {
+    return take(
+        bounds_, order, [&] { return model_.step_lower_bound_ms(plan, rank); }, more_ahead);
   }
-  CostBreakdown price(size_t order, const Plan& plan) {
-    return take(prices_, order, [&] { return model_.evaluate_step(plan); });
+  template <typename MoreAhead>
+  CostBreakdown price(size_t order, const Plan& plan, MoreAhead&& more_ahead) {
+    return take(
+        prices_, order, [&] { return model_.evaluate_step(plan); }, more_ahead);
   }
 
  private:
@@ -51,13 +58,23 @@ class StepJobs {
   static int running(const Jobs& jobs) {
     int count = 0;
     for (const auto& [order, job] : jobs)
-      count += job.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+      count += !ready(job);
     return count;
   }
-  template <typename Result, typename Compute>
-  static Result take(std::map<size_t, std::future<Result>>& jobs, size_t order, Compute&& compute) {
+  template <typename Result>
+  static bool ready(const std::future<Result>& job) {
+    return job.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
+  template <typename Result, typename Compute, typename MoreAhead>
+  Result take(std::map<size_t, std::future<Result>>& jobs, size_t order, Compute&& compute, MoreAhead& more_ahead) {
     auto job = jobs.find(order);
     if (job == jobs.end()) return compute();
+    for (;;) {
+      const size_t seen = workers_.finished();
+      if (ready(job->second)) break;
+      more_ahead();
+      workers_.wait_finished_past(seen);
+    }
     Result result = job->second.get();
     jobs.erase(job);
     return result;
