@@ -85,8 +85,21 @@ bool is_canonical(const TokenSet& set) {
   return true;
 }
 
-std::string_view key_of(const TokenSet& set) {
-  return {reinterpret_cast<const char*>(set.data()), set.size() * sizeof(TokenRange)};
+uint64_t mix(uint64_t h) {  // splitmix64's finaliser
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+  return h ^ (h >> 31);
+}
+
+// Two independent multiply chains over the range ends, mixed once: sets of hundreds of ranges
+// are hashed per op built, and a full mix per value made the hash most of interning.
+uint64_t hash_of(const TokenSet& set) {
+  uint64_t a = set.size(), b = 0x9e3779b97f4a7c15ULL;
+  for (const TokenRange& r : set) {
+    a = (a ^ uint64_t(r.begin)) * 0xff51afd7ed558ccdULL;
+    b = (b ^ uint64_t(r.end)) * 0xc4ceb9fe1a85ec53ULL;
+  }
+  return mix(a ^ (b << 32 | b >> 32));
 }
 
 }  // namespace
@@ -106,12 +119,31 @@ int32_t TokenSetPool::intern(const TokenSet& set) {
     }
     return intern(canon);
   }
-  const std::string_view key = key_of(set);
-  if (auto it = index_.find(key); it != index_.end()) return it->second;
+  if (2 * (sets_.size() + 1) > slots_.size()) grow();
+  const uint64_t hash = hash_of(set);
+  const size_t mask = slots_.size() - 1;
+  size_t slot = size_t(hash) & mask;
+  for (; slots_[slot] >= 0; slot = (slot + 1) & mask) {
+    const auto id = size_t(slots_[slot]);
+    if (hashes_[id] == hash && sets_[id] == set) return int32_t(id);
+  }
   const auto id = int32_t(sets_.size());
-  index_.emplace(std::string(key), id);
+  slots_[slot] = id;
   sets_.push_back(set);
+  hashes_.push_back(hash);
   return id;
+}
+
+void TokenSetPool::grow() {
+  std::vector<int32_t> slots(std::max<size_t>(64, 2 * slots_.size()), -1);
+  const size_t mask = slots.size() - 1;
+  for (size_t id = 0; id < sets_.size(); ++id) {
+    size_t slot = size_t(hashes_[id]) & mask;
+    while (slots[slot] >= 0)
+      slot = (slot + 1) & mask;
+    slots[slot] = int32_t(id);
+  }
+  slots_ = std::move(slots);
 }
 
 const char* to_string(OpKind k) {

@@ -84,6 +84,25 @@ TEST(TokenSetPool, InternsCanonicalForms) {
   EXPECT_EQ(pool.intern({{3, 3}}), pool.intern({}));
 }
 
+// Many sets, so the table grows several times: each set keeps the id of its first interning,
+// ids count up from 0 in that order, and sets of the same ranges in another order stay distinct.
+TEST(TokenSetPool, KeepsIdsThroughGrowth) {
+  TokenSetPool pool;
+  std::vector<TokenSet> sets;
+  for (int64_t i = 0; i < 5000; ++i) {
+    sets.push_back({{i, i + 1}, {i + 3, i + 7}});
+    sets.push_back({{i + 3, i + 7}, {i, i + 1}});
+  }
+  for (size_t k = 0; k < sets.size(); ++k)
+    ASSERT_EQ(pool.intern(sets[k]), int32_t(k)) << k;
+  EXPECT_EQ(pool.size(), sets.size());
+  for (size_t k = 0; k < sets.size(); k += 7) {
+    EXPECT_EQ(pool.intern(sets[k]), int32_t(k)) << k;
+    EXPECT_EQ(pool.get(int32_t(k)), sets[k]) << k;
+  }
+  EXPECT_EQ(pool.size(), sets.size());
+}
+
 TEST(Layouts, ContiguousShardsAreUnevenFirstLonger) {
   std::vector<int64_t> sizes;
   int64_t next = 0;

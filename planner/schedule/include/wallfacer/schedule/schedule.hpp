@@ -88,13 +88,13 @@ class TokenSetPool {
   size_t size() const { return sets_.size(); }
 
  private:
-  // Keys are the raw bytes of the canonical range list; lookups by string_view allocate nothing.
-  struct KeyHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view key) const { return std::hash<std::string_view>{}(key); }
-  };
+  // An open-addressed table of set ids by the hash of their canonical range list: a schedule
+  // interns a set per op it builds (millions for a large step search), and a lookup here is one
+  // probe of a flat array, where a map of byte-string keys hashed the bytes and chased a node.
+  void grow();
   std::vector<TokenSet> sets_;
-  std::unordered_map<std::string, int32_t, KeyHash, std::equal_to<>> index_;
+  std::vector<uint64_t> hashes_;  // by id
+  std::vector<int32_t> slots_;    // ids, -1 empty; the size is a power of two
 };
 
 enum class OpKind : uint8_t {
