@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -55,6 +56,11 @@ void for_each_index(size_t count, int threads, Work&& work) {
     if (error) std::rethrow_exception(error);
 }
 
+template <typename Result>
+bool is_ready(const std::future<Result>& job) {
+  return job.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
 // Threads that run submitted jobs for as long as they live, in submission order. Jobs of one
 // search run on the same few threads instead of a thread each: a thread's allocator keeps the
 // memory its jobs freed for the next job (a whole step's timeline is hundreds of MB, which a new
@@ -79,15 +85,18 @@ class WorkerThreads {
   WorkerThreads(const WorkerThreads&) = delete;
   WorkerThreads& operator=(const WorkerThreads&) = delete;
 
-  // Jobs finished so far, and a wait until more than `seen` have: read the count before looking
-  // at a job's future, so that a job finishing in between is not missed.
-  size_t finished() {
-    std::lock_guard lock(mutex_);
-    return finished_;
-  }
-  void wait_finished_past(size_t seen) {
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return finished_ > seen; });
+  // Waits for `job` (one of these threads' futures), calling `meanwhile` first and again each
+  // time another job finishes: the caller gives a thread that came free its next job.
+  template <typename Result, typename Meanwhile>
+  void wait(const std::future<Result>& job, Meanwhile&& meanwhile) {
+    for (;;) {
+      // The count is read before the future, so a job finishing in between is not missed.
+      const size_t seen = finished();
+      if (is_ready(job)) return;
+      meanwhile();
+      std::unique_lock lock(mutex_);
+      done_.wait(lock, [&] { return finished_ > seen; });
+    }
   }
 
   template <typename Job>
@@ -103,6 +112,10 @@ class WorkerThreads {
   }
 
  private:
+  size_t finished() {
+    std::lock_guard lock(mutex_);
+    return finished_;
+  }
   void work() {
     for (;;) {
       std::function<void()> job;

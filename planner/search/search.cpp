@@ -302,22 +302,19 @@ struct Searcher {
     std::map<StrategyKind, double> scale, best_estimate;
     std::map<StrategyKind, int> tied;
     std::vector<bool> keep(work.size(), false);
-    std::vector<size_t> tied_best;  // which candidates are bounded depends on the estimates alone
-    std::vector<Work*> to_bound;
+    std::vector<Work*> to_bound;  // which candidates are bounded depends on the estimates alone
     for (size_t i : priced) {
       const StrategyKind kind = work[i].candidate.plan.strategy;
       auto [best, first] = best_estimate.try_emplace(kind, work[i].estimate);
       if (!first && (work[i].estimate > best->second * (1 + kScreenTie) || tied[kind] >= options.screen_ties)) continue;
       ++tied[kind];
-      tied_best.push_back(i);
       to_bound.push_back(&work[i]);
       keep[i] = true;
     }
     on_threads(to_bound, [&](Work& w) { bound(w); });
-    for (size_t i : tied_best) {
-      const StrategyKind kind = work[i].candidate.plan.strategy;
-      const double ratio = work[i].priced && work[i].estimate > 0 ? work[i].lower_bound / work[i].estimate : 1.0;
-      auto [it, inserted] = scale.try_emplace(kind, ratio);
+    for (const Work* w : to_bound) {
+      const double ratio = w->priced && w->estimate > 0 ? w->lower_bound / w->estimate : 1.0;
+      auto [it, inserted] = scale.try_emplace(w->candidate.plan.strategy, ratio);
       if (!inserted) it->second = std::min(it->second, ratio);
     }
     for (size_t i : priced)
@@ -389,14 +386,13 @@ struct Searcher {
     size_t next = 0;                // the first position not started
     auto prunable = [&](const Work& w) { return mode == SearchMode::Heuristic && w.lower_bound > best_step; };
     in_parallel = true;  // reject() defers its warning: the candidate may yet be put back
-    auto ready = [](const Ahead& a) { return a.job.wait_for(std::chrono::seconds(0)) == std::future_status::ready; };
     // Starts the next candidates while fewer than `threads` run, and holds at most twice that
     // many priced but not taken yet (each keeps its timed ranks' programs until taken).
     auto start_more = [&](size_t k) {
       for (next = std::max(next, k); next < visit.size() && ahead.size() < 2 * size_t(options.threads); ++next) {
         size_t running = 0;
         for (const auto& [position, a] : ahead)
-          running += !ready(a);
+          running += !detail::is_ready(a.job);
         if (running >= size_t(options.threads)) return;
         Work& w = work[visit[next]];
         if (!w.priced) continue;
@@ -411,12 +407,8 @@ struct Searcher {
       if (it == ahead.end()) {
         price(w, best_step);
       } else {
-        for (;;) {  // a thread that comes free meanwhile takes the next candidate
-          const size_t seen = workers.finished();
-          if (ready(it->second)) break;
-          start_more(k + 1);
-          workers.wait_finished_past(seen);
-        }
+        // A thread that comes free meanwhile takes the next candidate.
+        workers.wait(it->second.job, [&] { start_more(k + 1); });
         const bool full = it->second.job.get();
         if (!prunable(w)) {
           if (full) settle(w, best_step);

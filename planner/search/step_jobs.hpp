@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <chrono>
 #include <cstddef>
 #include <future>
 #include <map>
@@ -58,23 +57,14 @@ class StepJobs {
   static int running(const Jobs& jobs) {
     int count = 0;
     for (const auto& [order, job] : jobs)
-      count += !ready(job);
+      count += !is_ready(job);
     return count;
-  }
-  template <typename Result>
-  static bool ready(const std::future<Result>& job) {
-    return job.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   }
   template <typename Result, typename Compute, typename MoreAhead>
   Result take(std::map<size_t, std::future<Result>>& jobs, size_t order, Compute&& compute, MoreAhead& more_ahead) {
     auto job = jobs.find(order);
     if (job == jobs.end()) return compute();
-    for (;;) {
-      const size_t seen = workers_.finished();
-      if (ready(job->second)) break;
-      more_ahead();
-      workers_.wait_finished_past(seen);
-    }
+    workers_.wait(job->second, more_ahead);
     Result result = job->second.get();
     jobs.erase(job);
     return result;
