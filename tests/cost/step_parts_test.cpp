@@ -1,8 +1,10 @@
-// Where the step goes (StepParts): the parts of a hand-timed rank against their hand-computed
-// values, the parts of every strategy's attention layer and whole step summing to the step, and
-// the tiers following the links (one NVSwitch node: nothing over the network; one GPU per node:
+// Where the step goes (StepParts): the parts of hand-timed ranks against their hand-computed
+// values (the sync stream's transfers included), the parts of every strategy's attention layer and whole step summing
+// to the step, and the tiers following the links (one NVSwitch node: nothing over the network; one GPU per node:
 // nothing over NVLink).
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/schedule/strategy.hpp>
@@ -75,6 +77,47 @@ TEST(StepParts, HandTimedRank) {
   EXPECT_EQ(p.exposed_ms[int(CommTier::Pcie)], 0);
   EXPECT_NEAR(p.idle_ms, 0.5, 1e-12);
   EXPECT_NEAR(p.sum_ms(), 6.0, 1e-12);
+}
+
+// The data-parallel synchronisation runs on a stream of its own (Stream::Sync): its transfers
+// hide under compute or are exposed like any other. Rank 0 as above, in ms: compute [0, 2]; a
+// gradient reduce-scatter over a group spanning both nodes on the sync stream [1, 4]; an NVLink
+// send [3.5, 4.5] whose start, computed as end minus duration, falls an ulp before the previous
+// send's end [2.5, 3.5]. Compute 2, of which 1 hides the sync transfer; the network is exposed in
+// [2, 4] and NVLink alone in [4, 4.5]; nothing idle.
+TEST(StepParts, SyncStreamTransfersCount) {
+  const Topology topology = testing::switch_nodes(2, 2);
+  const Workload w = testing::mha_workload(4096);
+  Plan plan = make_plan(StrategyKind::Ring, enumerate_params(StrategyKind::Ring, w, 4).front(), w, topology, 4);
+  plan.groups.push_back({"world", GroupKind::Ring, {0, 1, 2, 3}});
+  RankProgram program;
+  program.rank = 0;
+  CollectiveSpec spec;
+  spec.kind = OpKind::ReduceScatter;
+  spec.group = int32_t(plan.groups.size() - 1);
+  spec.elements = 1 << 20;
+  program.collectives.push_back(spec);
+  program.add(compute_op());
+  Op sync;
+  sync.kind = OpKind::ReduceScatter;
+  sync.stream = Stream::Sync;
+  sync.coll = 0;
+  program.add(sync);
+  program.add(send_op(1));
+  program.add(send_op(1));
+  const double first_send_end = 3.5e-3, second_send_end = 4.5e-3;
+  const double second_send_duration = std::nextafter(second_send_end - first_send_end, 1.0);
+  ASSERT_LT(second_send_end - second_send_duration, first_send_end);
+  const std::vector<double> duration{2e-3, 3e-3, 1e-3, second_send_duration};
+  const std::vector<double> end{2e-3, 4e-3, first_send_end, second_send_end};
+  detail::TierClassifier tiers(topology, plan);
+  const StepParts p = detail::step_parts(program, duration, end, 4.5e-3, 2e-3, 2e-3, tiers);
+  EXPECT_NEAR(p.compute_ms, 2.0, 1e-12);
+  EXPECT_NEAR(p.hidden_ms, 1.0, 1e-12);
+  EXPECT_NEAR(p.exposed_ms[int(CommTier::Network)], 2.0, 1e-12);
+  EXPECT_NEAR(p.exposed_ms[int(CommTier::NvLink)], 0.5, 1e-12);
+  EXPECT_NEAR(p.idle_ms, 0, 1e-12);
+  EXPECT_NEAR(p.sum_ms(), 4.5, 1e-12);
 }
 
 TEST(StepParts, SumToTheStepForEveryStrategyAndScope) {
