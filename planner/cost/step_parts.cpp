@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 
+#include <wallfacer/core/errors.hpp>
 #include <wallfacer/topology/topology.hpp>
 
 namespace wallfacer {
@@ -76,6 +77,9 @@ class StreamEdges {
       const Op& op = program_.op(i);
       if (op.stream != stream_ || duration_[i] <= 0 || end_[i] < 0) continue;
       const int category = stream_ == Stream::Compute ? 0 : 1 + int(tiers_.of(op, program_.program()));
+      // Only rounding may put a start before the previous end: a stream runs one op at a time.
+      WF_ASSERT(end_[i] - duration_[i] >= previous - 1e-9 * std::max(1.0, previous),
+                "two ops of one stream overlap in a timeline");
       const double start = std::max(end_[i] - duration_[i], previous);
       op_ = i;
       op_end_ = std::max(end_[i], start);
