@@ -425,10 +425,10 @@ void print_suggestions(const std::vector<Suggestion>& suggestions, const std::st
     fmt::print(stderr, "  {}  ({}): {}\n", s.flags, s.change, s.outcome);
 }
 
-// The explanation's preparation of a ranking: every strategy's best priced, equal schedules
-// merged, ties marked.
-void explain(Ranked& ranked, const CostModel& model, double budget_GiB) {
-  complete_strategy_bests(ranked.result, model, budget_GiB);
+// The explanation's preparation of a ranking: every strategy's best priced (on the search's
+// threads), equal schedules merged, ties marked.
+void explain(Ranked& ranked, const CostModel& model, double budget_GiB, int jobs) {
+  complete_strategy_bests(ranked.result, model, budget_GiB, jobs);
   merge_same_schedules(ranked.result, model);
   mark_ties(ranked.result);
 }
@@ -455,7 +455,7 @@ int run_plan(const PlanFlags& flags) {
   if (flags.simulate_top > 0)
     simulate_best(ranked, model, flags.simulate_top, flags.jobs, flags.progress_s, flags.sim_threads);
   else
-    explain(ranked, model, budget_GiB);
+    explain(ranked, model, budget_GiB, flags.jobs);
   std::vector<Suggestion> suggestions;
   if (ranked.result.best < 0) suggestions = suggest_fixes(topology, workload, model, options);
 

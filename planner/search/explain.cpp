@@ -11,6 +11,7 @@
 
 #include <wallfacer/schedule/schedule_hash.hpp>
 #include <wallfacer/schedule/strategy.hpp>
+#include "parallel.hpp"
 
 namespace wallfacer {
 namespace {
@@ -84,23 +85,27 @@ std::string candidate_label(const Candidate& c) {
   return fmt::format("{} {} ({})", to_string(c.plan.strategy), c.describe_params(), c.describe_placement());
 }
 
-void complete_strategy_bests(SearchResult& result, const CostModel& model, double memory_budget_GiB) {
+void complete_strategy_bests(SearchResult& result, const CostModel& model, double memory_budget_GiB, int threads) {
   std::set<StrategyKind> seen;
-  bool changed = false;
+  std::vector<Candidate*> to_price;
   for (Candidate& c : result.candidates) {
     if (!c.feasible || !seen.insert(c.plan.strategy).second) continue;
     if (!c.pruned || c.plan.ranks.empty()) continue;
-    c.cost = model.evaluate(c.plan);
-    c.plan.prediction = c.cost.to_prediction();
-    c.pruned = false;
-    c.reason.clear();
-    if (c.cost.memory.total_GiB > memory_budget_GiB) {
-      c.feasible = false;
-      c.reason = fmt::format("needs {:.1f} GiB > {:.1f} GiB budget", c.cost.memory.total_GiB, memory_budget_GiB);
-    }
-    changed = true;
+    to_price.push_back(&c);
   }
-  if (changed) restore_order(result);
+  // Each priced on its own: one candidate per thread.
+  detail::for_each_index(to_price.size(), threads,
+                         [&](size_t i) { to_price[i]->cost = model.evaluate(to_price[i]->plan); });
+  for (Candidate* c : to_price) {
+    c->plan.prediction = c->cost.to_prediction();
+    c->pruned = false;
+    c->reason.clear();
+    if (c->cost.memory.total_GiB > memory_budget_GiB) {
+      c->feasible = false;
+      c->reason = fmt::format("needs {:.1f} GiB > {:.1f} GiB budget", c->cost.memory.total_GiB, memory_budget_GiB);
+    }
+  }
+  if (!to_price.empty()) restore_order(result);
 }
 
 void merge_same_schedules(SearchResult& result, const CostModel& model) {

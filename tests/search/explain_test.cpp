@@ -185,6 +185,35 @@ TEST(Explain, SentencesCompareTheWinnerWithTheRunnerUpAndEachOtherStrategy) {
   EXPECT_EQ(lines.size(), others.empty() ? 1 : 2 + others.size());
 }
 
+// Completing the strategies' bests on several threads prices the same candidates to the same
+// results, in the same order, as on one.
+TEST(Explain, StrategyBestsAreTheSameOnThreads) {
+  const Topology topology = Topology::parse(kTwoNodes, "two-nodes.yaml");
+  const CostModel model(topology, Calibration::defaults());
+  SearchOptions options;
+  options.scope = Scope::Step;
+  const SearchResult searched = search_plans(topology, small_workload(), model, options);
+  const auto pruned = [](const SearchResult& r) {
+    return std::count_if(r.candidates.begin(), r.candidates.end(),
+                         [](const Candidate& c) { return c.feasible && c.pruned; });
+  };
+  SearchResult one = searched, three = searched;
+  complete_strategy_bests(one, model, 0.9 * 80, 1);
+  complete_strategy_bests(three, model, 0.9 * 80, 3);
+  ASSERT_GE(pruned(searched) - pruned(one), 2) << "too few bests to price for threads to matter";
+  ASSERT_EQ(one.candidates.size(), three.candidates.size());
+  for (size_t i = 0; i < one.candidates.size(); ++i) {
+    const Candidate &a = one.candidates[i], &b = three.candidates[i];
+    SCOPED_TRACE(candidate_label(a));
+    EXPECT_EQ(candidate_label(a), candidate_label(b));
+    EXPECT_EQ(a.feasible, b.feasible);
+    EXPECT_EQ(a.pruned, b.pruned);
+    EXPECT_EQ(a.cost.step_ms, b.cost.step_ms);
+    EXPECT_EQ(a.cost.parts.exposed_ms[int(CommTier::Network)], b.cost.parts.exposed_ms[int(CommTier::Network)]);
+    EXPECT_EQ(a.reason, b.reason);
+  }
+}
+
 // The progress callback sees every candidate of each stage once, in order.
 TEST(SearchProgress, ReportsEachCandidateOfEachStage) {
   const Topology topology = Topology::parse(kTwoNodes, "two-nodes.yaml");

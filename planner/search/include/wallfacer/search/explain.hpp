@@ -19,8 +19,9 @@ std::string candidate_label(const Candidate& candidate);
 
 // Prices in full the best candidate of each strategy when the step search left it pruned at its
 // bound (so every strategy's best has its parts), checks its memory against the budget again, and
-// keeps the ranking order.
-void complete_strategy_bests(SearchResult& result, const CostModel& model, double memory_budget_GiB);
+// keeps the ranking order. The candidates are priced on up to `threads` threads; the result does
+// not depend on how many.
+void complete_strategy_bests(SearchResult& result, const CostModel& model, double memory_budget_GiB, int threads = 1);
 
 // Merges feasible candidates that build the same schedule (equal predicted steps and equal
 // schedule_hash of their timed ranks, tensor and data degrees included) into the best-ranked of
