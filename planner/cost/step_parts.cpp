@@ -52,7 +52,7 @@ struct Edge {
 // The start and end edges of one stream's ops in program order, which is their order in time: a
 // stream runs its ops one after the other. A start computed as end minus duration may fall an ulp
 // before the previous end; it is taken at that end, so each stream's edges come sorted and the
-// streams merge as they are visited. (Copying them out to sort took a fifth of pricing a
+// streams merge as they are visited. (Copying them out to sort took a third of pricing a
 // 16,384-GPU step, most of it touching fresh memory for millions of edges.)
 class StreamEdges {
  public:
