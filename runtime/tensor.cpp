@@ -6,6 +6,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <wallfacer/core/hash_mix.hpp>
+
 namespace wallfacer::runtime {
 
 int64_t shape_numel(const std::vector<int64_t>& shape) {
@@ -38,12 +40,9 @@ int64_t Tensor<T>::offset(const std::vector<int64_t>& index) const {
 }
 
 namespace {
-// SplitMix64 finaliser: a bijective 64-bit mix with good avalanche, enough for test inputs.
+// SplitMix64's step: a bijective 64-bit mix with good avalanche, enough for test inputs.
 uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
+  return splitmix64_mix(x + kSplitmix64Golden);
 }
 }  // namespace
 

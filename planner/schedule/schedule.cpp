@@ -5,6 +5,7 @@
 #include <iterator>
 
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/hash_mix.hpp>
 
 namespace wallfacer {
 
@@ -85,12 +86,6 @@ bool is_canonical(const TokenSet& set) {
   return true;
 }
 
-uint64_t mix(uint64_t h) {  // splitmix64's finaliser
-  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
-  return h ^ (h >> 31);
-}
-
 // Two independent multiply chains over the range ends, mixed once: sets of hundreds of ranges
 // are hashed per op built, and a full mix per value made the hash most of interning.
 uint64_t hash_of(const TokenSet& set) {
@@ -99,7 +94,7 @@ uint64_t hash_of(const TokenSet& set) {
     a = (a ^ uint64_t(r.begin)) * 0xff51afd7ed558ccdULL;
     b = (b ^ uint64_t(r.end)) * 0xc4ceb9fe1a85ec53ULL;
   }
-  return mix(a ^ (b << 32 | b >> 32));
+  return splitmix64_mix(a ^ (b << 32 | b >> 32));
 }
 
 }  // namespace

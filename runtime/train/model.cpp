@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/hash_mix.hpp>
 
 namespace wallfacer::train {
 
@@ -84,11 +85,8 @@ int64_t ParameterLayout::matmul_weights() const {
 
 namespace {
 
-uint64_t mix(uint64_t x) {  // splitmix64's finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+uint64_t mix(uint64_t x) {  // splitmix64's step
+  return splitmix64_mix(x + kSplitmix64Golden);
 }
 
 double unit(uint64_t bits) {  // (0, 1)

@@ -31,7 +31,4 @@ class SampleRandom {
   uint64_t state_;
 };
 
-// The SplitMix64 finaliser: a bijection of 64-bit words whose outputs pass BigCrush.
-uint64_t splitmix64_mix(uint64_t z);
-
 }  // namespace wallfacer::train
