@@ -18,6 +18,7 @@
 #include <wallfacer/schedule/strategy.hpp>
 #include "step_parts.hpp"
 #include "timeline.hpp"
+#include "timeline_classes.hpp"
 
 namespace wallfacer {
 namespace {
@@ -155,6 +156,60 @@ class LoneColumns {
   std::vector<std::pair<size_t, const FlatStep*>> timed_;
 };
 
+// A group of programs timed together: its shape and the ends of the one asked for.
+struct TimedGroup {
+  std::vector<std::shared_ptr<const FlatStep>> flats;  // by program; one per unrolled order
+  std::vector<std::vector<double>> ends;               // by program of the shape: those of the one asked for
+  std::unique_ptr<detail::TimelineShape> shape;
+  // With ranks timed by class (detail::rank_classes): the classes' renamed representatives the
+  // shape times, and by program its class; empty when the shape times every program.
+  std::vector<RankProgram> quotient;
+  std::vector<uint32_t> class_of;
+  size_t in_shape(size_t k) const { return class_of.empty() ? k : class_of[k]; }
+};
+
+// Times `views` (every rank of a plan, each op of view p lasting durations[p][its template op])
+// through one representative per class of ranks that run the same timeline, into `t` (whose
+// flats the views run); the timings by class. None when the ranks form no fewer classes than
+// ranks, or when the representatives' timing called off a meeting (every rank is timed then).
+// `ends_of`: the program whose ends are kept, else the critical one.
+std::optional<std::vector<detail::RankTiming>> time_by_class(const std::vector<detail::ProgramView>& views,
+                                                             const std::vector<std::vector<double>>& durations,
+                                                             std::optional<size_t> ends_of, TimedGroup& t) {
+  std::optional<detail::RankClasses> classes = detail::rank_classes(views, durations);
+  if (!classes) return std::nullopt;
+  std::vector<detail::ProgramView> representatives;
+  std::vector<std::vector<double>> representative_durations;
+  for (size_t c = 0; c < classes->quotient.size(); ++c) {
+    const size_t p = classes->representative[c];
+    representatives.emplace_back(classes->quotient[c], *t.flats[p]);
+    representative_durations.push_back(durations[p]);
+  }
+  // No order library: its entries would point at the renamed programs past their life.
+  auto shape = std::make_unique<detail::TimelineShape>(std::move(representatives), detail::PairMode::Matched);
+  const std::vector<uint32_t>& class_of = classes->class_of;
+  detail::TimelineShape::RunOptions options;
+  options.by_template_op = true;
+  size_t called_off = 0;
+  options.called_off = &called_off;
+  options.ends_of = [&](const std::vector<detail::RankTiming>& by_class) -> size_t {
+    if (ends_of) return class_of[*ends_of];
+    std::vector<detail::RankTiming> every;
+    every.reserve(class_of.size());
+    for (const uint32_t c : class_of)
+      every.push_back(by_class[c]);
+    return class_of[detail::critical_program(every)];
+  };
+  std::vector<std::vector<double>> ends;
+  std::vector<detail::RankTiming> times = shape->run(representative_durations, &ends, options);
+  if (called_off > 0) return std::nullopt;
+  t.quotient = std::move(classes->quotient);  // moved whole: the shape's views still point into it
+  t.class_of = std::move(classes->class_of);
+  t.shape = std::move(shape);
+  t.ends = std::move(ends);
+  return times;
+}
+
 }  // namespace
 
 CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& step,
@@ -174,11 +229,6 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   const std::vector<std::vector<size_t>> groups = meeting_groups(plan, templates, mode);
   std::vector<detail::RankTiming> timings(templates.size());
   std::vector<std::vector<uint32_t>> copies(templates.size());
-  struct Timed {
-    std::vector<std::shared_ptr<const FlatStep>> flats;  // by program; one per unrolled order
-    std::vector<std::vector<double>> ends;               // by program: those of the one asked for
-    std::unique_ptr<detail::TimelineShape> shape;
-  };
   // The distinct unrolled orders so far (a template with it, its flat step): a step's ranks mostly
   // share a few, in every group alike, so each is unrolled once.
   std::vector<std::pair<size_t, std::shared_ptr<const FlatStep>>> orders;
@@ -196,27 +246,35 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   // Their waiting structure too, shared by the groups (each group is a shape of its own).
   auto library = std::make_unique<detail::OrderLibrary>();
   LoneColumns lone(templates, once);
+  int programs_timed = 0;  // by the groups' first timings
   // Keeps the shape and the ends of one program, `ends_of` (by its place in the group), or without
   // it of the one that ends last. `first`: the group's first timing, which a lone column timed
   // alike with an earlier one takes from it (then nothing is kept).
   auto time_group = [&](const std::vector<size_t>& group, bool first, std::optional<size_t> ends_of) {
-    Timed t;
+    TimedGroup t;
     std::vector<detail::ProgramView> views;
     for (size_t p : group)
       t.flats.push_back(flat_of(p));
     if (mode == detail::PairMode::Symmetric && group.size() == 1 && first)
       if (const std::optional<size_t> q = lone.timed_alike(group[0], *t.flats[0])) {
         timings[group[0]] = timings[*q];
-        return Timed{};
+        return TimedGroup{};
       }
     std::vector<std::vector<double>> durations;  // by template op: each copy lasts its template op's
     for (size_t k = 0; k < group.size(); ++k) {
       durations.push_back(once[group[k]]);
       views.emplace_back(templates[group[k]].program, *t.flats[k]);
     }
-    t.shape = std::make_unique<detail::TimelineShape>(std::move(views), mode, library.get());
     detail::TimelineShape::RunOptions options;
     options.by_template_op = true;
+    if (mode == detail::PairMode::Matched && options_.time_rank_classes)
+      if (std::optional<std::vector<detail::RankTiming>> times = time_by_class(views, durations, ends_of, t)) {
+        for (size_t k = 0; k < group.size(); ++k)
+          timings[group[k]] = (*times)[t.class_of[k]];
+        if (first) programs_timed += int(t.quotient.size());
+        return t;
+      }
+    t.shape = std::make_unique<detail::TimelineShape>(std::move(views), mode, library.get());
     if (ends_of)
       options.ends_of = [k = *ends_of](const std::vector<detail::RankTiming>&) { return k; };
     else
@@ -224,16 +282,17 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
     const std::vector<detail::RankTiming> times = t.shape->run(durations, &t.ends, options);
     for (size_t k = 0; k < group.size(); ++k)
       timings[group[k]] = times[k];
+    if (first) programs_timed += int(group.size());
     return t;
   };
   // The parts are read off the critical program (the first of those that end last): each group
   // keeps its own critical program's ends, and the group holding the latest so far is kept, so the
   // critical group is not timed again. (A group timed alike with an earlier one ends with it, so
   // the earlier one stays ahead.)
-  Timed kept;
+  TimedGroup kept;
   std::optional<size_t> kept_critical;  // the program whose ends `kept` holds
   for (const std::vector<size_t>& group : groups) {
-    Timed t = time_group(group, true, std::nullopt);
+    TimedGroup t = time_group(group, true, std::nullopt);
     if (!t.shape) continue;
     std::vector<detail::RankTiming> times;
     for (size_t p : group)
@@ -248,13 +307,15 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       return std::find(g.begin(), g.end(), critical) != g.end();
     });
     const size_t k = size_t(std::find(in->begin(), in->end(), critical) - in->begin());
-    if (kept_critical != critical || kept.ends[k].empty()) kept = time_group(*in, false, k);
+    if (kept_critical != critical || kept.ends[kept.in_shape(k)].empty()) kept = time_group(*in, false, k);
     detail::TierClassifier tiers(topology_, plan);
-    return detail::step_parts(kept.shape->program(k), flat_durations(once[critical], *kept.flats[k]), kept.ends[k],
-                              step_s, mean_compute_s, busiest_compute_s, tiers);
+    return detail::step_parts(detail::ProgramView(templates[critical].program, *kept.flats[k]),
+                              flat_durations(once[critical], *kept.flats[k]), kept.ends[kept.in_shape(k)], step_s,
+                              mean_compute_s, busiest_compute_s, tiers);
   };
   CostBreakdown cost = summarize_timings(plan, timings, &parts);
-  kept = Timed{};  // release the unrolled orders before the rest is read off the templates
+  cost.programs_timed = programs_timed;
+  kept = TimedGroup{};  // release the unrolled orders before the rest is read off the templates
   library.reset();
   orders.clear();
   cost.volume = template_volume(programs, copies);
@@ -287,6 +348,7 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
     for (const StepTemplate& t : templates)
       step.ranks.push_back(unroll(t));
     cost = evaluate_times(plan, step);
+    cost.programs_timed = int(step.ranks.size());
     cost.volume = comm_volume(step);
     count_transfers(topology_, plan, step, cost.parts);
   }

@@ -71,8 +71,8 @@ std::shared_ptr<const TimelineShape::Impl::Order> order_of(const ProgramView& pr
   return l;
 }
 
-// Whether two programs' ops wait for the same ops of their own rank: flat steps of one unrolled
-// order whose template ops run on the same streams in the same phases.
+}  // namespace
+
 bool same_order(const ProgramView& a, const ProgramView& b) {
   if (!a.flat() || !b.flat() || !a.same_flat(b)) return false;
   const std::vector<Op>&x = a.program().ops, &y = b.program().ops;
@@ -81,8 +81,6 @@ bool same_order(const ProgramView& a, const ProgramView& b) {
     if (x[i].stream != y[i].stream || x[i].phase != y[i].phase) return false;
   return true;
 }
-
-}  // namespace
 
 struct OrderLibrary::Impl {
   // Every program's folding seen (null: nothing folds), kept whatever the budget, since the

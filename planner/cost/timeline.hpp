@@ -112,6 +112,9 @@ class TimelineShape {
     // With `op_ends`: the program whose ends are taken, chosen from the timings (the others are
     // left empty: a step's parts read one program's); without it, every program's.
     std::function<size_t(const std::vector<RankTiming>&)> ends_of;
+    // When given, receives how many meetings (pairs of message ends, collectives) the run called
+    // off because some of their ops were never posted.
+    size_t* called_off = nullptr;
   };
   // `duration[p][i]`: seconds op i of the p-th program lasts. One entry per program. A pairing that
   // cannot be honoured (an end that is never posted) falls back to starting the waiting op on its
@@ -138,6 +141,10 @@ class TimelineShape {
 // The program that ends last (the first of those), whose parts a step reports: 0 when none ends
 // after 0.
 size_t critical_program(const std::vector<RankTiming>& timings);
+
+// Whether two programs' ops wait for the same ops of their own rank: flat steps of one unrolled
+// order whose template ops run on the same streams in the same phases.
+bool same_order(const ProgramView& a, const ProgramView& b);
 
 // Whether two programs of a sample, each timed alone (PairMode::Symmetric) with the same op
 // durations, run the same timeline: one unrolled order, template ops on the same streams in the

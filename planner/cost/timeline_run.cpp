@@ -56,6 +56,7 @@ class TimelineRun {
   }
 
   std::vector<RankTiming> run();
+  size_t called_off() const { return called_off_; }
   // Whether the programs must be timed unfolded: a chain's duration below zero, or a meeting of
   // folded ops called off (called off op by op, unfolded, its members would go on differently).
   bool unfold() const { return unfold_; }
@@ -114,6 +115,7 @@ class TimelineRun {
   std::vector<std::vector<double>> folded_ends_;    // by program, by folded op
   std::vector<double> longest_;                     // by chain position: the members' longest op
   bool unfold_ = false;
+  size_t called_off_ = 0;             // meetings called off so far
   size_t not_started_ = 0;            // ops not started yet
   std::vector<int32_t> meet_posted_;  // by meeting: ops posted so far
   std::vector<double> meet_ready_;    // by meeting: latest ready time among them
@@ -261,7 +263,6 @@ bool TimelineRun::dissolve_one_waiting_meet() {
 
 std::vector<RankTiming> TimelineRun::run() {
   if (unfold_) return {};
-  int called_off = 0;
   for (;;) {
     while (!posted_.empty()) {
       const OpRef ref = posted_.back();
@@ -270,10 +271,10 @@ std::vector<RankTiming> TimelineRun::run() {
     }
     // Every op started (the usual end): nothing waits in a meeting, no need to look.
     if (not_started_ == 0 || !dissolve_one_waiting_meet()) break;
-    ++called_off;
+    ++called_off_;
   }
   if (unfold_) return {};
-  if (called_off > 0) WF_LOG_DEBUG("cost", "{} meetings of message ends or collectives called off", called_off);
+  if (called_off_ > 0) WF_LOG_DEBUG("cost", "{} meetings of message ends or collectives called off", called_off_);
 
   std::vector<RankTiming> times(state_.size());
   for (size_t p = 0; p < state_.size(); ++p)
@@ -298,6 +299,7 @@ std::vector<RankTiming> TimelineShape::run(const std::vector<std::vector<double>
   std::vector<RankTiming> times = timeline.run();
   if (timeline.unfold())
     return TimelineShape(impl_->unfolded, impl_->mode, nullptr, false).run(duration, op_ends, options);
+  if (options.called_off) *options.called_off = timeline.called_off();
   if (op_ends)
     *op_ends = timeline.take_ends(options.ends_of ? std::optional<size_t>(options.ends_of(times)) : std::nullopt);
   return times;

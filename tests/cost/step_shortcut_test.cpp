@@ -99,6 +99,35 @@ TEST(StepShortcuts, TemplateDurationsEqualPricingEveryUnrolledOp) {
   }
 }
 
+// With every rank timed, ranks that run alike are timed once per class (timeline_classes.hpp):
+// every plan gets the very times and parts it gets with every rank timed on its own, and most
+// plans of this cluster time fewer programs than ranks (one node's ranks mirror the other's).
+TEST(StepShortcuts, RankClassesTimeLikeEveryRank) {
+  const Topology topology = testing::switch_nodes(2, 4, 450);
+  CostOptions every_rank;
+  every_rank.time_rank_classes = false;
+  const CostModel by_class(topology, Calibration::defaults(), CostOptions{});
+  const CostModel reference(topology, Calibration::defaults(), every_rank);
+  int plans = 0, fewer = 0;
+  for_each_step_plan(topology, [&](const Plan& plan, const Setting&) {
+    const CostBreakdown a = by_class.evaluate_step(plan), b = reference.evaluate_step(plan);
+    EXPECT_EQ(a.step_ms, b.step_ms);
+    EXPECT_EQ(a.forward_ms, b.forward_ms);
+    EXPECT_EQ(a.compute_ms, b.compute_ms);
+    EXPECT_EQ(a.parts.hidden_ms, b.parts.hidden_ms);
+    EXPECT_EQ(a.parts.idle_ms, b.parts.idle_ms);
+    EXPECT_EQ(a.parts.imbalance_ms, b.parts.imbalance_ms);
+    for (int t = 0; t < kNumCommTiers; ++t)
+      EXPECT_EQ(a.parts.exposed_ms[t], b.parts.exposed_ms[t]);
+    EXPECT_EQ(b.programs_timed, plan.num_ranks());
+    EXPECT_LE(a.programs_timed, plan.num_ranks());
+    fewer += a.programs_timed < plan.num_ranks() ? 1 : 0;
+    ++plans;
+  });
+  EXPECT_GT(plans, 20);
+  EXPECT_GT(fewer, plans / 2);
+}
+
 // The compute bound can also report the step memory, reusing the attention programs it then
 // builds for its templates (one micro-batch of one virtual stage): the bound and its busiest rank
 // are those it finds without, and the memory is evaluate_step's, with every rank timed and with a

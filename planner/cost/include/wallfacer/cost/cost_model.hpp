@@ -44,6 +44,10 @@ struct CostOptions {
   // duration (a copy differs only in its buffers and dependencies). False prices every unrolled
   // op on its own: the reference the tests compare the shortcut with.
   bool step_shortcuts = true;
+  // Whole step, every rank timed: ranks that run the same timeline (the same order, durations and
+  // kinds of partners, found on the templates) are timed once per class. Exact; false times every
+  // rank, the reference the tests compare it with.
+  bool time_rank_classes = true;
 };
 
 // Where a transfer runs, by the slowest kind of link on its way: NVLink or NVSwitch inside a node,
@@ -89,7 +93,11 @@ struct CostBreakdown {
   double model_flops = 0;      // step scope: step_model_flops (docs/step.md)
   double mfu = 0;              // attention_flops (step scope: model_flops) / (step time * ranks * peak)
   int layers_timed = 0;        // step scope: layers unrolled for timing (all of them)
-  StepParts parts;             // where step_ms goes (sums to it)
+  // Step scope: the programs the timeline ran, each unrolled to every layer: with every rank
+  // timed, one per class of ranks that run alike (CostOptions::time_rank_classes); with a sample,
+  // its programs less those timed alike with one before. Shows what a pricing cost.
+  int programs_timed = 0;
+  StepParts parts;  // where step_ms goes (sums to it)
   Prediction to_prediction() const;
 };
 
