@@ -429,7 +429,7 @@ void print_suggestions(const std::vector<Suggestion>& suggestions, const std::st
 // threads), equal schedules merged, ties marked.
 void explain(Ranked& ranked, const CostModel& model, double budget_GiB, int jobs) {
   complete_strategy_bests(ranked.result, model, budget_GiB, jobs);
-  merge_same_schedules(ranked.result, model);
+  merge_same_schedules(ranked.result, model, jobs);
   mark_ties(ranked.result);
 }
 

@@ -108,10 +108,26 @@ void complete_strategy_bests(SearchResult& result, const CostModel& model, doubl
   if (!to_price.empty()) restore_order(result);
 }
 
-void merge_same_schedules(SearchResult& result, const CostModel& model) {
+void merge_same_schedules(SearchResult& result, const CostModel& model, int threads) {
   std::vector<Candidate>& cs = result.candidates;
   std::vector<bool> merged(cs.size(), false);
+  auto equal_steps = [&](size_t i, size_t j) {
+    const double a = cs[i].cost.step_ms, b = cs[j].cost.step_ms;
+    return std::abs(a - b) <= 1e-9 * std::max(a, b);
+  };
+  // Each hash builds a candidate's timed programs (at 512 GPUs the merge took a second on one
+  // thread): those the merge compares, the candidates with an equal step next to them in the
+  // ranking, are taken on the threads first; any other it asks for is taken when asked.
+  std::vector<size_t> wanted;
+  for (size_t i = 0; i < cs.size(); ++i) {
+    auto equal_to = [&](size_t j) { return j < cs.size() && fully_priced(cs[j]) && equal_steps(i, j); };
+    if (fully_priced(cs[i]) && ((i > 0 && equal_to(i - 1)) || equal_to(i + 1))) wanted.push_back(i);
+  }
+  std::vector<uint64_t> taken(wanted.size());
+  detail::for_each_index(wanted.size(), threads, [&](size_t k) { taken[k] = candidate_hash(cs[wanted[k]], model); });
   std::map<size_t, uint64_t> hashes;
+  for (size_t k = 0; k < wanted.size(); ++k)
+    hashes.emplace(wanted[k], taken[k]);
   auto hash_of = [&](size_t i) {
     auto it = hashes.find(i);
     if (it == hashes.end()) it = hashes.emplace(i, candidate_hash(cs[i], model)).first;
@@ -121,8 +137,7 @@ void merge_same_schedules(SearchResult& result, const CostModel& model) {
     if (merged[i] || !fully_priced(cs[i])) continue;
     for (size_t j = i + 1; j < cs.size() && fully_priced(cs[j]); ++j) {
       if (merged[j]) continue;
-      const double a = cs[i].cost.step_ms, b = cs[j].cost.step_ms;
-      if (std::abs(a - b) > 1e-9 * std::max(a, b)) break;  // sorted by step: no later one is equal
+      if (!equal_steps(i, j)) break;  // sorted by step: no later one is equal
       if (hash_of(i) != hash_of(j)) continue;
       cs[i].same_schedule_as.push_back(candidate_label(cs[j]));
       merged[j] = true;

@@ -122,7 +122,8 @@ TEST(Explain, MergesExactlyTheCandidatesThatBuildTheSameSchedule) {
 
 // A USP split u x r and the double ring with the same Ulysses degree and one window build the same
 // schedule, and so do the zigzag ring, USP with u = 1 and the double ring with u = 1; the plain
-// ring (contiguous layout) is another schedule.
+// ring (contiguous layout) is another schedule. Merged with the schedules hashed on three threads,
+// the ranking is the same.
 TEST(Explain, MergesAUspSplitWithTheDoubleRingOfOneWindow) {
   const Topology topology = Topology::parse(kTwoNodes, "two-nodes.yaml");
   const CostModel model(topology, Calibration::defaults());
@@ -145,8 +146,16 @@ TEST(Explain, MergesAUspSplitWithTheDoubleRingOfOneWindow) {
   std::stable_sort(result.candidates.begin(), result.candidates.end(),
                    [](const Candidate& a, const Candidate& b) { return a.cost.step_ms < b.cost.step_ms; });
   result.best = 0;
+  SearchResult on_threads = result;
   merge_same_schedules(result, model);
   ASSERT_EQ(result.candidates.size(), 3u);
+  // The hashes taken on three threads merge alike.
+  merge_same_schedules(on_threads, model, 3);
+  ASSERT_EQ(on_threads.candidates.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(candidate_label(on_threads.candidates[i]), candidate_label(result.candidates[i]));
+    EXPECT_EQ(on_threads.candidates[i].same_schedule_as, result.candidates[i].same_schedule_as);
+  }
   std::map<std::string, std::vector<std::string>> merged;
   for (const Candidate& c : result.candidates)
     merged[std::string(to_string(c.plan.strategy)) + " " + c.describe_params()] = c.same_schedule_as;

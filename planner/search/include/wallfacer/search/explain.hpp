@@ -25,8 +25,9 @@ void complete_strategy_bests(SearchResult& result, const CostModel& model, doubl
 
 // Merges feasible candidates that build the same schedule (equal predicted steps and equal
 // schedule_hash of their timed ranks, tensor and data degrees included) into the best-ranked of
-// them, which lists the others in same_schedule_as.
-void merge_same_schedules(SearchResult& result, const CostModel& model);
+// them, which lists the others in same_schedule_as. The schedules are hashed on up to `threads`
+// threads; the result does not depend on how many.
+void merge_same_schedules(SearchResult& result, const CostModel& model, int threads = 1);
 
 // Marks the fully priced feasible candidates whose step is within `relative_error` of the best's.
 void mark_ties(SearchResult& result, double relative_error = kCostModelExpectedError);
