@@ -337,10 +337,26 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   Schedule step;  // the step programs' dims, flow sets and token sets
   step.dims = builder.dims();
   step.flow_sets = builder.flow_sets();
+  // The memory and the attention alone read the attention programs before the templates may take
+  // them over.
+  const MemoryEstimate memory = step_memory(plan, attention);
+  // The attention alone: its own schedule's step (whole batch), once per layer, without the
+  // strategy's weight-gradient all-reduce, which the step replaces by its own synchronisation.
+  const CostBreakdown layer = evaluate_times(plan, without_gradient_all_reduce(attention));
   std::vector<StepTemplate> templates;
   templates.reserve(attention.ranks.size());
-  for (const RankProgram& program : attention.ranks)
-    templates.push_back(builder.build_template(program.rank, step.tokens));
+  // One micro-batch of one virtual stage is the plan itself: its attention programs are the
+  // templates' own, taken over with their token sets instead of built again (as the compute bound
+  // does), which was about half of building the templates.
+  if (w.microbatches == 1 && plan.params.virtual_stages <= 1) {
+    step.tokens = std::move(attention.tokens);
+    for (RankProgram& program : attention.ranks)
+      templates.push_back(builder.build_template(std::move(program), step.tokens));
+  } else {
+    for (const RankProgram& program : attention.ranks)
+      templates.push_back(builder.build_template(program.rank, step.tokens));
+  }
+  attention = Schedule{};
   CostBreakdown cost;
   if (options_.step_shortcuts) {
     cost = time_step_templates(plan, step, templates);
@@ -359,10 +375,7 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   for (double& count : cost.parts.transfers_per_layer)
     count /= instances;
   cost.backward_ms = cost.step_ms - cost.forward_ms;
-  cost.memory = step_memory(plan, attention);
-  // The attention alone: its own schedule's step (whole batch), once per layer, without the
-  // strategy's weight-gradient all-reduce, which the step replaces by its own synchronisation.
-  const CostBreakdown layer = evaluate_times(plan, without_gradient_all_reduce(attention));
+  cost.memory = memory;
   cost.attention_ms = layer.step_ms * w.layers;
   cost.attention_flops = layer.attention_flops;
   cost.model_flops = step_model_flops(w);
