@@ -76,12 +76,12 @@ struct Refinement {
   std::map<int32_t, uint32_t> group_colour;                            // group -> the colour of its members' multiset
 
   // The first partition: order, durations and where the ends and groups are. False when an end
-  // has no other end among the programs.
+  // has no other end among the programs, or a rank has two programs.
   bool start(const std::vector<std::vector<double>>& durations) {
     std::unordered_map<int, size_t> program_of;  // rank -> program
     for (size_t p = 0; p < programs.size(); ++p) {
       meetings.emplace_back(programs[p].program());
-      program_of.emplace(programs[p].rank(), p);
+      if (!program_of.emplace(programs[p].rank(), p).second) return false;  // a rank twice: not every rank once
     }
     for (size_t p = 0; p < programs.size(); ++p) {
       other.emplace_back();

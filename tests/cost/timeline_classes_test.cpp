@@ -140,14 +140,17 @@ TEST(RankClasses, LikePlacesOfTwoRingsShareAClass) {
   expect_quotient_times_every_rank(r, *classes);
 }
 
-// A send whose receive is not among the programs: no classes (the full timing calls the meeting
-// off as it would).
+// A send whose receive is not among the programs, or a rank timed twice: no classes (the full
+// timing calls the meeting off as it would).
 TEST(RankClasses, AnEndWithoutItsOtherEndGivesNoClasses) {
   Ranks r = rings(4, 4, [](int) { return 1.0; });
   r.programs[3].ops[1].peer = 9;  // rank 9 is not timed
   EXPECT_FALSE(detail::rank_classes(r.views(), r.seconds));
   r = rings(4, 4, [](int) { return 1.0; });
   r.programs[1].ops[2].tag = 8;  // rank 0's send finds no receive of its tag on rank 1
+  EXPECT_FALSE(detail::rank_classes(r.views(), r.seconds));
+  r = rings(4, 4, [](int) { return 1.0; });
+  r.programs[3].rank = 2;  // rank 2 twice, rank 3 missing: not every rank once
   EXPECT_FALSE(detail::rank_classes(r.views(), r.seconds));
 }
 
