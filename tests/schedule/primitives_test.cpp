@@ -5,6 +5,7 @@
 #include <set>
 
 #include <wallfacer/schedule/schedule.hpp>
+#include <wallfacer/schedule/strategy.hpp>
 #include "schedule/test_plans.hpp"
 #include "strategies/common.hpp"
 
@@ -193,6 +194,48 @@ TEST_F(BuilderTest, ZigzagFirstStepSplitsIntoLiveBlocksOnly) {
     flops += op.flops;
   const TokenSet all_keys{{0, 12}, {20, 32}};
   EXPECT_DOUBLE_EQ(flops, 4.0 * 1 * live_pairs(mine, all_keys, Mask::Causal) * 2 * 4);
+}
+
+// The context strategies compute a rank's own tokens as one causal block whatever their ranges,
+// as the zigzag ring's implementations run one causal kernel over the two local chunks: the same
+// FLOPs as the live blocks above, one op.
+TEST_F(BuilderTest, ContextDiagonalIsOneCausalBlockOfTheSameFlops) {
+  double flops[2] = {0, 0};
+  for (bool one : {false, true}) {
+    ProgramBuilder b(plan_, 0, pool_);
+    b.set_diagonal_as_one_block(one);
+    const int32_t q = b.buffer("q", field_bit(Field::Q), {0, 2}, 8);
+    const int32_t kv = b.buffer("kv", field_bit(Field::K) | field_bit(Field::V), {0, 2}, 8);
+    const int32_t acc = b.buffer("acc", field_bit(Field::O) | field_bit(Field::Lse), {0, 2}, 8, true);
+    const TokenSet mine{{4, 8}, {24, 28}};
+    const auto own = b.attn_fwd(q, kv, acc, mine, mine, {0, 2}, 0);
+    ASSERT_EQ(own.size(), one ? 1u : 2u);
+    const RankProgram& p = b.program();
+    EXPECT_EQ(p.ops[size_t(own[0])].mask, Mask::Causal);
+    if (one) EXPECT_EQ(pool_.get(p.ops[size_t(own[0])].tok[0]), mine);
+    // Another rank's chunks are still cut into live blocks.
+    EXPECT_EQ(b.attn_fwd(q, kv, acc, mine, {{8, 12}, {20, 24}}, {0, 2}, 1).size(), 1u);
+    for (const int32_t op : own)
+      flops[one] += p.ops[size_t(op)].flops;
+  }
+  EXPECT_DOUBLE_EQ(flops[1], flops[0]);
+  EXPECT_DOUBLE_EQ(flops[1], 4.0 * 1 * live_pairs({{4, 8}, {24, 28}}, {{4, 8}, {24, 28}}, Mask::Causal) * 2 * 4);
+}
+
+// Every member of a zigzag ring runs the same attention blocks, the middle one too, whose two
+// chunks are adjacent (one token range).
+TEST(ContextSchedule, EveryZigzagMemberRunsTheSameBlocks) {
+  const Plan plan = testing::hand_plan(StrategyKind::Zigzag, testing::seq_params(4),
+                                       testing::small_workload(64, 2, 2, /*causal=*/true));
+  const Schedule schedule = ScheduleBuilder(plan).build();
+  ASSERT_EQ(schedule.ranks.size(), 4u);
+  std::vector<std::vector<std::pair<OpKind, Mask>>> blocks(4);
+  for (size_t r = 0; r < 4; ++r)
+    for (const Op& op : schedule.ranks[r].ops)
+      if (op.kind == OpKind::AttnFwd || op.kind == OpKind::AttnBwd) blocks[r].emplace_back(op.kind, op.mask);
+  EXPECT_EQ(schedule.tokens.get(schedule.ranks[3].inputs[0].tokens).size(), 1u);  // the middle: one range
+  for (size_t r = 1; r < 4; ++r)
+    EXPECT_EQ(blocks[r], blocks[0]) << "rank " << r;
 }
 
 TEST_F(BuilderTest, ReceiveIntoDoubleBufferWaitsForItsReaders) {

@@ -416,6 +416,10 @@ std::vector<int32_t> ProgramBuilder::add_blocks(OpKind kind, const int32_t (&buf
     return ops;
   }
   const TokenSet q = canonical(q_in), k = canonical(k_in);
+  if (diagonal_as_one_block_ && q == k) {
+    ops.push_back(add_block(kind, bufs, q_in, k_in, Mask::Causal, heads, step, deps));
+    return ops;
+  }
   // Group query ranges by the key ranges they see; fully dead range pairs never enter a block.
   std::vector<std::vector<int>> patterns;  // live key-range indices per group
   std::vector<TokenSet> group_q;

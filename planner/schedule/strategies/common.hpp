@@ -36,7 +36,11 @@
 // query ranges with the same set of live key ranges share a block; fully dead range pairs are
 // never part of a block; a block is Mask::None when all its keys lie at or below all its
 // queries, Mask::Causal otherwise (always Mask::None for a full mask). FLOPs are exact
-// (block_flops with the rank's own batch count).
+// (block_flops with the rank's own batch count). The context strategies (the pass-KV ring engine)
+// compute a rank's own tokens against themselves as one causal block whatever its ranges
+// (set_diagonal_as_one_block): the zigzag ring's implementations run one causal kernel over the
+// rank's two local chunks there, whose dead quarter the kernel skips, and every rank then has the
+// same blocks (the middle rank's two chunks are adjacent, one range).
 //
 // Tags. make_tag(channel, step) keeps (src, dst, tag) unique as long as each channel is used
 // for one logical message stream per peer pair and steps stay below 65536.
@@ -155,6 +159,8 @@ class ProgramBuilder {
 
   // Phase stamped on the ops added from now on (Forward at the start).
   void set_phase(Phase phase) { phase_ = phase; }
+  // A query set against the same key set as one causal block (see the header comment).
+  void set_diagonal_as_one_block(bool on) { diagonal_as_one_block_ = on; }
   Phase phase() const { return phase_; }
 
   int32_t buffer(const std::string& name, FieldMask fields, HeadRange heads, int64_t capacity_tokens,
@@ -236,6 +242,7 @@ class ProgramBuilder {
   Replica replica_;
   ScheduleDims dims_;
   Phase phase_ = Phase::Forward;
+  bool diagonal_as_one_block_ = false;
   RankProgram program_;
   std::vector<std::vector<FieldState>> state_;  // [buffer][field]
   OpPerStream last_of_stream_ = no_op_on_any_stream();

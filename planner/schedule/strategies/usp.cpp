@@ -67,6 +67,7 @@ void bind_outputs(ProgramBuilder& b, int32_t buf, std::initializer_list<Field> f
 
 RankProgram build_context_rank(const ContextConfig& cfg, const Plan& plan, int rank, TokenSetPool& pool) {
   ProgramBuilder b(plan, rank, pool);
+  b.set_diagonal_as_one_block(true);
   // Per context step: a forward block, a backward block and up to six transfers (more with tiles).
   b.reserve_ops(size_t(cfg.c) * (8 + 2 * cfg.tiles * cfg.tiles) + 32);
   const Workload& w = plan.workload;
