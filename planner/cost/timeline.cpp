@@ -154,10 +154,6 @@ void TimelineShape::Impl::add_lanes(const ProgramView& program, OrderLibrary::Im
 
 namespace {
 
-bool is_message(const Op& op) {
-  return op.kind == OpKind::Send || op.kind == OpKind::Recv;
-}
-
 // Whether a lone program of a sample pairs its ops as `seen` did (pair_symmetric pairs a program's
 // message ends by their tags alone): the same flat order, template ops of the same kinds, messages
 // of the same tags, and no pipeline stage message, whose pairing needs the rest of its column.

@@ -142,6 +142,11 @@ class TimelineShape {
 // after 0.
 size_t critical_program(const std::vector<RankTiming>& timings);
 
+// Whether `op` is a message end (a Send or a Recv), which meets its other end.
+inline bool is_message(const Op& op) {
+  return op.kind == OpKind::Send || op.kind == OpKind::Recv;
+}
+
 // Whether two programs' ops wait for the same ops of their own rank: flat steps of one unrolled
 // order whose template ops run on the same streams in the same phases.
 bool same_order(const ProgramView& a, const ProgramView& b);

@@ -11,10 +11,6 @@
 namespace wallfacer::detail {
 namespace {
 
-bool is_message(const Op& op) {
-  return op.kind == OpKind::Send || op.kind == OpKind::Recv;
-}
-
 // The group a collective meets its members on, as the matched pairing reads it; -1: none.
 int32_t meeting_group(const RankProgram& program, const Op& op) {
   if (!is_collective_stream(op.stream) || op.coll < 0) return -1;
@@ -190,13 +186,11 @@ std::optional<RankClasses> rank_classes(const std::vector<ProgramView>& programs
   }
   WF_LOG_DEBUG("cost", "{} ranks timed as {} classes", programs.size(), count);
   if (count == programs.size()) return std::nullopt;
+  // Each round numbers the colours in order of their first program: they are the classes.
   RankClasses classes;
-  std::map<uint32_t, uint32_t> numbered;  // colour -> class, in order of first program
-  for (size_t p = 0; p < programs.size(); ++p) {
-    const auto [it, fresh] = numbered.try_emplace(r.colour[p], uint32_t(classes.representative.size()));
-    if (fresh) classes.representative.push_back(p);
-    classes.class_of.push_back(it->second);
-  }
+  classes.class_of = r.colour;
+  for (size_t p = 0; p < programs.size(); ++p)
+    if (r.colour[p] == classes.representative.size()) classes.representative.push_back(p);
   classes.quotient.resize(classes.representative.size());
   for (size_t c = 0; c < classes.quotient.size(); ++c)
     if (!rename(r, classes, c, classes.quotient[c])) {

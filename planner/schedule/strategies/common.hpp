@@ -159,9 +159,9 @@ class ProgramBuilder {
 
   // Phase stamped on the ops added from now on (Forward at the start).
   void set_phase(Phase phase) { phase_ = phase; }
+  Phase phase() const { return phase_; }
   // A query set against the same key set as one causal block (see the header comment).
   void set_diagonal_as_one_block(bool on) { diagonal_as_one_block_ = on; }
-  Phase phase() const { return phase_; }
 
   int32_t buffer(const std::string& name, FieldMask fields, HeadRange heads, int64_t capacity_tokens,
                  bool fp32 = false);
