@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -409,7 +410,8 @@ ComputeParts compute_parts(const StepTemplate& t, ComputeTimer& timer, const Tok
 
 }  // namespace
 
-double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, MemoryEstimate* memory) const {
+double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, MemoryEstimate* memory,
+                                        double memory_budget_GiB) const {
   StepBuilder builder(plan);
   ComputeTimer timer(topology_.gpu(), calibration_, plan.workload);
   const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp, M = plan.workload.microbatches;
@@ -420,6 +422,7 @@ double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, Mem
   if (memory) {
     build_timed(plan, attention);
     *memory = step_memory(plan, attention);
+    if (memory->total_GiB > memory_budget_GiB) return std::numeric_limits<double>::infinity();
   }
   const bool reuse = memory && M == 1 && plan.params.virtual_stages <= 1;
   std::map<int, size_t> built;  // rank -> its program in `attention`

@@ -63,6 +63,13 @@ std::vector<std::vector<int>> choose_orders(const detail::NodeOrders& orders, Se
   return chosen;
 }
 
+std::vector<int> gpu_positions(const Plan& plan) {
+  std::vector<int> positions;
+  for (const RankSlot& slot : plan.ranks)
+    positions.push_back(slot.gpu);
+  return positions;
+}
+
 // Prices `work` under every order and keeps the fastest (the first one on ties). Volume and memory
 // do not depend on the order: they are added once, for the chosen one.
 void price_orders(Work& work, const std::vector<std::vector<int>>& orders, const detail::NodeOrders& node_orders,
@@ -73,9 +80,7 @@ void price_orders(Work& work, const std::vector<std::vector<int>>& orders, const
   std::optional<PreparedTiming> prepared;  // the same for every order: built with the first
   // One plan moved from order to order (make_plan per order rebuilt the same groups each time).
   Plan plan = make_plan(c.plan.strategy, c.plan.params, c.plan.workload, topology, ranks, {}, all_reduce);
-  std::vector<int> positions;
-  for (const RankSlot& slot : plan.ranks)
-    positions.push_back(slot.gpu);
+  const std::vector<int> positions = gpu_positions(plan);
   for (const auto& order : orders) {
     node_orders.place(plan, positions, order);
     if (!prepared) prepared.emplace(plan, work.schedule, timing);
@@ -353,6 +358,24 @@ struct Searcher {
     on_threads(all_work(), [&](Work& w) { bound(w); });
   }
 
+  // A whole-step search under one node-local order has no order to choose by the attention
+  // layer's time, and price_steps prices, bounds or rejects on memory every candidate it is
+  // given, overwriting what the attention layer's pricing had found: the candidates are only
+  // planned and placed under that order, as pricing them would have left them.
+  void place_all() {
+    on_threads(all_work(), [&](Work& w) {
+      if (!w.priced) return;
+      guarded(w, [&] {
+        Candidate& c = w.candidate;
+        Plan plan = identity_plan(c);
+        node_orders.place(plan, gpu_positions(plan), orders.front());
+        c.plan = std::move(plan);
+        c.local_order = orders.front();
+        c.feasible = true;
+      });
+    });
+  }
+
   void price_all() {
     std::vector<size_t> visit(work.size());
     std::iota(visit.begin(), visit.end(), 0);
@@ -502,7 +525,10 @@ struct Searcher {
     for (size_t i = 0; i < enumerated; ++i) {
       if (!work[i].candidate.feasible || work[i].candidate.plan.ranks.empty()) continue;
       Schedule attention;  // the timed ranks' attention programs: the same for every setting
-      model.build_timed(work[i].candidate.plan, attention);
+      if (!guarded(work[i], [&] { model.build_timed(work[i].candidate.plan, attention); })) {
+        work[i].candidate.feasible = false;
+        continue;
+      }
       std::vector<std::pair<Plan, MemoryEstimate>> fitting;
       std::optional<std::pair<Plan, MemoryEstimate>> lightest;
       for (Checkpointing mode : modes)
@@ -613,18 +639,26 @@ struct Searcher {
     // largest first (by the ops of its timed attention programs, which its step templates build
     // again), so that the last ones handed out are short: at 16,384 GPUs the ring of 2,048 ranks
     // took a quarter of the phase, and came last in enumeration order.
+    // Candidates only placed (place_all) have no programs yet: the sequence-parallel degree
+    // stands for their size.
     std::vector<Work*> largest_first = bounded;
-    std::stable_sort(largest_first.begin(), largest_first.end(),
-                     [](const Work* a, const Work* b) { return a->timed_ops > b->timed_ops; });
-    detail::for_each_index(largest_first.size(), options.threads, [&](size_t i) {
-      Work& w = *largest_first[i];
-      MemoryEstimate memory;
-      w.estimate = model.step_compute_bound_ms(w.candidate.plan, &w.busiest_rank, w.step_memory ? nullptr : &memory);
-      if (!w.step_memory) w.step_memory = memory;
+    std::stable_sort(largest_first.begin(), largest_first.end(), [](const Work* a, const Work* b) {
+      return std::pair(a->timed_ops, a->candidate.plan.params.sequence_parallel) >
+             std::pair(b->timed_ops, b->candidate.plan.params.sequence_parallel);
+    });
+    // A candidate whose memory is not known yet is bounded only when its memory fits.
+    on_threads(largest_first, [&](Work& w) {
+      const bool built = guarded(w, [&] {
+        MemoryEstimate memory;
+        w.estimate = model.step_compute_bound_ms(w.candidate.plan, &w.busiest_rank, w.step_memory ? nullptr : &memory,
+                                                 budget_GiB);
+        if (!w.step_memory) w.step_memory = memory;
+      });
+      if (!built) w.candidate.feasible = false;
     });
     std::vector<Work*> feasible;
     for (Work* w : bounded)
-      if (fits(*w)) feasible.push_back(w);
+      if (w->candidate.feasible && fits(*w)) feasible.push_back(w);
     std::stable_sort(feasible.begin(), feasible.end(),
                      [](const Work* a, const Work* b) { return a->estimate < b->estimate; });
     auto later = [](const Queued& a, const Queued& b) { return a.key != b.key ? a.key > b.key : a.order > b.order; };
@@ -735,11 +769,15 @@ SearchResult search_plans(const Topology& topology, const Workload& workload, co
   WF_LOG_INFO(kLog, "{} candidates, {} node-local orders, {} mode", s.work.size(), s.orders.size(),
               mode == SearchMode::Exhaustive ? "exhaustive" : "heuristic");
   const bool screening = mode == SearchMode::Heuristic && ranks > options.screen_above_gpus;
-  if (mode == SearchMode::Heuristic) {
-    if (screening) s.screen();
-    s.bound_all();
+  if (options.scope == Scope::Step && !screening && s.orders.size() == 1) {
+    s.place_all();
+  } else {
+    if (mode == SearchMode::Heuristic) {
+      if (screening) s.screen();
+      s.bound_all();
+    }
+    s.price_all();
   }
-  s.price_all();
   if (screening) s.rescue_screened();
   if (options.scope == Scope::Step) s.price_steps();
   return s.ranked();

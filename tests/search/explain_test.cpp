@@ -223,24 +223,31 @@ TEST(Explain, StrategyBestsAreTheSameOnThreads) {
   }
 }
 
-// The progress callback sees every candidate of each stage once, in order.
+// The progress callback sees every candidate of each stage once, in order: an attention search
+// prices each under every GPU order ("orders"); a whole-step search under one node-local order (as
+// here) only places them and reports its steps.
 TEST(SearchProgress, ReportsEachCandidateOfEachStage) {
   const Topology topology = Topology::parse(kTwoNodes, "two-nodes.yaml");
   const CostModel model(topology, Calibration::defaults());
-  SearchOptions options;
-  options.scope = Scope::Step;
-  std::map<std::string, std::vector<std::pair<size_t, size_t>>> calls;
-  options.progress = [&](const char* stage, size_t done, size_t total) { calls[stage].push_back({done, total}); };
-  const SearchResult result = search_plans(topology, small_workload(), model, options);
-  ASSERT_EQ(calls.size(), 2u);
-  const auto& orders = calls["orders"];
-  ASSERT_EQ(orders.size(), result.candidates.size());
-  for (size_t i = 0; i < orders.size(); ++i)
-    EXPECT_EQ(orders[i], std::make_pair(i + 1, orders.size()));
-  const auto& steps = calls["steps"];
-  ASSERT_FALSE(steps.empty());
-  for (size_t i = 0; i < steps.size(); ++i)
-    EXPECT_EQ(steps[i], std::make_pair(i, steps.size()));
+  for (Scope scope : {Scope::Attention, Scope::Step}) {
+    SearchOptions options;
+    options.scope = scope;
+    std::map<std::string, std::vector<std::pair<size_t, size_t>>> calls;
+    options.progress = [&](const char* stage, size_t done, size_t total) { calls[stage].push_back({done, total}); };
+    const SearchResult result = search_plans(topology, small_workload(), model, options);
+    ASSERT_EQ(calls.size(), 1u);
+    if (scope == Scope::Attention) {
+      const auto& orders = calls["orders"];
+      ASSERT_EQ(orders.size(), result.candidates.size());
+      for (size_t i = 0; i < orders.size(); ++i)
+        EXPECT_EQ(orders[i], std::make_pair(i + 1, orders.size()));
+      continue;
+    }
+    const auto& steps = calls["steps"];
+    ASSERT_FALSE(steps.empty());
+    for (size_t i = 0; i < steps.size(); ++i)
+      EXPECT_EQ(steps[i], std::make_pair(i, steps.size()));
+  }
 }
 
 // ---- suggestions when nothing is feasible ----------------------------------------------------

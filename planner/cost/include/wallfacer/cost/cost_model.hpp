@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -175,8 +176,11 @@ class CostModel {
   // `busiest_rank`, when given, receives the timed rank with the most compute (M micro-batches'
   // forward and backward and the epilogue; the first in timed_ranks order on ties).
   // `memory`, when given, receives the step memory evaluate_step reports (step_memory of the
-  // timed ranks' attention programs), found from the programs the bound builds anyway.
-  double step_compute_bound_ms(const Plan& plan, int* busiest_rank = nullptr, MemoryEstimate* memory = nullptr) const;
+  // timed ranks' attention programs), found from the programs the bound builds anyway. A memory
+  // above `memory_budget_GiB` leaves the bound untaken (infinity, `busiest_rank` untouched): a
+  // search rejects that candidate on its memory, and the templates are most of the bound's work.
+  double step_compute_bound_ms(const Plan& plan, int* busiest_rank = nullptr, MemoryEstimate* memory = nullptr,
+                               double memory_budget_GiB = std::numeric_limits<double>::infinity()) const;
   // A lower bound of evaluate_step(plan).step_ms that counts communication: the whole step of
   // `rank`'s pipeline column (the rank alone without pipeline parallelism) timed as
   // Timing::LowerBound; any rank gives a bound, -1 the busiest one of step_compute_bound_ms (under

@@ -62,8 +62,9 @@ struct SearchOptions {
   // thread, and the candidates it will price next priced ahead; what is bounded, priced and
   // pruned, and the ranking, do not depend on the count (docs/cost-model.md).
   int threads = 1;
-  // Called after each candidate is priced, with the stage ("orders": under every GPU order;
-  // "steps": as a whole step), the candidates done and the total of that stage. Empty: none.
+  // Called after each candidate is priced, with the stage ("orders": under every GPU order, which
+  // a whole-step search under one node-local order skips; "steps": as a whole step), the
+  // candidates done and the total of that stage. Empty: none.
   std::function<void(const char* stage, size_t done, size_t total)> progress;
 };
 
