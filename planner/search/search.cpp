@@ -624,6 +624,7 @@ struct Searcher {
       Candidate& c = w.candidate;
       c.cost = CostBreakdown{};
       c.cost.memory = *w.step_memory;
+      c.pruned = false;  // rejected, whatever the attention layer's bound had said
       check_memory(c, budget_GiB);
       return false;
     };

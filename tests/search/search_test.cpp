@@ -15,6 +15,7 @@
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/search/search.hpp>
 #include <wallfacer/topology/topology.hpp>
+#include "orders.hpp"
 
 namespace wallfacer {
 namespace {
@@ -271,50 +272,58 @@ TEST(StepSearch, ChoosesTheLowestZeroStageThatFits) {
 // listed as feasible (a pruned candidate is never memory-checked by pricing, so the rejection must
 // come first), and the memory each rejection names is the step memory model's; with memory
 // settings chosen by the search and with the workload's own. A candidate that fits and is priced
-// carries the figures evaluate_step gives it.
+// carries the figures evaluate_step gives it. On a DGX H100 node the candidates are only placed
+// before the step is priced (one node-local order); on two nodes of the 32-GPU A100 cluster (GPU
+// pairs under a PCIe switch with a NIC: several orders) the heuristic prices them on the attention layer first
+// and prunes there, which must not leave a rejected candidate pruned.
 TEST(StepSearch, CandidatesThatCannotFitAreRejectedNotPruned) {
-  const Topology topology = Topology::load("dgx-h100", 1);
   Workload w = load_workload("llama-3-8b");
   w.layers = 4;
   w.seq = 65536;
   w.batch = 1;
   w.checkpointing = Checkpointing::None;
-  const CostModel model(topology, Calibration::defaults());
-  for (bool choose : {true, false}) {
-    SCOPED_TRACE(choose ? "memory settings chosen" : "the workload's memory settings");
-    SearchOptions options;
-    options.scope = Scope::Step;
-    options.tensor_degrees = {1, 2, 4, 8};
-    if (choose) {
-      options.zero_stages = {0, 1};
-      options.checkpointing_modes = {Checkpointing::None};
-    }
-    options.memory_budget_fraction = choose ? 0.2 : 0.25;
-    const SearchResult result = search_plans(topology, w, model, options);
-    const double budget = options.memory_budget_fraction * topology.gpu().memory_GiB;
-    int fit = 0, rejected = 0, priced = 0;
-    for (const Candidate& c : result.candidates) {
-      if (c.plan.ranks.empty() || c.chose_memory_settings != choose) continue;
-      Schedule attention;
-      model.build_timed(c.plan, attention);
-      const double GiB = step_memory(c.plan, attention).total_GiB;
-      if (c.feasible) {
-        ++fit;
-        EXPECT_LE(GiB, budget) << c.describe_params() << (c.pruned ? " (pruned)" : "");
-        if (c.pruned) continue;
-        ++priced;
-        EXPECT_EQ(c.cost.step_ms, model.evaluate_step(c.plan).step_ms) << c.describe_params();
-      } else {
-        ++rejected;
-        EXPECT_GT(GiB, budget) << c.describe_params() << ": " << c.reason;
-        EXPECT_NE(c.reason.find("GiB budget"), std::string::npos) << c.reason;
-        EXPECT_NEAR(c.cost.memory.total_GiB, GiB, 1e-9);
+  for (const std::string preset : {"dgx-h100", WALLFACER_SOURCE_DIR "/bench/a100-32.yaml"})
+    for (bool choose : {true, false}) {
+      SCOPED_TRACE(fmt::format("{}, {}", preset, choose ? "memory settings chosen" : "the workload's memory settings"));
+      const Topology topology = Topology::load(preset, preset == "dgx-h100" ? 1 : 2);
+      ASSERT_EQ(detail::NodeOrders(topology, topology.num_gpus()).count_distinct(3) > 1, preset != "dgx-h100");
+      const CostModel model(topology, Calibration::defaults());
+      SearchOptions options;
+      options.mode = SearchMode::Heuristic;
+      options.scope = Scope::Step;
+      options.tensor_degrees = {1, 2, 4, 8};
+      if (choose) {
+        options.zero_stages = {0, 1};
+        options.checkpointing_modes = {Checkpointing::None};
       }
+      // Budgets between the smallest and the largest step memory (16 GPUs hold less each).
+      options.memory_budget_fraction = (choose ? 0.2 : 0.25) * (preset == "dgx-h100" ? 1 : 0.6);
+      const SearchResult result = search_plans(topology, w, model, options);
+      const double budget = options.memory_budget_fraction * topology.gpu().memory_GiB;
+      int fit = 0, rejected = 0, priced = 0;
+      for (const Candidate& c : result.candidates) {
+        if (c.plan.ranks.empty() || c.chose_memory_settings != choose) continue;
+        Schedule attention;
+        model.build_timed(c.plan, attention);
+        const double GiB = step_memory(c.plan, attention).total_GiB;
+        if (c.feasible) {
+          ++fit;
+          EXPECT_LE(GiB, budget) << c.describe_params() << (c.pruned ? " (pruned)" : "");
+          if (c.pruned) continue;
+          ++priced;
+          EXPECT_EQ(c.cost.step_ms, model.evaluate_step(c.plan).step_ms) << c.describe_params();
+        } else {
+          ++rejected;
+          EXPECT_FALSE(c.pruned) << c.describe_params();
+          EXPECT_GT(GiB, budget) << c.describe_params() << ": " << c.reason;
+          EXPECT_NE(c.reason.find("GiB budget"), std::string::npos) << c.reason;
+          EXPECT_NEAR(c.cost.memory.total_GiB, GiB, 1e-9);
+        }
+      }
+      EXPECT_GT(fit, 0) << "no candidate fits: the test does not exercise the search";
+      EXPECT_GT(priced, 0);
+      EXPECT_GT(rejected, 0) << "every candidate fits: the test does not exercise the rejection";
     }
-    EXPECT_GT(fit, 0) << "no candidate fits: the test does not exercise the search";
-    EXPECT_GT(priced, 0);
-    EXPECT_GT(rejected, 0) << "every candidate fits: the test does not exercise the rejection";
-  }
 }
 
 }  // namespace
