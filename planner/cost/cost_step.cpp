@@ -389,6 +389,46 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
 
 namespace {
 
+// A rank's place in its strategy: its rank in its data-parallel replica of the sequence-parallel
+// group, within its tensor slice and pipeline stage (rank = ((stage · W) + replica · S + this) · T +
+// slice, W the ranks of a stage). Replicas, slices and stages build one program as the first
+// replica, slice and stage do, with peers, groups and sequences renamed (common.hpp,
+// tensor_parallel.hpp, pipeline_parallel.hpp): the same compute ops and buffers.
+int sequence_rank(const Plan& plan, int rank) {
+  const int W = plan.num_ranks() / plan.params.pipeline_parallel;
+  return rank % W / std::max(1, plan.params.tensor_parallel) % std::max(1, plan.params.sequence_parallel);
+}
+
+}  // namespace
+
+Schedule CostModel::memory_programs(const Plan& plan) const {
+  Schedule programs;
+  if (!options_.build_per_sequence_rank) {
+    build_timed(plan, programs);
+    return programs;
+  }
+  ScheduleBuilder builder(plan);
+  programs.dims = builder.dims();
+  programs.flow_sets = builder.flow_sets();
+  // build_timed's walk over the timed ranks, with its op budget: a rank of a sequence rank built
+  // already counts that program's ops.
+  std::map<int, size_t> built;  // sequence rank -> its program
+  const size_t Pp = size_t(plan.params.pipeline_parallel);
+  size_t walked = 0;
+  int64_t ops = 0;
+  for (int rank : timed_ranks(plan)) {
+    const bool column_done = walked % Pp == 0;
+    if (options_.max_timed_ops > 0 && walked >= 2 && ops >= options_.max_timed_ops && column_done) break;
+    const auto [it, fresh] = built.try_emplace(sequence_rank(plan, rank), programs.ranks.size());
+    if (fresh) programs.ranks.push_back(builder.build_rank(rank, programs.tokens));
+    ops += int64_t(programs.ranks[it->second].ops.size());
+    ++walked;
+  }
+  return programs;
+}
+
+namespace {
+
 // Compute seconds of one micro-batch's forward and backward on a rank, and of its epilogue.
 struct ComputeParts {
   double forward = 0, backward = 0, epilogue = 0;
@@ -420,7 +460,7 @@ double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, Mem
   // virtual stage is the plan itself, so those programs are the templates' own and are not built twice.
   Schedule attention;
   if (memory) {
-    build_timed(plan, attention);
+    attention = memory_programs(plan);
     *memory = step_memory(plan, attention);
     if (memory->total_GiB > memory_budget_GiB) return std::numeric_limits<double>::infinity();
   }
@@ -430,12 +470,18 @@ double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, Mem
     built.emplace(attention.ranks[p].rank, p);
   TokenSetPool& pool = attention.tokens;
   std::map<int, std::vector<std::pair<int, ComputeParts>>> columns;  // stage rank -> (stage, parts)
+  std::map<std::pair<int, int>, ComputeParts> alike;                 // (stage, sequence rank) -> its parts
   double most = -1;
   for (int rank : timed_ranks(plan)) {
-    const auto have = built.find(rank);
-    const StepTemplate t = have != built.end() ? builder.build_template(attention.ranks[have->second], pool)
-                                               : builder.build_template(rank, pool);
-    const ComputeParts parts = compute_parts(t, timer, pool);
+    const std::pair<int, int> place{rank / W, sequence_rank(plan, rank)};
+    auto same = alike.find(place);
+    if (same == alike.end() || !options_.build_per_sequence_rank) {
+      const auto have = built.find(rank);
+      const StepTemplate t = have != built.end() ? builder.build_template(attention.ranks[have->second], pool)
+                                                 : builder.build_template(rank, pool);
+      same = alike.insert_or_assign(place, compute_parts(t, timer, pool)).first;
+    }
+    const ComputeParts parts = same->second;
     columns[rank % W].push_back({rank / W, parts});
     const double seconds = M * (parts.forward + parts.backward) + parts.epilogue;
     if (busiest_rank && seconds > most) most = seconds, *busiest_rank = rank;

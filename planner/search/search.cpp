@@ -525,7 +525,7 @@ struct Searcher {
     for (size_t i = 0; i < enumerated; ++i) {
       if (!work[i].candidate.feasible || work[i].candidate.plan.ranks.empty()) continue;
       Schedule attention;  // the timed ranks' attention programs: the same for every setting
-      if (!guarded(work[i], [&] { model.build_timed(work[i].candidate.plan, attention); })) {
+      if (!guarded(work[i], [&] { attention = model.memory_programs(work[i].candidate.plan); })) {
         work[i].candidate.feasible = false;
         continue;
       }

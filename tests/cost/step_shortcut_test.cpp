@@ -152,6 +152,43 @@ TEST(StepShortcuts, ComputeBoundWithMemoryEqualsBoundAndStepMemory) {
   }
 }
 
+// Ranks of one sequence rank in their data-parallel replica, tensor slice and pipeline stage build
+// one program for the compute bound and the step memory: the bound, its busiest rank and every
+// part of the memory are those of building every timed rank, bit for bit, with every rank timed
+// and with a sample of 4 ranks, with the memory asked for (the templates then take over the
+// attention programs) and without; and plans with data, tensor or pipeline parallelism build
+// fewer attention programs than the ranks they time.
+TEST(StepShortcuts, ProgramsPerSequenceRankGiveTheSameBoundAndMemory) {
+  const Topology topology = testing::switch_nodes(2, 4, 450);
+  for (int sample : {0, 4}) {
+    SCOPED_TRACE(fmt::format("sample {}", sample));
+    CostOptions options;
+    options.max_timed_ranks = sample;
+    CostOptions every = options;
+    every.build_per_sequence_rank = false;
+    const CostModel model(topology, Calibration::defaults(), options);
+    const CostModel reference(topology, Calibration::defaults(), every);
+    int fewer = 0;
+    for_each_step_plan(topology, [&](const Plan& plan, const Setting&) {
+      int busiest = -1, expected_busiest = -1;
+      MemoryEstimate memory, expected;
+      EXPECT_EQ(model.step_compute_bound_ms(plan, &busiest, &memory),
+                reference.step_compute_bound_ms(plan, &expected_busiest, &expected));
+      EXPECT_EQ(busiest, expected_busiest);
+      EXPECT_EQ(memory.model_state_GiB, expected.model_state_GiB);
+      EXPECT_EQ(memory.activations_GiB, expected.activations_GiB);
+      EXPECT_EQ(memory.attention_GiB, expected.attention_GiB);
+      EXPECT_EQ(memory.working_GiB, expected.working_GiB);
+      EXPECT_EQ(memory.total_GiB, expected.total_GiB);
+      EXPECT_EQ(model.step_compute_bound_ms(plan), reference.step_compute_bound_ms(plan));
+      const size_t built = model.memory_programs(plan).ranks.size();
+      EXPECT_LE(built, reference.memory_programs(plan).ranks.size());
+      fewer += built < reference.memory_programs(plan).ranks.size();
+    });
+    EXPECT_GT(fewer, 10);
+  }
+}
+
 // The search prunes whole-step candidates on step_lower_bound_ms: it never exceeds the step, with
 // every rank timed (messages paired with their real other ends, collectives meeting) and with a
 // sample of 4 ranks (symmetric partners), and it is at least the compute of the rank it times.

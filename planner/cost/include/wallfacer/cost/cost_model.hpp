@@ -49,6 +49,12 @@ struct CostOptions {
   // kinds of partners, found on the templates) are timed once per class. Exact; false times every
   // rank, the reference the tests compare it with.
   bool time_rank_classes = true;
+  // Whole-step memory and compute bound: ranks of the same sequence rank in their data-parallel
+  // replica, tensor slice and pipeline stage build the same attention program and, in the same
+  // stage, the same step template, up to the names of peers, groups and sequences: one program is
+  // built per sequence rank (per stage and sequence rank for templates). Exact; false builds
+  // every timed rank, the reference the tests compare it with.
+  bool build_per_sequence_rank = true;
 };
 
 // Where a transfer runs, by the slowest kind of link on its way: NVLink or NVSwitch inside a node,
@@ -197,6 +203,10 @@ class CostModel {
   void build_timed(const Plan& plan, Schedule& schedule, int max_ranks = 0) const;
   // The ranks evaluate(plan) would time, in priority order (all ranks when few).
   std::vector<int> timed_ranks(const Plan& plan) const;
+  // The attention programs step_memory reads for `plan`: those of the ranks build_timed builds,
+  // or with CostOptions::build_per_sequence_rank one for each sequence rank among them (the same
+  // memory).
+  Schedule memory_programs(const Plan& plan) const;
 
  private:
   // What of a prepared schedule's op durations does not depend on the GPU order (OrderFree).
