@@ -16,6 +16,7 @@
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include <wallfacer/topology/topology.hpp>
+#include "footprint_cache.hpp"
 #include "step_parts.hpp"
 #include "timeline.hpp"
 
@@ -130,7 +131,8 @@ CostModel::CostModel(const Topology& topology, Calibration calibration, CostOpti
       calibration_(std::move(calibration)),
       options_(options),
       tree_prices_(std::make_shared<detail::TreePriceCache>()),
-      flow_prices_(std::make_shared<detail::FlowPriceCache>()) {}
+      flow_prices_(std::make_shared<detail::FlowPriceCache>()),
+      footprints_(std::make_shared<detail::FootprintCache>()) {}
 CostModel::~CostModel() = default;
 
 namespace {

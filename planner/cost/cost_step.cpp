@@ -17,6 +17,7 @@
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
+#include "footprint_cache.hpp"
 #include "step_parts.hpp"
 #include "timeline.hpp"
 #include "timeline_classes.hpp"
@@ -427,6 +428,15 @@ Schedule CostModel::memory_programs(const Plan& plan) const {
   return programs;
 }
 
+AttentionFootprint CostModel::memory_footprint(const Plan& plan, Schedule* programs) const {
+  if (const std::optional<AttentionFootprint> known = footprints_->find(plan)) return *known;
+  Schedule built = memory_programs(plan);
+  const AttentionFootprint footprint = attention_footprint(plan, built);
+  footprints_->add(plan, footprint);
+  if (programs) *programs = std::move(built);
+  return footprint;
+}
+
 namespace {
 
 // Compute seconds of one micro-batch's forward and backward on a rank, and of its epilogue.
@@ -456,12 +466,12 @@ double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, Mem
   ComputeTimer timer(topology_.gpu(), calibration_, plan.workload);
   const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp, M = plan.workload.microbatches;
   const double v = std::max(1, plan.params.virtual_stages);  // interleaved: the ramp is one chunk per stage
-  // With memory asked for, the attention programs evaluate_step would build; one micro-batch of one
-  // virtual stage is the plan itself, so those programs are the templates' own and are not built twice.
+  // With memory asked for, the attention programs evaluate_step would build (unless the footprint
+  // is known); one micro-batch of one virtual stage is the plan itself, so those programs are the
+  // templates' own and are not built twice.
   Schedule attention;
   if (memory) {
-    attention = memory_programs(plan);
-    *memory = step_memory(plan, attention);
+    *memory = step_memory(plan, memory_footprint(plan, &attention));
     if (memory->total_GiB > memory_budget_GiB) return std::numeric_limits<double>::infinity();
   }
   const bool reuse = memory && M == 1 && plan.params.virtual_stages <= 1;

@@ -105,19 +105,29 @@ double in_flight_layers(const StrategyParams& params, const Workload& w, int sta
 
 }  // namespace
 
-MemoryEstimate step_memory(const Plan& plan, const Schedule& attention) {
+AttentionFootprint attention_footprint(const Plan& plan, const Schedule& attention) {
   const Workload& w = plan.workload;
-  const int T = plan.params.tensor_parallel, Pp = plan.params.pipeline_parallel, M = w.microbatches;
-  // Rows of the busiest rank in one micro-batch: its own tokens times its sequences (the attention
-  // programs hold the whole batch).
-  double rows = 0, buffers = 0;
+  const int T = plan.params.tensor_parallel, M = w.microbatches;
+  // The attention programs hold the whole batch.
+  AttentionFootprint f;
   for (const RankProgram& program : attention.ranks) {
     int64_t token_heads = 0;
     for (const Binding& b : program.inputs)
       if (b.field == Field::Q) token_heads += token_count(attention.tokens.get(b.tokens)) * b.heads.size();
-    rows = std::max(rows, double(token_heads) / std::max(1, w.heads / T) * rows_of(program) / M);
-    buffers = std::max(buffers, buffer_bytes(attention.dims, program) / M);
+    f.rows = std::max(f.rows, double(token_heads) / std::max(1, w.heads / T) * rows_of(program) / M);
+    f.buffer_bytes = std::max(f.buffer_bytes, buffer_bytes(attention.dims, program) / M);
   }
+  return f;
+}
+
+MemoryEstimate step_memory(const Plan& plan, const Schedule& attention) {
+  return step_memory(plan, attention_footprint(plan, attention));
+}
+
+MemoryEstimate step_memory(const Plan& plan, const AttentionFootprint& footprint) {
+  const Workload& w = plan.workload;
+  const int T = plan.params.tensor_parallel, Pp = plan.params.pipeline_parallel;
+  const double rows = footprint.rows, buffers = footprint.buffer_bytes;
   const double e = bytes_of(w.dtype);
   const double lse = w.checkpointing == Checkpointing::Full ? 0 : 4.0 * w.heads;  // fp32 per head
   // With tensor (and Megatron's sequence) parallelism every stored activation is split T ways.

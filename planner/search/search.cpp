@@ -524,8 +524,8 @@ struct Searcher {
     const size_t enumerated = work.size();
     for (size_t i = 0; i < enumerated; ++i) {
       if (!work[i].candidate.feasible || work[i].candidate.plan.ranks.empty()) continue;
-      Schedule attention;  // the timed ranks' attention programs: the same for every setting
-      if (!guarded(work[i], [&] { attention = model.memory_programs(work[i].candidate.plan); })) {
+      AttentionFootprint attention;  // of the timed ranks' attention programs: the same for every setting
+      if (!guarded(work[i], [&] { attention = model.memory_footprint(work[i].candidate.plan); })) {
         work[i].candidate.feasible = false;
         continue;
       }

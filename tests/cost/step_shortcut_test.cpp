@@ -189,6 +189,37 @@ TEST(StepShortcuts, ProgramsPerSequenceRankGiveTheSameBoundAndMemory) {
   }
 }
 
+// A model remembers the attention footprint of each plan whose memory it was asked for, and finds
+// it again for the same plan under another ZeRO stage or checkpointing mode (as a search under
+// other memory settings asks), never for another dtype: every plan under every ZeRO stage and
+// checkpointing mode, in bf16 and fp32, asked of one model in turn, has the memory and the bound a
+// model asked for that plan alone gives.
+TEST(StepShortcuts, RememberedFootprintsGiveTheMemoryOfEachPlanAlone) {
+  const Topology topology = testing::switch_nodes(2, 4, 450);
+  const CostModel shared(topology, Calibration::defaults());
+  int plans = 0;
+  for_each_step_plan(topology, [&](const Plan& plan, const Setting&) {
+    for (DType dtype : {DType::BF16, DType::FP32})
+      for (int zero = 0; zero <= 3; ++zero)
+        for (Checkpointing mode : {Checkpointing::None, Checkpointing::Selective, Checkpointing::Full}) {
+          Plan p = plan;
+          p.workload.dtype = dtype;
+          p.workload.zero_stage = zero;
+          p.workload.checkpointing = mode;
+          const CostModel alone(topology, Calibration::defaults());
+          MemoryEstimate remembered, expected;
+          EXPECT_EQ(shared.step_compute_bound_ms(p, nullptr, &remembered),
+                    alone.step_compute_bound_ms(p, nullptr, &expected));
+          EXPECT_EQ(remembered.total_GiB, expected.total_GiB);
+          EXPECT_EQ(remembered.activations_GiB, expected.activations_GiB);
+          EXPECT_EQ(remembered.attention_GiB, expected.attention_GiB);
+          EXPECT_EQ(remembered.working_GiB, expected.working_GiB);
+        }
+    ++plans;
+  });
+  EXPECT_GT(plans, 20);
+}
+
 // The search prunes whole-step candidates on step_lower_bound_ms: it never exceeds the step, with
 // every rank timed (messages paired with their real other ends, collectives meeting) and with a
 // sample of 4 ranks (symmetric partners), and it is at least the compute of the rank it times.

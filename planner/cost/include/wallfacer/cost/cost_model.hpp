@@ -34,6 +34,13 @@ struct MemoryEstimate {
   double total_GiB = 0;
 };
 
+// What step_memory reads off the attention programs: the busiest rank's rows in one micro-batch
+// (its own tokens times its sequences) and its largest buffers, in bytes, per micro-batch.
+struct AttentionFootprint {
+  double rows = 0;
+  double buffer_bytes = 0;
+};
+
 struct CostOptions {
   // Representative ranks whose programs are timed; 0 = all ranks. Symmetric strategies give
   // every rank the same critical path, so large clusters time a sample.
@@ -123,6 +130,7 @@ namespace detail {
 class NetworkPricer;
 class TimelineShape;
 class TreePriceCache;
+class FootprintCache;
 class FlowPriceCache;
 struct RankTiming;
 }  // namespace detail
@@ -207,6 +215,11 @@ class CostModel {
   // or with CostOptions::build_per_sequence_rank one for each sequence rank among them (the same
   // memory).
   Schedule memory_programs(const Plan& plan) const;
+  // attention_footprint of memory_programs(plan), remembered by plan (the attention programs do
+  // not depend on the ZeRO stage or the checkpointing mode, so a search under other memory
+  // settings, as the suggestions run, finds it again). `programs`, when given and the footprint
+  // is not known yet, receives the programs it was read off.
+  AttentionFootprint memory_footprint(const Plan& plan, Schedule* programs = nullptr) const;
 
  private:
   // What of a prepared schedule's op durations does not depend on the GPU order (OrderFree).
@@ -238,6 +251,8 @@ class CostModel {
   CostOptions options_;
   std::shared_ptr<detail::TreePriceCache> tree_prices_;  // shared by copies: a search prices many plans
   std::shared_ptr<detail::FlowPriceCache> flow_prices_;  // likewise
+  // Attention footprints of the plans whose memory was asked for (memory_footprint).
+  std::shared_ptr<detail::FootprintCache> footprints_;
 };
 
 // Dense peak used for MFU and the fallback efficiency: BF16 or FP16 by dtype; FP32 the device's
@@ -266,6 +281,8 @@ double parameter_state_bytes(const Workload& workload, double params, int ranks)
 // one layer's attention buffers (from the attention schedule of the ranks given) and the largest
 // transient, on the fullest pipeline stage.
 MemoryEstimate step_memory(const Plan& plan, const Schedule& attention);
+AttentionFootprint attention_footprint(const Plan& plan, const Schedule& attention);
+MemoryEstimate step_memory(const Plan& plan, const AttentionFootprint& footprint);
 // Model state and checkpointed activations of a plan on `ranks` GPUs, without the attention
 // buffers (those need the schedule).
 MemoryEstimate base_memory(const Workload& workload, int ranks);
