@@ -5,7 +5,8 @@
 // case and the ratios defined in docs/benchmarks.md. Last, the exhaustive whole-step search of
 // Llama-3-8B at 128K tokens on the 32-GPU A100 cluster of bench/a100-32.yaml (every GPU order up
 // to the cluster's symmetries, tensor parallel 1 to 8, pipeline 1, 2 and 4 stages, as `wallfacer
-// plan --topology bench/a100-32.yaml` runs it). Whole-step searches are timed again with one
+// plan --topology bench/a100-32.yaml` runs it), and the whole-step searches at 256 and 512 GPUs
+// with the CLI's pipeline degrees ("pp" rows). Whole-step searches are timed again with one
 // pricing thread per usable CPU (at most 8), as `wallfacer plan --jobs` defaults to: the
 // ranking is the same, only the wall time differs.
 #include <fmt/format.h>
@@ -139,6 +140,20 @@ int main(int argc, char** argv) {
     for (int gpus : {64, 1024, 16384})
       if (wanted(fmt::format("{} {} {}", workload->model, wallfacer::to_string(options->scope), gpus)))
         rows.push_back(run(gpus, *workload, *options, repeats));
+  // Between those sizes, as `wallfacer plan --nodes 32|64` runs them (--pp auto: 1, 2, 4, ...
+  // stages of whole nodes): no screen below 513 GPUs, so every feasible candidate, pipelines
+  // included, has its step memory and compute bound taken.
+  std::vector<Row> middle;
+  for (const wallfacer::Workload* workload : {&llama8, &llama70})
+    for (int gpus : {256, 512}) {
+      if (!wanted(fmt::format("{} step pp {}", workload->model, gpus))) continue;
+      wallfacer::SearchOptions pipelined = step;
+      pipelined.pipeline_degrees.clear();
+      for (int p = 1; p <= gpus / 8; p *= 2)
+        pipelined.pipeline_degrees.push_back(p);
+      middle.push_back(run(gpus, *workload, pipelined, repeats));
+      middle.back().what += " pp";
+    }
   wallfacer::SearchOptions a100 = step;  // what `wallfacer plan` runs by default at 32 GPUs
   a100.pipeline_degrees = {1, 2, 4};
   const wallfacer::Workload llama8_128k = wallfacer::load_workload("llama-3-8b", {});
@@ -154,6 +169,8 @@ int main(int argc, char** argv) {
              "search s", "cpu s", fmt::format("{} thr. s", threads()), "candidates", "feasible", "pruned",
              "cpu ms/cand.", "best plan (predicted step)");
   for (const Row& r : rows)
+    print_row(r);
+  for (const Row& r : middle)
     print_row(r);
   if (exhaustive) print_row(*exhaustive);
   // Growth of the search time from 64 to 16,384 GPUs against the 256x growth in GPUs, per search.
