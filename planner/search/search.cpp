@@ -13,6 +13,7 @@
 #include <numeric>
 #include <optional>
 #include <queue>
+#include <thread>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
@@ -647,7 +648,11 @@ struct Searcher {
       return std::pair(a->timed_ops, a->candidate.plan.params.sequence_parallel) >
              std::pair(b->timed_ops, b->candidate.plan.params.sequence_parallel);
     });
-    // A candidate whose memory is not known yet is bounded only when its memory fits.
+    // A candidate whose memory is not known yet is bounded only when its memory fits. Progress
+    // is reported by the calling thread alone, with the count done by all of them.
+    std::atomic<size_t> bounds_done{0};
+    const std::thread::id caller = std::this_thread::get_id();
+    size_t bounds_reported = 0;
     on_threads(largest_first, [&](Work& w) {
       const bool built = guarded(w, [&] {
         MemoryEstimate memory;
@@ -656,7 +661,12 @@ struct Searcher {
         if (!w.step_memory) w.step_memory = memory;
       });
       if (!built) w.candidate.feasible = false;
+      const size_t done = ++bounds_done;
+      if (options.progress && std::this_thread::get_id() == caller)
+        options.progress("bounds", bounds_reported = done, largest_first.size());
     });
+    if (options.progress && bounds_reported < largest_first.size())
+      options.progress("bounds", largest_first.size(), largest_first.size());
     std::vector<Work*> feasible;
     for (Work* w : bounded)
       if (w->candidate.feasible && fits(*w)) feasible.push_back(w);

@@ -1,11 +1,13 @@
 // The explanation of a ranking: ties within the expected error, the parts named in a comparison,
 // candidates that build the same schedule merged (and only those), the sentences below the table,
 // and every kind of suggestion when nothing is feasible, each checked by planning with it here.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
 #include <string>
+#include <thread>
 
 #include <wallfacer/schedule/schedule_hash.hpp>
 #include <wallfacer/schedule/strategy.hpp>
@@ -225,29 +227,48 @@ TEST(Explain, StrategyBestsAreTheSameOnThreads) {
 
 // The progress callback sees every candidate of each stage once, in order: an attention search
 // prices each under every GPU order ("orders"); a whole-step search under one node-local order (as
-// here) only places them and reports its steps.
+// here) only places them, then takes their memory and compute bounds ("bounds") and prices steps.
+// With three threads it is called on the calling thread alone, and "bounds" counts up to the
+// total, never down.
 TEST(SearchProgress, ReportsEachCandidateOfEachStage) {
   const Topology topology = Topology::parse(kTwoNodes, "two-nodes.yaml");
   const CostModel model(topology, Calibration::defaults());
-  for (Scope scope : {Scope::Attention, Scope::Step}) {
-    SearchOptions options;
-    options.scope = scope;
-    std::map<std::string, std::vector<std::pair<size_t, size_t>>> calls;
-    options.progress = [&](const char* stage, size_t done, size_t total) { calls[stage].push_back({done, total}); };
-    const SearchResult result = search_plans(topology, small_workload(), model, options);
-    ASSERT_EQ(calls.size(), 1u);
-    if (scope == Scope::Attention) {
-      const auto& orders = calls["orders"];
-      ASSERT_EQ(orders.size(), result.candidates.size());
-      for (size_t i = 0; i < orders.size(); ++i)
-        EXPECT_EQ(orders[i], std::make_pair(i + 1, orders.size()));
-      continue;
+  for (int threads : {1, 3})
+    for (Scope scope : {Scope::Attention, Scope::Step}) {
+      SCOPED_TRACE(fmt::format("{} threads, {}", threads, to_string(scope)));
+      SearchOptions options;
+      options.scope = scope;
+      options.threads = threads;
+      std::map<std::string, std::vector<std::pair<size_t, size_t>>> calls;
+      const std::thread::id caller = std::this_thread::get_id();
+      options.progress = [&](const char* stage, size_t done, size_t total) {
+        EXPECT_EQ(std::this_thread::get_id(), caller);
+        calls[stage].push_back({done, total});
+      };
+      const SearchResult result = search_plans(topology, small_workload(), model, options);
+      if (scope == Scope::Attention) {
+        ASSERT_EQ(calls.size(), 1u);
+        const auto& orders = calls["orders"];
+        ASSERT_EQ(orders.size(), result.candidates.size());
+        for (size_t i = 0; i < orders.size(); ++i)
+          EXPECT_EQ(orders[i], std::make_pair(i + 1, orders.size()));
+        continue;
+      }
+      ASSERT_EQ(calls.size(), 2u);
+      const auto& bounds = calls["bounds"];
+      ASSERT_FALSE(bounds.empty());
+      const size_t total = bounds.front().second;
+      EXPECT_EQ(bounds.back(), std::make_pair(total, total));
+      for (size_t i = 0; i < bounds.size(); ++i) {
+        EXPECT_EQ(bounds[i].second, total);
+        if (threads == 1) EXPECT_EQ(bounds[i].first, i + 1);
+        if (i > 0) EXPECT_GE(bounds[i].first, bounds[i - 1].first);
+      }
+      const auto& steps = calls["steps"];
+      ASSERT_FALSE(steps.empty());
+      for (size_t i = 0; i < steps.size(); ++i)
+        EXPECT_EQ(steps[i], std::make_pair(i, steps.size()));
     }
-    const auto& steps = calls["steps"];
-    ASSERT_FALSE(steps.empty());
-    for (size_t i = 0; i < steps.size(); ++i)
-      EXPECT_EQ(steps[i], std::make_pair(i, steps.size()));
-  }
 }
 
 // ---- suggestions when nothing is feasible ----------------------------------------------------

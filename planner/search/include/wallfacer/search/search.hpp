@@ -63,8 +63,10 @@ struct SearchOptions {
   // pruned, and the ranking, do not depend on the count (docs/cost-model.md).
   int threads = 1;
   // Called after each candidate is priced, with the stage ("orders": under every GPU order, which
-  // a whole-step search under one node-local order skips; "steps": as a whole step), the
-  // candidates done and the total of that stage. Empty: none.
+  // a whole-step search under one node-local order skips; "bounds": the whole step's memory and
+  // compute bound; "steps": as a whole step), the candidates done and the total of that stage.
+  // Always on the thread that called search_plans: with several threads "bounds" counts what all
+  // of them did when the calling thread finished one, and ends at the total. Empty: none.
   std::function<void(const char* stage, size_t done, size_t total)> progress;
 };
 
