@@ -65,9 +65,8 @@ std::vector<std::vector<int>> choose_orders(const detail::NodeOrders& orders, Se
 }
 
 std::vector<int> gpu_positions(const Plan& plan) {
-  std::vector<int> positions;
-  for (const RankSlot& slot : plan.ranks)
-    positions.push_back(slot.gpu);
+  std::vector<int> positions(plan.ranks.size());
+  std::transform(plan.ranks.begin(), plan.ranks.end(), positions.begin(), [](const RankSlot& s) { return s.gpu; });
   return positions;
 }
 
@@ -615,11 +614,42 @@ struct Searcher {
     }
   }
 
+  // The compute bounds (and the memory where it is not known yet; a candidate whose memory cannot
+  // fit is not bounded) are independent of each other: one candidate per thread at a time, the
+  // largest first (by the ops of its timed attention programs, which its step templates build
+  // again; the sequence-parallel degree for candidates only placed), so that the last ones handed
+  // out are short: at 16,384 GPUs the ring of 2,048 ranks took a quarter of the phase, and came
+  // last in enumeration order. Progress is reported by the calling thread alone, with the count
+  // done by all of them.
+  void compute_bounds(const std::vector<Work*>& bounded) {
+    std::vector<Work*> largest_first = bounded;
+    std::stable_sort(largest_first.begin(), largest_first.end(), [](const Work* a, const Work* b) {
+      return std::pair(a->timed_ops, a->candidate.plan.params.sequence_parallel) >
+             std::pair(b->timed_ops, b->candidate.plan.params.sequence_parallel);
+    });
+    std::atomic<size_t> done{0};
+    const std::thread::id caller = std::this_thread::get_id();
+    size_t reported = 0;
+    on_threads(largest_first, [&](Work& w) {
+      const bool built = guarded(w, [&] {
+        MemoryEstimate memory;
+        w.estimate = model.step_compute_bound_ms(w.candidate.plan, &w.busiest_rank, w.step_memory ? nullptr : &memory,
+                                                 budget_GiB);
+        if (!w.step_memory) w.step_memory = memory;
+      });
+      if (!built) w.candidate.feasible = false;
+      const size_t now = ++done;
+      if (options.progress && std::this_thread::get_id() == caller)
+        options.progress("bounds", reported = now, largest_first.size());
+    });
+    if (options.progress && reported < largest_first.size())
+      options.progress("bounds", largest_first.size(), largest_first.size());
+  }
+
   void price_steps() {
     choose_memory_settings();
     // A step that cannot fit is rejected with its memory before any bound or pricing: pruned at
     // a bound it would be listed as feasible, and its time would not count.
-    // (Its compute bound finds the memory where it is not known yet.)
     auto fits = [&](Work& w) {
       if (w.step_memory->total_GiB <= budget_GiB) return true;
       Candidate& c = w.candidate;
@@ -637,36 +667,7 @@ struct Searcher {
       if (w.step_memory && !fits(w)) continue;
       bounded.push_back(&w);
     }
-    // The compute bounds are independent of each other: one candidate per thread at a time, the
-    // largest first (by the ops of its timed attention programs, which its step templates build
-    // again), so that the last ones handed out are short: at 16,384 GPUs the ring of 2,048 ranks
-    // took a quarter of the phase, and came last in enumeration order.
-    // Candidates only placed (place_all) have no programs yet: the sequence-parallel degree
-    // stands for their size.
-    std::vector<Work*> largest_first = bounded;
-    std::stable_sort(largest_first.begin(), largest_first.end(), [](const Work* a, const Work* b) {
-      return std::pair(a->timed_ops, a->candidate.plan.params.sequence_parallel) >
-             std::pair(b->timed_ops, b->candidate.plan.params.sequence_parallel);
-    });
-    // A candidate whose memory is not known yet is bounded only when its memory fits. Progress
-    // is reported by the calling thread alone, with the count done by all of them.
-    std::atomic<size_t> bounds_done{0};
-    const std::thread::id caller = std::this_thread::get_id();
-    size_t bounds_reported = 0;
-    on_threads(largest_first, [&](Work& w) {
-      const bool built = guarded(w, [&] {
-        MemoryEstimate memory;
-        w.estimate = model.step_compute_bound_ms(w.candidate.plan, &w.busiest_rank, w.step_memory ? nullptr : &memory,
-                                                 budget_GiB);
-        if (!w.step_memory) w.step_memory = memory;
-      });
-      if (!built) w.candidate.feasible = false;
-      const size_t done = ++bounds_done;
-      if (options.progress && std::this_thread::get_id() == caller)
-        options.progress("bounds", bounds_reported = done, largest_first.size());
-    });
-    if (options.progress && bounds_reported < largest_first.size())
-      options.progress("bounds", largest_first.size(), largest_first.size());
+    compute_bounds(bounded);
     std::vector<Work*> feasible;
     for (Work* w : bounded)
       if (w->candidate.feasible && fits(*w)) feasible.push_back(w);
