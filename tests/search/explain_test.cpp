@@ -261,8 +261,12 @@ TEST(SearchProgress, ReportsEachCandidateOfEachStage) {
       EXPECT_EQ(bounds.back(), std::make_pair(total, total));
       for (size_t i = 0; i < bounds.size(); ++i) {
         EXPECT_EQ(bounds[i].second, total);
-        if (threads == 1) EXPECT_EQ(bounds[i].first, i + 1);
-        if (i > 0) EXPECT_GE(bounds[i].first, bounds[i - 1].first);
+        if (threads == 1) {
+          EXPECT_EQ(bounds[i].first, i + 1);
+        }
+        if (i > 0) {
+          EXPECT_GE(bounds[i].first, bounds[i - 1].first);
+        }
       }
       const auto& steps = calls["steps"];
       ASSERT_FALSE(steps.empty());
