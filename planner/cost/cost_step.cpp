@@ -391,10 +391,17 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
 namespace {
 
 // A rank's place in its strategy: its rank in its data-parallel replica of the sequence-parallel
-// group, within its tensor slice and pipeline stage (rank = ((stage · W) + replica · S + this) · T +
+// group, within its tensor slice and pipeline stage (rank = stage · W + (replica · S + this) · T +
 // slice, W the ranks of a stage). Replicas, slices and stages build one program as the first
 // replica, slice and stage do, with peers, groups and sequences renamed (common.hpp,
 // tensor_parallel.hpp, pipeline_parallel.hpp): the same compute ops and buffers.
+// Which step template a stage builds, for its compute: the first stage's holds the embedding, the
+// last one's the LM head and the loss, and the stages between hold the same layers and parameters.
+int stage_kind(const Plan& plan, int rank) {
+  const int Pp = plan.params.pipeline_parallel, stage = rank / (plan.num_ranks() / Pp);
+  return stage == 0 ? 0 : stage == Pp - 1 ? 2 : 1;
+}
+
 int sequence_rank(const Plan& plan, int rank) {
   const int W = plan.num_ranks() / plan.params.pipeline_parallel;
   return rank % W / std::max(1, plan.params.tensor_parallel) % std::max(1, plan.params.sequence_parallel);
@@ -480,10 +487,10 @@ double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, Mem
     built.emplace(attention.ranks[p].rank, p);
   TokenSetPool& pool = attention.tokens;
   std::map<int, std::vector<std::pair<int, ComputeParts>>> columns;  // stage rank -> (stage, parts)
-  std::map<std::pair<int, int>, ComputeParts> alike;                 // (stage, sequence rank) -> its parts
+  std::map<std::pair<int, int>, ComputeParts> alike;                 // (stage_kind, sequence rank) -> its parts
   double most = -1;
   for (int rank : timed_ranks(plan)) {
-    const std::pair<int, int> place{rank / W, sequence_rank(plan, rank)};
+    const std::pair<int, int> place{stage_kind(plan, rank), sequence_rank(plan, rank)};
     auto same = alike.find(place);
     if (same == alike.end() || !options_.build_per_sequence_rank) {
       const auto have = built.find(rank);

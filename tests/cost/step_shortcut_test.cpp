@@ -189,6 +189,43 @@ TEST(StepShortcuts, ProgramsPerSequenceRankGiveTheSameBoundAndMemory) {
   }
 }
 
+// Pipeline stages between the first and the last build step templates of the same compute, so the
+// compute bound builds one for all of them: with 4 and 8 stages of 8 GPUs (every rank timed, one
+// and two virtual stages), each strategy's bound and busiest rank are those of building every
+// timed rank's template.
+TEST(StepShortcuts, MiddleStagesGiveTheBoundOfEveryStage) {
+  const Topology topology = testing::switch_nodes(2, 4, 450);
+  Workload w = testing::mha_workload(4096, 8, 64, /*causal=*/true, /*batch=*/8);
+  w.layers = 16;
+  w.kv_heads = 4;
+  w.ffn = 1536;
+  w.vocab = 4096;
+  w.microbatches = 8;
+  CostOptions every;
+  every.build_per_sequence_rank = false;
+  const CostModel model(topology, Calibration::defaults());
+  const CostModel reference(topology, Calibration::defaults(), every);
+  int plans = 0;
+  for (int stages : {4, 8})
+    for (int virtual_stages : {1, 2})
+      for (StrategyKind kind : all_strategies())
+        for (StrategyParams params : enumerate_params(kind, w, 8 / stages)) {
+          params.pipeline_parallel = stages;
+          params.virtual_stages = virtual_stages;
+          if (!check_feasible(kind, params, w, 8).ok) continue;
+          Plan plan = make_plan(kind, params, w, topology, 8);
+          plan.scope = Scope::Step;
+          SCOPED_TRACE(
+              fmt::format("{} {} P={} V={}", to_string(kind), params.sequence_parallel, stages, virtual_stages));
+          int busiest = -1, expected_busiest = -1;
+          EXPECT_EQ(model.step_compute_bound_ms(plan, &busiest),
+                    reference.step_compute_bound_ms(plan, &expected_busiest));
+          EXPECT_EQ(busiest, expected_busiest);
+          ++plans;
+        }
+  EXPECT_GT(plans, 10);
+}
+
 // A model remembers the attention footprint of each plan whose memory it was asked for, and finds
 // it again for the same plan under another ZeRO stage or checkpointing mode (as a search under
 // other memory settings asks), never for another dtype: every plan under every ZeRO stage and

@@ -58,9 +58,10 @@ struct CostOptions {
   bool time_rank_classes = true;
   // Whole-step memory and compute bound: ranks of the same sequence rank in their data-parallel
   // replica, tensor slice and pipeline stage build the same attention program and, in the same
-  // stage, the same step template, up to the names of peers, groups and sequences: one program is
-  // built per sequence rank (per stage and sequence rank for templates). Exact; false builds
-  // every timed rank, the reference the tests compare it with.
+  // stage, the same step template, up to the names of peers, groups and sequences, and the stages
+  // between the first and the last build templates of the same compute: one program is built per
+  // sequence rank (per sequence rank and first, middle or last stage for templates). Exact; false
+  // builds every timed rank, the reference the tests compare it with.
   bool build_per_sequence_rank = true;
 };
 
