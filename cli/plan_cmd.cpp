@@ -457,7 +457,11 @@ int run_plan(const PlanFlags& flags) {
   else
     explain(ranked, model, budget_GiB, flags.jobs);
   std::vector<Suggestion> suggestions;
-  if (ranked.result.best < 0) suggestions = suggest_fixes(topology, workload, model, options);
+  if (ranked.result.best < 0) {
+    suggestions = suggest_fixes(topology, workload, model, options);
+    if (show_progress) fmt::print(stderr, "\r\x1b[K");
+    set_interrupt_progress(nullptr, 0, 0);
+  }
 
   if (flags.json)
     print_json_result(ranked, workload, topology, gpus, suggestions);

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <set>
+#include <string_view>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
@@ -20,6 +22,21 @@ constexpr const char* kLog = "search";
 // Sequence lengths and GPU counts tried per direction before a kind of change is given up.
 constexpr int kTriesPerDirection = 3;
 
+// A trial's progress, under the name of its stage for a suggestion. The names are literals: a
+// caller may keep the pointer (the CLI's interrupt message does).
+std::function<void(const char*, size_t, size_t)> trial_progress(
+    const std::function<void(const char*, size_t, size_t)>& progress) {
+  if (!progress) return {};
+  return [progress](const char* stage, size_t done, size_t total) {
+    const std::string_view s(stage);
+    progress(s == "orders"   ? "orders for a suggestion"
+             : s == "bounds" ? "bounds for a suggestion"
+             : s == "steps"  ? "steps for a suggestion"
+                             : "candidates for a suggestion",
+             done, total);
+  };
+}
+
 struct Trial {
   const Topology& topology;
   const CostModel& model;
@@ -31,7 +48,7 @@ struct Trial {
     // suggestion names the best plan alone, which pricing one step at a time finds the same.
     options.mode = SearchMode::Heuristic;
     options.priced_top = 1;
-    options.progress = {};
+    options.progress = trial_progress(options.progress);
     try {
       validate(workload, flags);
       const SearchResult result = search_plans(topology, workload, model, options);
@@ -136,7 +153,7 @@ std::vector<Suggestion> suggest_fixes(const Topology& topology, const Workload& 
     SearchOptions o = options;
     o.memory_budget_fraction = 1.0;
     o.mode = SearchMode::Heuristic;
-    o.progress = {};
+    o.progress = trial_progress(options.progress);
     const SearchResult all = search_plans(topology, workload, model, o);
     if (all.best >= 0) {
       // The smallest fraction, in hundredths, that holds the plan using the least memory.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -324,6 +325,28 @@ TEST_F(Suggestions, HigherZeroStage) {
   }
   w.zero_stage = 3;
   EXPECT_TRUE(feasible(w, o));
+}
+
+// The trials' searches report their progress under their stages' names for a suggestion, on the
+// calling thread, counting each stage up to its total.
+TEST_F(Suggestions, TrialsReportProgressAsTheSuggestions) {
+  Workload w = llama(4096);
+  w.zero_stage = 0;
+  SearchOptions o = options(2, {1});
+  o.threads = 2;
+  std::map<std::string, std::vector<std::pair<size_t, size_t>>> calls;
+  const std::thread::id caller = std::this_thread::get_id();
+  o.progress = [&](const char* stage, size_t done, size_t total) {
+    EXPECT_EQ(std::this_thread::get_id(), caller);
+    EXPECT_LE(done, total);
+    calls[stage].push_back({done, total});
+  };
+  const auto list = suggest_fixes(topology_, w, model_, o);
+  ASSERT_TRUE(find(list, "--zero-stage 3"));
+  std::set<std::string> stages;
+  for (const auto& [stage, _] : calls)
+    stages.insert(stage);
+  EXPECT_EQ(stages, (std::set<std::string>{"bounds for a suggestion", "steps for a suggestion"}));
 }
 
 TEST_F(Suggestions, CheckpointingAndMoreGpus) {

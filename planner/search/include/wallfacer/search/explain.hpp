@@ -51,7 +51,8 @@ struct Suggestion {
 // When `options` finds no feasible candidate: tries a higher ZeRO stage, stronger activation
 // checkpointing, the nearest sequence lengths, fewer and more GPUs, a larger memory fraction and,
 // with a fixed strategy, any strategy; returns those that plan a feasible candidate, nearest
-// change first within each kind.
+// change first within each kind. `options.progress`, when set, hears each trial's search under
+// its stage's name for a suggestion ("steps for a suggestion", ...).
 std::vector<Suggestion> suggest_fixes(const Topology& topology, const Workload& workload, const CostModel& model,
                                       const SearchOptions& options);
 
