@@ -390,11 +390,6 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
 
 namespace {
 
-// A rank's place in its strategy: its rank in its data-parallel replica of the sequence-parallel
-// group, within its tensor slice and pipeline stage (rank = stage · W + (replica · S + this) · T +
-// slice, W the ranks of a stage). Replicas, slices and stages build one program as the first
-// replica, slice and stage do, with peers, groups and sequences renamed (common.hpp,
-// tensor_parallel.hpp, pipeline_parallel.hpp): the same compute ops and buffers.
 // Which step template a stage builds, for its compute: the first stage's holds the embedding, the
 // last one's the LM head and the loss, and the stages between hold the same layers and parameters.
 int stage_kind(const Plan& plan, int rank) {
@@ -402,6 +397,11 @@ int stage_kind(const Plan& plan, int rank) {
   return stage == 0 ? 0 : stage == Pp - 1 ? 2 : 1;
 }
 
+// A rank's place in its strategy: its rank in its data-parallel replica of the sequence-parallel
+// group, within its tensor slice and pipeline stage (rank = stage · W + (replica · S + this) · T +
+// slice, W the ranks of a stage). Replicas, slices and stages build one program as the first
+// replica, slice and stage do, with peers, groups and sequences renamed (common.hpp,
+// tensor_parallel.hpp, pipeline_parallel.hpp): the same compute ops and buffers.
 int sequence_rank(const Plan& plan, int rank) {
   const int W = plan.num_ranks() / plan.params.pipeline_parallel;
   return rank % W / std::max(1, plan.params.tensor_parallel) % std::max(1, plan.params.sequence_parallel);
@@ -436,10 +436,11 @@ Schedule CostModel::memory_programs(const Plan& plan) const {
 }
 
 AttentionFootprint CostModel::memory_footprint(const Plan& plan, Schedule* programs) const {
-  if (const std::optional<AttentionFootprint> known = footprints_->find(plan)) return *known;
+  detail::FootprintCache::Key key = detail::FootprintCache::key_of(plan);
+  if (const std::optional<AttentionFootprint> known = footprints_->find(key)) return *known;
   Schedule built = memory_programs(plan);
   const AttentionFootprint footprint = attention_footprint(plan, built);
-  footprints_->add(plan, footprint);
+  footprints_->add(std::move(key), footprint);
   if (programs) *programs = std::move(built);
   return footprint;
 }

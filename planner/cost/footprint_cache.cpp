@@ -64,8 +64,7 @@ uint64_t FootprintCache::bucket_of(const Key& key) {
   return h.value();
 }
 
-std::optional<AttentionFootprint> FootprintCache::find(const Plan& plan) const {
-  const Key key = key_of(plan);
+std::optional<AttentionFootprint> FootprintCache::find(const Key& key) const {
   const std::lock_guard lock(mutex_);
   const auto [first, last] = entries_.equal_range(bucket_of(key));
   for (auto it = first; it != last; ++it)
@@ -73,8 +72,7 @@ std::optional<AttentionFootprint> FootprintCache::find(const Plan& plan) const {
   return std::nullopt;
 }
 
-void FootprintCache::add(const Plan& plan, const AttentionFootprint& footprint) {
-  Key key = key_of(plan);
+void FootprintCache::add(Key key, const AttentionFootprint& footprint) {
   const uint64_t bucket = bucket_of(key);
   const std::lock_guard lock(mutex_);
   const auto [first, last] = entries_.equal_range(bucket);

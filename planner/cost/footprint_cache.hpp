@@ -17,14 +17,10 @@ namespace wallfacer::detail {
 
 class FootprintCache {
  public:
-  std::optional<AttentionFootprint> find(const Plan& plan) const;
-  void add(const Plan& plan, const AttentionFootprint& footprint);
-
- private:
   // What the attention programs are built from: the strategy, its parameters and the workload
   // (compared in full, without the ZeRO stage and the checkpointing mode, which only the step
   // adds), and the ranks' nodes and the groups (through two independent 64-bit hashes: they are
-  // as long as the plan).
+  // as long as the plan). Taken once per plan, for the lookup and the entry added after a miss.
   struct Key {
     StrategyKind strategy = StrategyKind::Ring;
     StrategyParams params;
@@ -33,6 +29,11 @@ class FootprintCache {
     bool operator==(const Key& other) const;
   };
   static Key key_of(const Plan& plan);
+
+  std::optional<AttentionFootprint> find(const Key& key) const;
+  void add(Key key, const AttentionFootprint& footprint);
+
+ private:
   static uint64_t bucket_of(const Key& key);
 
   mutable std::mutex mutex_;

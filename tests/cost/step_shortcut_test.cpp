@@ -43,18 +43,24 @@ struct Setting {
   Checkpointing checkpointing;
 };
 
+// A small GQA model of `layers` layers at 4K tokens, `batch` sequences in as many micro-batches.
+Workload small_step_workload(int layers, int batch) {
+  Workload w = testing::mha_workload(4096, 8, 64, /*causal=*/true, batch);
+  w.layers = layers;
+  w.kv_heads = 4;
+  w.ffn = 1536;
+  w.vocab = 4096;
+  w.microbatches = batch;
+  return w;
+}
+
 // Every feasible step plan of 8 GPUs on two 4-GPU nodes under each setting: each strategy, tensor
 // and pipeline parallel, several micro-batches, ZeRO 0 to 3, every checkpointing mode.
 template <typename Visit>
 void for_each_step_plan(const Topology& topology, Visit&& visit) {
   for (const Setting& s : {Setting{1, 1, 1, 1, Checkpointing::Selective}, Setting{2, 1, 2, 3, Checkpointing::Full},
                            Setting{1, 2, 4, 1, Checkpointing::None}, Setting{2, 2, 2, 0, Checkpointing::Selective}}) {
-    Workload w = testing::mha_workload(4096, 8, 64, /*causal=*/true, /*batch=*/s.microbatches);
-    w.layers = 6;
-    w.kv_heads = 4;
-    w.ffn = 1536;
-    w.vocab = 4096;
-    w.microbatches = s.microbatches;
+    Workload w = small_step_workload(6, s.microbatches);
     w.zero_stage = s.zero;
     w.checkpointing = s.checkpointing;
     w.grad_bucket_MiB = 1;  // several buckets a layer: chains of collectives the timeline folds
@@ -195,12 +201,7 @@ TEST(StepShortcuts, ProgramsPerSequenceRankGiveTheSameBoundAndMemory) {
 // timed rank's template.
 TEST(StepShortcuts, MiddleStagesGiveTheBoundOfEveryStage) {
   const Topology topology = testing::switch_nodes(2, 4, 450);
-  Workload w = testing::mha_workload(4096, 8, 64, /*causal=*/true, /*batch=*/8);
-  w.layers = 16;
-  w.kv_heads = 4;
-  w.ffn = 1536;
-  w.vocab = 4096;
-  w.microbatches = 8;
+  const Workload w = small_step_workload(16, 8);
   CostOptions every;
   every.build_per_sequence_rank = false;
   const CostModel model(topology, Calibration::defaults());
