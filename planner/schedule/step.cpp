@@ -657,7 +657,11 @@ std::vector<FlowSet> StepBuilder::flow_sets() const {
 }
 
 StepTemplate StepBuilder::build_template(int rank, TokenSetPool& pool) const {
-  return build_template(impl_->attention.build_rank(rank, pool), pool);
+  return build_template(build_attention(rank, pool), pool);
+}
+
+RankProgram StepBuilder::build_attention(int rank, TokenSetPool& pool) const {
+  return impl_->attention.build_rank(rank, pool);
 }
 
 StepTemplate StepBuilder::build_template(RankProgram attention, TokenSetPool& pool) const {
