@@ -15,6 +15,7 @@
 #include <wallfacer/core/log.hpp>
 #include <wallfacer/cost/compute_time.hpp>
 #include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/schedule/schedule_hash.hpp>
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include "footprint_cache.hpp"
@@ -333,6 +334,7 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   // counted on the attention programs.
   Schedule attention;  // the timed ranks' attention programs, for memory and the attention time
   build_timed(plan, attention);
+  const uint64_t fingerprint = schedule_hash(plan, attention);
   // Every layer of every micro-batch is timed: a few timed layers extended linearly were tried,
   // and the per-layer increment of the list schedule keeps changing for many layers where the
   // backward's gradient buckets queue up behind the strategy's collectives (docs/cost-model.md).
@@ -371,6 +373,7 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
     count_transfers(topology_, plan, step, cost.parts);
   }
   templates.clear();
+  cost.attention_fingerprint = fingerprint;
   cost.layers_timed = w.layers;
   // Transfers per layer instance a rank runs: its stage's layers, once per micro-batch.
   const double instances = double(w.layers / plan.params.pipeline_parallel) * w.microbatches;

@@ -34,11 +34,14 @@ void restore_order(SearchResult& result) {
 }
 
 uint64_t candidate_hash(const Candidate& c, const CostModel& model) {
-  Plan attention = c.plan;
-  attention.scope = Scope::Attention;
-  Schedule schedule;
-  model.build_timed(attention, schedule);
-  uint64_t h = schedule_hash(attention, schedule);
+  uint64_t h = c.cost.attention_fingerprint;  // a whole step's pricing took it
+  if (h == 0) {
+    Plan attention = c.plan;
+    attention.scope = Scope::Attention;
+    Schedule schedule;
+    model.build_timed(attention, schedule);
+    h = schedule_hash(attention, schedule);
+  }
   h = (h ^ uint64_t(c.plan.params.tensor_parallel)) * 1099511628211ull;
   h = (h ^ uint64_t(c.plan.params.data_parallel)) * 1099511628211ull;
   // Virtual stages change the step's order, not the attention programs.
@@ -115,9 +118,10 @@ void merge_same_schedules(SearchResult& result, const CostModel& model, int thre
     const double a = cs[i].cost.step_ms, b = cs[j].cost.step_ms;
     return std::abs(a - b) <= 1e-9 * std::max(a, b);
   };
-  // Each hash builds a candidate's timed programs (at 512 GPUs the merge took a second on one
-  // thread): those the merge compares, the candidates with an equal step next to them in the
-  // ranking, are taken on the threads first; any other it asks for is taken when asked.
+  // A candidate priced as a whole step carries its hash; any other's builds its timed programs (at
+  // 512 GPUs that took a second on one thread): those the merge compares, the candidates with an
+  // equal step next to them in the ranking, are taken on the threads first; any other it asks for
+  // is taken when asked.
   std::vector<size_t> wanted;
   for (size_t i = 0; i < cs.size(); ++i) {
     auto equal_to = [&](size_t j) { return j < cs.size() && fully_priced(cs[j]) && equal_steps(i, j); };

@@ -7,7 +7,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/schedule/schedule_hash.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include "cost_test_util.hpp"
 
@@ -103,6 +106,30 @@ TEST(StepShortcuts, TemplateDurationsEqualPricingEveryUnrolledOp) {
     EXPECT_GT(tensor, 4);
     EXPECT_GT(pipelined, 4);
   }
+}
+
+// The fingerprint a whole step's pricing leaves is the hash of the timed ranks' attention programs
+// that the merge of equal schedules would otherwise build (planner/search/explain.cpp): the same
+// value, so the merge decides alike either way.
+TEST(StepShortcuts, FingerprintIsTheHashOfTheTimedAttentionPrograms) {
+  const Topology topology = testing::switch_nodes(2, 4, 450);
+  CostOptions options;
+  options.max_timed_ranks = 4;
+  const CostModel model(topology, Calibration::defaults(), options);
+  std::set<uint64_t> seen;
+  int plans = 0;
+  for_each_step_plan(topology, [&](const Plan& plan, const Setting&) {
+    Plan attention = plan;
+    attention.scope = Scope::Attention;
+    Schedule timed;
+    model.build_timed(attention, timed);
+    const uint64_t fingerprint = model.evaluate_step(plan).attention_fingerprint;
+    EXPECT_EQ(fingerprint, schedule_hash(attention, timed));
+    seen.insert(fingerprint);
+    ++plans;
+  });
+  EXPECT_GT(plans, 20);
+  EXPECT_GT(seen.size(), 10u);  // not one constant
 }
 
 // With every rank timed, ranks that run alike are timed once per class (timeline_classes.hpp):

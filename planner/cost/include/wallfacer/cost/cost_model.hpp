@@ -113,6 +113,10 @@ struct CostBreakdown {
   // its programs less those timed alike with one before. Shows what a pricing cost.
   int programs_timed = 0;
   StepParts parts;  // where step_ms goes (sums to it)
+  // Step scope: schedule_hash of the timed ranks' attention programs the step was built from (0
+  // when not taken), so that candidates building the same schedule are told apart without
+  // building it again.
+  uint64_t attention_fingerprint = 0;
   Prediction to_prediction() const;
 };
 

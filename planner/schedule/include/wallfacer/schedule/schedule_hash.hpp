@@ -12,8 +12,8 @@
 
 namespace wallfacer {
 
-// 64-bit FNV-1a over the programs `schedule` holds (in the order it holds them), with each rank's
-// GPU from `plan`.
+// A 64-bit FNV-1a-style hash, one step per field, over the programs `schedule` holds (in the order
+// it holds them), with each rank's GPU from `plan`. Compared within one run, never stored.
 uint64_t schedule_hash(const Plan& plan, const Schedule& schedule);
 
 }  // namespace wallfacer
