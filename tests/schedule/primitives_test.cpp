@@ -117,6 +117,26 @@ TEST(Layouts, ContiguousShardsAreUnevenFirstLonger) {
   EXPECT_EQ(sizes, (std::vector<int64_t>{3, 3, 2, 2}));
 }
 
+TEST(Layouts, CanonicalMergesAdjacentRangesAndDropsEmptyOnes) {
+  EXPECT_EQ(detail::canonical({{0, 4}, {4, 8}, {8, 8}, {10, 12}, {3, 5}}), (TokenSet{{0, 8}, {10, 12}, {3, 5}}));
+  EXPECT_EQ(detail::canonical({{5, 5}}), TokenSet{});
+  EXPECT_TRUE(detail::is_canonical({{0, 4}, {10, 12}, {3, 5}}));
+  EXPECT_TRUE(detail::is_canonical({}));
+  EXPECT_FALSE(detail::is_canonical({{0, 4}, {4, 6}}));
+  EXPECT_FALSE(detail::is_canonical({{0, 4}, {6, 6}}));
+  // Against its definition on random lists: canonical's output is canonical, and a canonical list
+  // is its own canonical form.
+  std::mt19937 rng(7);
+  for (int i = 0; i < 200; ++i) {
+    TokenSet set = random_set(rng, 40);
+    if (i % 2) set.push_back({set.empty() ? 0 : set.back().end, (set.empty() ? 0 : set.back().end) + i % 3});
+    const TokenSet made = detail::canonical(set);
+    EXPECT_TRUE(detail::is_canonical(made));
+    EXPECT_EQ(detail::is_canonical(set), made == set);
+    EXPECT_EQ(token_count(made), token_count(set));
+  }
+}
+
 TEST(Layouts, ZigzagPairsChunks) {
   EXPECT_EQ(detail::zigzag_shard(16, 4, 0), (TokenSet{{0, 2}, {14, 16}}));
   EXPECT_EQ(detail::zigzag_shard(16, 4, 3), (TokenSet{{6, 10}}));  // chunks 3 and 4 are adjacent
@@ -212,7 +232,9 @@ TEST_F(BuilderTest, ContextDiagonalIsOneCausalBlockOfTheSameFlops) {
     ASSERT_EQ(own.size(), one ? 1u : 2u);
     const RankProgram& p = b.program();
     EXPECT_EQ(p.ops[size_t(own[0])].mask, Mask::Causal);
-    if (one) EXPECT_EQ(pool_.get(p.ops[size_t(own[0])].tok[0]), mine);
+    if (one) {
+      EXPECT_EQ(pool_.get(p.ops[size_t(own[0])].tok[0]), mine);
+    }
     // Another rank's chunks are still cut into live blocks.
     EXPECT_EQ(b.attn_fwd(q, kv, acc, mine, {{8, 12}, {20, 24}}, {0, 2}, 1).size(), 1u);
     for (const int32_t op : own)

@@ -167,21 +167,30 @@ TokenSet zigzag2d_shard(int64_t seq, int ulysses, int ring, int index) {
   const int64_t chunk = seq / (2 * ring), piece = chunk / ulysses;
   const int rho = index / ulysses, upsilon = index % ulysses;
   const int64_t a = rho * chunk + upsilon * piece, b = (2 * ring - 1 - rho) * chunk + upsilon * piece;
-  return canonical({{a, a + piece}, {b, b + piece}});
+  // canonical({{a, a + piece}, {b, b + piece}}), made in place (b > a: the second chunk is later)
+  if (piece <= 0) return {};
+  if (a + piece == b) return {{a, b + piece}};
+  return {{a, a + piece}, {b, b + piece}};
 }
 
+// Compacts in place: the sets a builder takes apart are mostly canonical already.
 TokenSet canonical(TokenSet set) {
-  TokenSet out;
-  out.reserve(set.size());
-  for (const auto& r : set) {
+  size_t kept = 0;
+  for (const TokenRange& r : set) {
     if (r.size() <= 0) continue;
-    if (!out.empty() && out.back().end == r.begin) {
-      out.back().end = r.end;
-    } else {
-      out.push_back(r);
-    }
+    if (kept > 0 && set[kept - 1].end == r.begin)
+      set[kept - 1].end = r.end;
+    else
+      set[kept++] = r;
   }
-  return out;
+  set.resize(kept);
+  return set;
+}
+
+bool is_canonical(const TokenSet& set) {
+  for (size_t i = 0; i < set.size(); ++i)
+    if (set[i].size() <= 0 || (i > 0 && set[i - 1].end == set[i].begin)) return false;
+  return true;
 }
 
 TokenSet concat(const TokenSet& a, const TokenSet& b) {
@@ -415,7 +424,9 @@ std::vector<int32_t> ProgramBuilder::add_blocks(OpKind kind, const int32_t (&buf
           add_block(kind, bufs, q_in, k_in, kr.end <= qr.begin + 1 ? Mask::None : Mask::Causal, heads, step, deps));
     return ops;
   }
-  const TokenSet q = canonical(q_in), k = canonical(k_in);
+  TokenSet q_made, k_made;
+  const TokenSet& q = is_canonical(q_in) ? q_in : (q_made = canonical(q_in));
+  const TokenSet& k = is_canonical(k_in) ? k_in : (k_made = canonical(k_in));
   if (diagonal_as_one_block_ && q == k) {
     ops.push_back(add_block(kind, bufs, q_in, k_in, Mask::Causal, heads, step, deps));
     return ops;

@@ -95,12 +95,29 @@ void declare_receive_buffers(ProgramBuilder& b, const ContextConfig& cfg, Contex
   }
 }
 
+// The tokens of each context member's K,V block, made once per loop: a loop asks for a member's
+// block when it receives it, computes on it, sends it on and (backward) receives its accumulator.
+class MemberTokens {
+ public:
+  MemberTokens(const ContextConfig& cfg, int64_t seq) : cfg_(cfg), seq_(seq), sets_(size_t(cfg.c)) {}
+  const TokenSet& operator()(int x) {
+    TokenSet& set = sets_[size_t(x)];
+    if (set.empty()) set = context_tokens(cfg_, seq_, x);
+    return set;
+  }
+
+ private:
+  const ContextConfig& cfg_;
+  int64_t seq_;
+  std::vector<TokenSet> sets_;  // empty until asked (a member's block is never empty)
+};
+
 // Visits every (outer, inner) step, moving K,V; `compute(step, buffer, tokens)` adds the work.
 template <typename Compute>
-void kv_loop(ProgramBuilder& b, const ContextConfig& cfg, ContextRank& r, int channel, Compute&& compute) {
+void kv_loop(ProgramBuilder& b, const ContextConfig& cfg, ContextRank& r, int channel, MemberTokens& block_of,
+             Compute&& compute) {
   declare_receive_buffers(b, cfg, r);
   const Windows win = windows_of(cfg);
-  const int64_t seq = b.plan().workload.seq;
   int step = 0;
   for (int j = 0; j < win.nw; ++j) {
     const int32_t block = j == 0 ? r.kv : r.outer[(j - 1) % 2];
@@ -108,19 +125,19 @@ void kv_loop(ProgramBuilder& b, const ContextConfig& cfg, ContextRank& r, int ch
       // Posted first on every rank: the exchange is a permutation, so it never waits on the
       // inner ring, and it overlaps the first inner step's compute.
       const int32_t tag = make_tag(channel + kInterChannelOffset, j);
-      b.send(block, context_tokens(cfg, seq, win.holder(r.x, j, 0)), kKV, member_rank(b, cfg, win.inter_next(r.x), r.v),
+      b.send(block, block_of(win.holder(r.x, j, 0)), kKV, member_rank(b, cfg, win.inter_next(r.x), r.v), tag,
+             kFlowKvInter, step);
+      b.recv(r.outer[j % 2], block_of(win.holder(r.x, j + 1, 0)), kKV, member_rank(b, cfg, win.inter_prev(r.x), r.v),
              tag, kFlowKvInter, step);
-      b.recv(r.outer[j % 2], context_tokens(cfg, seq, win.holder(r.x, j + 1, 0)), kKV,
-             member_rank(b, cfg, win.inter_prev(r.x), r.v), tag, kFlowKvInter, step);
     }
     for (int i = 0; i < win.w; ++i, ++step) {
       const int32_t current = i == 0 ? block : r.inner[(i - 1) % 2];
-      const TokenSet tokens = context_tokens(cfg, seq, win.holder(r.x, j, i));
+      const TokenSet& tokens = block_of(win.holder(r.x, j, i));
       if (i + 1 < win.w) {
         const int32_t tag = make_tag(channel, step);
         b.send(current, tokens, kKV, member_rank(b, cfg, win.intra_next(r.x), r.v), tag, kFlowKvIntra, step);
-        b.recv(r.inner[i % 2], context_tokens(cfg, seq, win.holder(r.x, j, i + 1)), kKV,
-               member_rank(b, cfg, win.intra_prev(r.x), r.v), tag, kFlowKvIntra, step);
+        b.recv(r.inner[i % 2], block_of(win.holder(r.x, j, i + 1)), kKV, member_rank(b, cfg, win.intra_prev(r.x), r.v),
+               tag, kFlowKvIntra, step);
       }
       compute(step, j, i, current, tokens);
     }
@@ -249,9 +266,9 @@ std::vector<FlowSet> context_flow_sets(const ContextConfig& cfg, const Plan& pla
 // ---- the loops ---------------------------------------------------------------------------------
 
 void context_forward(ProgramBuilder& b, const ContextConfig& cfg, ContextRank& r) {
-  const TokenSet own = context_tokens(cfg, b.plan().workload.seq, r.x);
-  const auto q_tiles = split_rows(own, cfg.tiles);
-  kv_loop(b, cfg, r, kForwardKv, [&](int step, int, int, int32_t kv, const TokenSet& keys) {
+  MemberTokens block_of(cfg, b.plan().workload.seq);
+  const auto q_tiles = split_rows(block_of(r.x), cfg.tiles);
+  kv_loop(b, cfg, r, kForwardKv, block_of, [&](int step, int, int, int32_t kv, const TokenSet& keys) {
     for (const auto& k_tile : split_rows(keys, cfg.tiles))
       for (const auto& q_tile : q_tiles)
         b.attn_fwd(r.q, kv, r.acc, q_tile, k_tile, r.q_heads, step);
@@ -260,15 +277,15 @@ void context_forward(ProgramBuilder& b, const ContextConfig& cfg, ContextRank& r
 
 int32_t context_backward(ProgramBuilder& b, const ContextConfig& cfg, ContextRank& r) {
   const Windows win = windows_of(cfg);
-  const int64_t seq = b.plan().workload.seq;
-  const TokenSet own = context_tokens(cfg, seq, r.x);
+  MemberTokens block_of(cfg, b.plan().workload.seq);
+  const TokenSet own = block_of(r.x);
   const auto q_tiles = split_rows(own, cfg.tiles);
   // Two accumulators alternate along the ring (one receives while the other is computed on);
   // without a ring one suffices.
   int32_t dkv[2] = {-1, -1};
   for (int i = 0; i < (cfg.c > 1 ? 2 : 1); ++i)
     dkv[i] = b.buffer(fmt::format("dkv.{}", i), kDKV, r.kv_heads, r.kv_capacity, true);
-  kv_loop(b, cfg, r, kBackwardKv, [&](int step, int j, int i, int32_t kv, const TokenSet& keys) {
+  kv_loop(b, cfg, r, kBackwardKv, block_of, [&](int step, int j, int i, int32_t kv, const TokenSet& keys) {
     const int32_t acc = dkv[step % 2];
     for (const auto& k_tile : split_rows(keys, cfg.tiles))
       for (const auto& q_tile : q_tiles)
@@ -280,8 +297,7 @@ int32_t context_backward(ProgramBuilder& b, const ContextConfig& cfg, ContextRan
     const int src = leaves_window ? win.diag_prev(r.x) : win.intra_prev(r.x);
     const int flow = leaves_window && win.nw > 1 ? kFlowDkvInter : kFlowDkvIntra;
     const bool last = step + 1 == cfg.c;
-    const TokenSet next =
-        last ? own : context_tokens(cfg, seq, leaves_window ? win.holder(r.x, j + 1, 0) : win.holder(r.x, j, i + 1));
+    const TokenSet& next = last ? own : block_of(leaves_window ? win.holder(r.x, j + 1, 0) : win.holder(r.x, j, i + 1));
     const int32_t tag = make_tag(kBackwardDkv, step);
     b.send(acc, keys, kDKV, member_rank(b, cfg, dst, r.v), tag, flow, step);
     b.recv(dkv[(step + 1) % 2], next, kDKV, member_rank(b, cfg, src, r.v), tag, flow, step);
