@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <numeric>
 
@@ -345,29 +346,35 @@ int32_t ProgramBuilder::append(Op op, std::initializer_list<Access> accesses, co
   };
   for (int32_t d : extra)
     need(d);
+  // Over the fields each access names (set bits only); a field's readers are kept by their stream.
+  auto each_field = [](FieldMask fields, auto&& visit) {
+    for (unsigned bits = fields; bits != 0; bits &= bits - 1)
+      visit(std::countr_zero(bits));
+  };
   for (const Access& a : accesses) {
     if (a.buf < 0) continue;
-    for (int f = 0; f < kNumFields; ++f) {
-      if (!(a.fields & (1u << f))) continue;
-      FieldState& st = state_[size_t(a.buf)][size_t(f)];
-      need(st.writer);
+    std::vector<FieldState>& fields = state_[size_t(a.buf)];
+    each_field(a.fields, [&](int f) {
+      const FieldState& st = fields[size_t(f)];
+      if (st.writer >= 0) latest[st.writer_stream] = std::max(latest[st.writer_stream], st.writer);
       if (a.write)
-        for (int32_t r : st.readers)
-          need(r);
-    }
+        for (int s = 0; s < kNumStreams; ++s)
+          latest[size_t(s)] = std::max(latest[size_t(s)], st.readers[size_t(s)]);
+    });
   }
   for (const Access& a : accesses) {
     if (a.buf < 0) continue;
-    for (int f = 0; f < kNumFields; ++f) {
-      if (!(a.fields & (1u << f))) continue;
-      FieldState& st = state_[size_t(a.buf)][size_t(f)];
+    std::vector<FieldState>& fields = state_[size_t(a.buf)];
+    each_field(a.fields, [&](int f) {
+      FieldState& st = fields[size_t(f)];
       if (a.write) {
         st.writer = index;
+        st.writer_stream = uint8_t(op.stream);
         st.readers = no_op_on_any_stream();
       } else {
         st.readers[size_t(op.stream)] = index;
       }
-    }
+    });
   }
   scratch_deps_.clear();
   for (int s = 0; s < kNumStreams; ++s)

@@ -237,7 +237,8 @@ class ProgramBuilder {
   // Per (buffer, field): last writer and latest reader per stream since that write.
   struct FieldState {
     int32_t writer = -1;
-    OpPerStream readers = no_op_on_any_stream();
+    uint8_t writer_stream = 0;                    // the writer's stream (read as a dependency's stream)
+    OpPerStream readers = no_op_on_any_stream();  // by stream: readers[s] runs on stream s
   };
   const Plan& plan_;
   TokenSetPool& pool_;
