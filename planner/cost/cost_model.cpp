@@ -213,13 +213,22 @@ void CostModel::build_timed(const Plan& plan, Schedule& schedule, int max_ranks)
     have.insert(program.rank);
     ops += int64_t(program.ops.size());
   }
+  // A rank whose program renames one built already (another tensor slice of its slice rank) is
+  // renamed instead of built: the same program.
+  std::map<int, size_t> built;  // rank -> its program
+  for (size_t p = 0; p < schedule.ranks.size(); ++p)
+    built.emplace(schedule.ranks[p].rank, p);
   for (int rank : timed_ranks(plan)) {
     if (max_ranks > 0 && int(schedule.ranks.size()) >= max_ranks) break;
     // A pipeline column is timed whole or not at all.
     const bool column_done = schedule.ranks.size() % size_t(plan.params.pipeline_parallel) == 0;
     if (options_.max_timed_ops > 0 && schedule.ranks.size() >= 2 && ops >= options_.max_timed_ops && column_done) break;
     if (have.count(rank)) continue;
-    schedule.ranks.push_back(builder.build_rank(rank, schedule.tokens));
+    const auto sibling =
+        std::find_if(built.begin(), built.end(), [&](const auto& b) { return builder.renames(rank, b.first); });
+    schedule.ranks.push_back(sibling != built.end() ? builder.rename(rank, schedule.ranks[sibling->second])
+                                                    : builder.build_rank(rank, schedule.tokens));
+    built.emplace(rank, schedule.ranks.size() - 1);
     ops += int64_t(schedule.ranks.back().ops.size());
   }
   WF_LOG_DEBUG(kLog, "{} on {} ranks: timing {} ranks, {} ops", to_string(plan.strategy), plan.num_ranks(),

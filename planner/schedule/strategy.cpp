@@ -310,6 +310,20 @@ RankProgram ScheduleBuilder::build_rank(int rank, TokenSetPool& pool) const {
   return program;
 }
 
+bool ScheduleBuilder::renames(int a, int b) const {
+  if (!impl_->stages.empty() || impl_->slices.empty()) return false;
+  const int T = int(impl_->slices.size());
+  return a >= 0 && b >= 0 && a < num_ranks() && b < num_ranks() && a / T == b / T;
+}
+
+RankProgram ScheduleBuilder::rename(int rank, RankProgram sibling) const {
+  WF_ASSERT(renames(rank, sibling.rank),
+            fmt::format("rank {}'s program cannot be made from rank {}'s", rank, sibling.rank));
+  const int T = int(impl_->slices.size());
+  detail::relift_program(sibling, impl_->plan, sibling.rank % T, rank % T, impl_->slice_groups);
+  return sibling;
+}
+
 Schedule ScheduleBuilder::build(const std::vector<int>& ranks) const {
   Schedule schedule;
   schedule.dims = dims();

@@ -102,7 +102,15 @@ bool has_kv_field(FieldMask fields) {
 
 void lift_program(RankProgram& program, const Plan& plan, int t, int slice_groups) {
   const int T = plan.params.tensor_parallel;
-  const int q_shift = t * (plan.workload.heads / T), kv_shift = t * (plan.workload.kv_heads / T);
+  program.rank *= T;
+  for (Op& op : program.ops)
+    if (op.peer >= 0) op.peer *= T;
+  relift_program(program, plan, 0, t, slice_groups);  // slice 0's, then moved to slice t
+}
+
+void relift_program(RankProgram& program, const Plan& plan, int from, int t, int slice_groups) {
+  const int T = plan.params.tensor_parallel, by = t - from;
+  const int q_shift = by * (plan.workload.heads / T), kv_shift = by * (plan.workload.kv_heads / T);
   auto shift = [](HeadRange& h, int by) {
     if (h.size() > 0) h = {h.begin + by, h.end + by};
   };
@@ -112,9 +120,9 @@ void lift_program(RankProgram& program, const Plan& plan, int t, int slice_group
     else if (has_kv_field(fields))
       shift(h, kv_shift);
   };
-  program.rank = program.rank * T + t;
+  program.rank += by;
   for (Op& op : program.ops) {
-    if (op.peer >= 0) op.peer = op.peer * T + t;
+    if (op.peer >= 0) op.peer += by;
     if (op.kind == OpKind::AttnFwd || op.kind == OpKind::AttnBwd)
       shift(op.heads, q_shift);
     else
@@ -123,7 +131,7 @@ void lift_program(RankProgram& program, const Plan& plan, int t, int slice_group
   for (BufferDecl& b : program.buffers)
     shift_by_fields(b.heads, b.fields);
   for (CollectiveSpec& spec : program.collectives) {
-    spec.group = t * slice_groups + spec.group;
+    spec.group += by * slice_groups;
     for (HeadRange& h : spec.in_heads)
       shift_by_fields(h, spec.fields);
     for (HeadRange& h : spec.out_heads)

@@ -29,6 +29,10 @@ Plan slice_plan(const Plan& plan, int slice);
 // Moves slice t's program (built from slice_plan(plan, t)) into the global plan: rank ids, group
 // indices, and head ranges (query heads by t * heads / T, kv heads by t * kv_heads / T).
 void lift_program(RankProgram& program, const Plan& plan, int slice, int slice_groups);
+// The same for a program already lifted to slice `from`: every slice builds the same program for a
+// slice rank (the strategies read no GPU placement), so lifting it again by the difference gives
+// slice `to`'s.
+void relift_program(RankProgram& program, const Plan& plan, int from, int to, int slice_groups);
 // A slice flow set with every slice's flows (they run at the same time).
 FlowSet lift_flow_set(const FlowSet& slice_set, int tensor);
 

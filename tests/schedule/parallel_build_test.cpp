@@ -12,6 +12,7 @@ namespace wallfacer {
 namespace {
 
 using testing::hand_plan;
+using testing::seq_params;
 using testing::small_workload;
 
 void expect_same_schedule(const Schedule& expected, const Schedule& got, const std::string& what) {
@@ -42,6 +43,44 @@ TEST(ParallelBuild, EveryStrategyGivesTheSequentialScheduleOnAnyNumberOfThreads)
     }
   }
   EXPECT_GE(built, 8);  // at least one parameter set per strategy
+}
+
+// The tensor slices of one slice rank build one program, renamed: rename() of any sibling's
+// program gives what build_rank() gives, op for op (the token pool untouched), for every strategy
+// under tensor parallelism 2 and 4 on 16 ranks; pipeline plans and plans without tensor slices
+// are not renamed.
+TEST(ParallelBuild, TensorSlicesOfOneSliceRankAreRenamedCopies) {
+  const int ranks = 16;
+  const Workload workload = small_workload(16 * 48, 8, 4, true, 2);
+  int renamed = 0;
+  for (int T : {2, 4}) {
+    Workload slice = workload;
+    slice.heads /= T;
+    slice.kv_heads /= T;
+    for (StrategyKind kind : all_strategies())
+      for (StrategyParams params : enumerate_params(kind, slice, ranks / T)) {
+        params.tensor_parallel = T;
+        if (!check_feasible(kind, params, workload, ranks).ok) continue;
+        const ScheduleBuilder builder(hand_plan(kind, params, workload));
+        TokenSetPool pool;
+        std::vector<RankProgram> built;
+        for (int r = 0; r < ranks; ++r)
+          built.push_back(builder.build_rank(r, pool));
+        const size_t sets = pool.size();
+        for (int r = 0; r < ranks; ++r)
+          for (int sibling = r / T * T; sibling < r / T * T + T; ++sibling) {
+            ASSERT_TRUE(builder.renames(r, sibling));
+            EXPECT_TRUE(builder.rename(r, built[size_t(sibling)]) == built[size_t(r)])
+                << to_string(kind) << " T=" << T << ": rank " << r << " from rank " << sibling;
+            ++renamed;
+          }
+        EXPECT_FALSE(builder.renames(0, T));  // another slice rank
+        EXPECT_EQ(pool.size(), sets);
+      }
+  }
+  EXPECT_GT(renamed, 16 * 4 * 8);
+  const Plan flat = hand_plan(StrategyKind::Ring, seq_params(ranks), workload);
+  EXPECT_FALSE(ScheduleBuilder(flat).renames(0, 0));
 }
 
 }  // namespace
