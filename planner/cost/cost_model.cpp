@@ -207,23 +207,20 @@ void CostModel::build_timed(const Plan& plan, Schedule& schedule, int max_ranks)
     schedule.dims = builder.dims();
     schedule.flow_sets = builder.flow_sets();
   }
-  std::set<int> have;
-  int64_t ops = 0;
-  for (const RankProgram& program : schedule.ranks) {
-    have.insert(program.rank);
-    ops += int64_t(program.ops.size());
-  }
   // A rank whose program renames one built already (another tensor slice of its slice rank) is
   // renamed instead of built: the same program.
-  std::map<int, size_t> built;  // rank -> its program
-  for (size_t p = 0; p < schedule.ranks.size(); ++p)
+  std::map<int, size_t> built;  // rank -> its program in `schedule`
+  int64_t ops = 0;
+  for (size_t p = 0; p < schedule.ranks.size(); ++p) {
     built.emplace(schedule.ranks[p].rank, p);
+    ops += int64_t(schedule.ranks[p].ops.size());
+  }
   for (int rank : timed_ranks(plan)) {
     if (max_ranks > 0 && int(schedule.ranks.size()) >= max_ranks) break;
     // A pipeline column is timed whole or not at all.
     const bool column_done = schedule.ranks.size() % size_t(plan.params.pipeline_parallel) == 0;
     if (options_.max_timed_ops > 0 && schedule.ranks.size() >= 2 && ops >= options_.max_timed_ops && column_done) break;
-    if (have.count(rank)) continue;
+    if (built.count(rank)) continue;
     const auto sibling =
         std::find_if(built.begin(), built.end(), [&](const auto& b) { return builder.renames(rank, b.first); });
     schedule.ranks.push_back(sibling != built.end() ? builder.rename(rank, schedule.ranks[sibling->second])

@@ -487,9 +487,7 @@ ComputeSignature compute_signature(int stage_kind, const RankProgram& attention,
                                    const TokenSetPool& pool) {
   ComputeSignature sig;
   sig.stage_kind = stage_kind;
-  for (const Binding& b : attention.inputs)
-    if (b.field == Field::Q) sig.query_rows += token_count(pool.get(b.tokens)) * b.heads.size();
-  sig.query_rows *= attention.batch_end - attention.batch_begin;
+  sig.query_rows = query_token_heads(attention, pool) * (attention.batch_end - attention.batch_begin);
   for (const Op& op : attention.ops) {
     if (op.stream != Stream::Compute) continue;
     if (op.phase != Phase::Backward) ++sig.forward_ops;

@@ -111,9 +111,7 @@ AttentionFootprint attention_footprint(const Plan& plan, const Schedule& attenti
   // The attention programs hold the whole batch.
   AttentionFootprint f;
   for (const RankProgram& program : attention.ranks) {
-    int64_t token_heads = 0;
-    for (const Binding& b : program.inputs)
-      if (b.field == Field::Q) token_heads += token_count(attention.tokens.get(b.tokens)) * b.heads.size();
+    const int64_t token_heads = query_token_heads(program, attention.tokens);
     f.rows = std::max(f.rows, double(token_heads) / std::max(1, w.heads / T) * rows_of(program) / M);
     f.buffer_bytes = std::max(f.buffer_bytes, buffer_bytes(attention.dims, program) / M);
   }

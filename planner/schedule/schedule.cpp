@@ -76,8 +76,6 @@ int64_t token_count(const TokenSet& set) {
   return n;
 }
 
-namespace {
-
 bool is_canonical(const TokenSet& set) {
   for (size_t i = 0; i < set.size(); ++i) {
     if (set[i].size() <= 0) return false;
@@ -85,6 +83,8 @@ bool is_canonical(const TokenSet& set) {
   }
   return true;
 }
+
+namespace {
 
 // Two independent multiply chains over the range ends, mixed once: sets of hundreds of ranges
 // are hashed per op built, and a full mix per value made the hash most of interning.
@@ -296,6 +296,13 @@ double block_flops(const ScheduleDims& dims, const TokenSet& q, const TokenSet& 
                    Phase phase) {
   const double forward = 4.0 * dims.batch * double(live_pairs(q, k, mask)) * heads * dims.head_dim;
   return phase == Phase::Forward ? forward : 2.5 * forward;
+}
+
+int64_t query_token_heads(const RankProgram& program, const TokenSetPool& pool) {
+  int64_t token_heads = 0;
+  for (const Binding& b : program.inputs)
+    if (b.field == Field::Q) token_heads += token_count(pool.get(b.tokens)) * b.heads.size();
+  return token_heads;
 }
 
 }  // namespace wallfacer

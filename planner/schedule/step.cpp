@@ -71,10 +71,7 @@ Attention take_apart(RankProgram program, int rank, const TokenSetPool& pool, in
 
 // Rows of the rank's own queries (tokens x sequences), whatever head ranges they are bound in.
 int64_t own_rows(const RankProgram& program, const TokenSetPool& pool, int heads) {
-  int64_t token_heads = 0;
-  for (const Binding& b : program.inputs)
-    if (b.field == Field::Q) token_heads += token_count(pool.get(b.tokens)) * b.heads.size();
-  return token_heads / std::max(1, heads) * (program.batch_end - program.batch_begin);
+  return query_token_heads(program, pool) / std::max(1, heads) * (program.batch_end - program.batch_begin);
 }
 
 // Sizes of the layer's matrices and of the rows one rank works on (docs/step.md). With tensor

@@ -188,12 +188,6 @@ TokenSet canonical(TokenSet set) {
   return set;
 }
 
-bool is_canonical(const TokenSet& set) {
-  for (size_t i = 0; i < set.size(); ++i)
-    if (set[i].size() <= 0 || (i > 0 && set[i - 1].end == set[i].begin)) return false;
-  return true;
-}
-
 TokenSet concat(const TokenSet& a, const TokenSet& b) {
   TokenSet out = a;
   out.insert(out.end(), b.begin(), b.end());

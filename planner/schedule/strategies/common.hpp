@@ -114,8 +114,8 @@ TokenSet zigzag_shard(int64_t seq, int parts, int index);
 TokenSet zigzag2d_shard(int64_t seq, int ulysses, int ring, int index);
 // Merges adjacent ranges and drops empty ones; keeps row order.
 TokenSet canonical(TokenSet set);
-// Whether canonical(set) == set.
-bool is_canonical(const TokenSet& set);
+// Whether canonical(set) == set (schedule.hpp's).
+using wallfacer::is_canonical;
 // a followed by b (rows of a first).
 TokenSet concat(const TokenSet& a, const TokenSet& b);
 // Tokens of a that are also in b, in a's row order.

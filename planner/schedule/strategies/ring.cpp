@@ -278,7 +278,7 @@ void context_forward(ProgramBuilder& b, const ContextConfig& cfg, ContextRank& r
 int32_t context_backward(ProgramBuilder& b, const ContextConfig& cfg, ContextRank& r) {
   const Windows win = windows_of(cfg);
   MemberTokens block_of(cfg, b.plan().workload.seq);
-  const TokenSet own = block_of(r.x);
+  const TokenSet& own = block_of(r.x);
   const auto q_tiles = split_rows(own, cfg.tiles);
   // Two accumulators alternate along the ring (one receives while the other is computed on);
   // without a ring one suffices.

@@ -73,6 +73,8 @@ struct TokenRange {
 // An ordered list of disjoint ranges; local row i is the i-th token in this order.
 using TokenSet = std::vector<TokenRange>;
 int64_t token_count(const TokenSet& set);
+// Whether the list has no empty range and no two adjacent ones (the form TokenSetPool interns).
+bool is_canonical(const TokenSet& set);
 
 struct HeadRange {
   int32_t begin = 0, end = 0;  // [begin, end)
@@ -256,6 +258,11 @@ struct RankProgram {
   int32_t add(Op op, const std::vector<int32_t>& dependencies);
   bool operator==(const RankProgram&) const = default;
 };
+
+class TokenSetPool;
+// The program's own query tokens times the heads they are bound for, summed over its Q inputs
+// (per sequence: not multiplied by the program's batch).
+int64_t query_token_heads(const RankProgram& program, const TokenSetPool& pool);
 
 // Flows that a strategy starts at the same time (e.g. every rank sending K,V to its ring
 // successor). The cost model charges contention among the flows of one set.
