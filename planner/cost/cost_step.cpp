@@ -438,16 +438,6 @@ Schedule CostModel::memory_programs(const Plan& plan) const {
   return programs;
 }
 
-AttentionFootprint CostModel::memory_footprint(const Plan& plan, Schedule* programs) const {
-  detail::FootprintCache::Key key = detail::FootprintCache::key_of(plan);
-  if (const std::optional<AttentionFootprint> known = footprints_->find(key)) return *known;
-  Schedule built = memory_programs(plan);
-  const AttentionFootprint footprint = attention_footprint(plan, built);
-  footprints_->add(std::move(key), footprint);
-  if (programs) *programs = std::move(built);
-  return footprint;
-}
-
 namespace {
 
 // Compute seconds of one micro-batch's forward and backward on a rank, and of its epilogue.
@@ -496,10 +486,84 @@ ComputeSignature compute_signature(int stage_kind, const RankProgram& attention,
   return sig;
 }
 
+// The plan a memo's figures belong to, its placement left out (the placement knobs only permute
+// the GPUs: StrategyImpl::positions).
+struct PlacementFree {
+  StrategyKind strategy = StrategyKind::Ring;
+  StrategyParams params;
+  Workload workload;
+  int ranks = 0;
+  bool operator==(const PlacementFree&) const = default;
+};
+
+PlacementFree placement_free(const Plan& plan) {
+  return {plan.strategy, without_placement(plan.params), plan.workload, plan.num_ranks()};
+}
+
 }  // namespace
 
+struct StepBoundMemo::Impl {
+  std::optional<PlacementFree> plan;
+  struct SequenceRank {
+    AttentionFootprint footprint;
+    size_t ops = 0;
+  };
+  std::map<int, SequenceRank> sequence_ranks;
+  std::map<std::pair<int, int>, ComputeParts> alike;   // (stage kind, sequence rank) -> its parts
+  std::map<ComputeSignature, ComputeParts> computing;  // templates built, by what they compute
+
+  // Whether the memo holds figures of `p` (after forgetting those of another plan).
+  void bind(const Plan& p) {
+    PlacementFree key = placement_free(p);
+    if (plan == key) return;
+    *this = Impl{};
+    plan = std::move(key);
+  }
+};
+
+StepBoundMemo::StepBoundMemo() : impl_(std::make_unique<Impl>()) {}
+StepBoundMemo::~StepBoundMemo() = default;
+
+AttentionFootprint CostModel::memory_footprint(const Plan& plan, Schedule* programs, StepBoundMemo* memo) const {
+  detail::FootprintCache::Key key = detail::FootprintCache::key_of(plan);
+  if (const std::optional<AttentionFootprint> known = footprints_->find(key)) return *known;
+  Schedule built;
+  AttentionFootprint footprint;
+  if (memo && options_.build_per_sequence_rank) {
+    // memory_programs' walk, with the programs of the sequence ranks the memo knows left unbuilt.
+    StepBoundMemo::Impl& m = *memo->impl_;
+    m.bind(plan);
+    ScheduleBuilder builder(plan);
+    built.dims = builder.dims();
+    built.flow_sets = builder.flow_sets();
+    const size_t Pp = size_t(plan.params.pipeline_parallel);
+    size_t walked = 0;
+    int64_t ops = 0;
+    for (int rank : timed_ranks(plan)) {
+      const bool column_done = walked % Pp == 0;
+      if (options_.max_timed_ops > 0 && walked >= 2 && ops >= options_.max_timed_ops && column_done) break;
+      auto [it, fresh] = m.sequence_ranks.try_emplace(sequence_rank(plan, rank));
+      if (fresh) {
+        RankProgram& program = built.ranks.emplace_back(builder.build_rank(rank, built.tokens));
+        it->second = {program_footprint(plan, built.dims, program, built.tokens), program.ops.size()};
+      }
+      footprint.rows = std::max(footprint.rows, it->second.footprint.rows);
+      footprint.buffer_bytes = std::max(footprint.buffer_bytes, it->second.footprint.buffer_bytes);
+      ops += int64_t(it->second.ops);
+      ++walked;
+    }
+  } else {
+    built = memory_programs(plan);
+    footprint = attention_footprint(plan, built);
+  }
+  footprints_->add(std::move(key), footprint);
+  if (programs) *programs = std::move(built);
+  return footprint;
+}
+
 double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, MemoryEstimate* memory,
-                                        double memory_budget_GiB) const {
+                                        double memory_budget_GiB, StepBoundMemo* memo) const {
+  if (!options_.build_per_sequence_rank) memo = nullptr;  // the reference builds every rank
   StepBuilder builder(plan);
   ComputeTimer timer(topology_.gpu(), calibration_, plan.workload);
   const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp, M = plan.workload.microbatches;
@@ -509,7 +573,7 @@ double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, Mem
   // templates' own and are not built twice.
   Schedule attention;
   if (memory) {
-    *memory = step_memory(plan, memory_footprint(plan, &attention));
+    *memory = step_memory(plan, memory_footprint(plan, &attention, memo));
     if (memory->total_GiB > memory_budget_GiB) return std::numeric_limits<double>::infinity();
   }
   const bool reuse = memory && M == 1 && plan.params.virtual_stages <= 1;
@@ -518,8 +582,11 @@ double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, Mem
     built.emplace(attention.ranks[p].rank, p);
   TokenSetPool& pool = attention.tokens;
   std::map<int, std::vector<std::pair<int, ComputeParts>>> columns;  // stage rank -> (stage, parts)
-  std::map<std::pair<int, int>, ComputeParts> alike;                 // (stage_kind, sequence rank) -> its parts
-  std::map<ComputeSignature, ComputeParts> computing;                // templates built, by what they compute
+  StepBoundMemo local;
+  StepBoundMemo::Impl& known_parts = *(memo ? memo : &local)->impl_;
+  known_parts.bind(plan);
+  auto& alike = known_parts.alike;          // (stage_kind, sequence rank) -> its parts
+  auto& computing = known_parts.computing;  // templates built, by what they compute
   double most = -1;
   for (int rank : timed_ranks(plan)) {
     const std::pair<int, int> place{stage_kind(plan, rank), sequence_rank(plan, rank)};

@@ -105,15 +105,21 @@ double in_flight_layers(const StrategyParams& params, const Workload& w, int sta
 
 }  // namespace
 
-AttentionFootprint attention_footprint(const Plan& plan, const Schedule& attention) {
+AttentionFootprint program_footprint(const Plan& plan, const ScheduleDims& dims, const RankProgram& program,
+                                     const TokenSetPool& pool) {
   const Workload& w = plan.workload;
   const int T = plan.params.tensor_parallel, M = w.microbatches;
   // The attention programs hold the whole batch.
+  const int64_t token_heads = query_token_heads(program, pool);
+  return {double(token_heads) / std::max(1, w.heads / T) * rows_of(program) / M, buffer_bytes(dims, program) / M};
+}
+
+AttentionFootprint attention_footprint(const Plan& plan, const Schedule& attention) {
   AttentionFootprint f;
   for (const RankProgram& program : attention.ranks) {
-    const int64_t token_heads = query_token_heads(program, attention.tokens);
-    f.rows = std::max(f.rows, double(token_heads) / std::max(1, w.heads / T) * rows_of(program) / M);
-    f.buffer_bytes = std::max(f.buffer_bytes, buffer_bytes(attention.dims, program) / M);
+    const AttentionFootprint one = program_footprint(plan, attention.dims, program, attention.tokens);
+    f.rows = std::max(f.rows, one.rows);
+    f.buffer_bytes = std::max(f.buffer_bytes, one.buffer_bytes);
   }
   return f;
 }

@@ -115,6 +115,15 @@ Placement placement_of(const StrategyParams& params) {
   return Placement::Default;
 }
 
+StrategyParams without_placement(StrategyParams params) {
+  std::visit(
+      [](auto& knobs) {
+        if constexpr (requires { knobs.placement; }) knobs.placement = {};
+      },
+      params.knobs);
+  return params;
+}
+
 const char* to_string(StrategyKind kind) {
   return name_of(kStrategyNames, kind);
 }

@@ -21,6 +21,7 @@
 #include <wallfacer/topology/topology.hpp>
 #include "orders.hpp"
 #include "parallel.hpp"
+#include "placement_batches.hpp"
 #include "screen.hpp"
 #include "step_jobs.hpp"
 
@@ -176,45 +177,6 @@ std::vector<Work> enumerate_candidates(const Topology& topology, const Workload&
   return work;
 }
 
-}  // namespace
-
-std::string Candidate::describe_params() const {
-  const StrategyParams& p = plan.params;
-  struct Describe {
-    int S;
-    std::string operator()(const NoKnobs&) const { return fmt::format("S={}", S); }
-    std::string operator()(const UspKnobs& k) const { return fmt::format("u={} r={}", k.ulysses, k.ring); }
-    std::string operator()(const DoubleRingKnobs& k) const {
-      return k.ulysses > 1 ? fmt::format("u={} w={}", k.ulysses, k.window) : fmt::format("w={}", k.window);
-    }
-    std::string operator()(const WallFacerKnobs& k) const { return fmt::format("C={}", k.team); }
-  };
-  std::string text = std::visit(Describe{p.sequence_parallel}, p.knobs);
-  if (p.data_parallel > 1) text += fmt::format(" D={}", p.data_parallel);
-  if (p.tensor_parallel > 1) text += fmt::format(" T={}", p.tensor_parallel);
-  if (p.pipeline_parallel > 1) text += fmt::format(" P={}", p.pipeline_parallel);
-  if (p.virtual_stages > 1) text += fmt::format(" V={}", p.virtual_stages);
-  if (plan.workload.microbatches > 1) text += fmt::format(" M={}", plan.workload.microbatches);
-  if (chose_memory_settings)
-    text += fmt::format(" Z{}/{}", plan.workload.zero_stage, to_string(plan.workload.checkpointing)[0]);
-  return text;
-}
-
-std::string Candidate::describe_placement() const {
-  std::string text = to_string(placement_of(plan.params));
-  bool identity = true;
-  for (size_t i = 0; i < local_order.size(); ++i)
-    identity = identity && local_order[i] == int(i);
-  if (!identity) {
-    text += " order=";
-    for (size_t i = 0; i < local_order.size(); ++i)
-      text += fmt::format("{}{}", i ? "," : "", local_order[i]);
-  }
-  return text;
-}
-
-namespace {
-
 struct Searcher {
   const Topology& topology;
   const Workload& workload;
@@ -249,16 +211,25 @@ struct Searcher {
   // warned about afterwards, in the order of `items`, as one thread would have warned.
   template <typename Job>
   void on_threads(const std::vector<Work*>& items, Job&& job) {
+    std::vector<std::vector<Work*>> batches;
+    for (Work* w : items)
+      batches.push_back({w});
+    on_threads(batches, [&](const std::vector<Work*>& batch) { job(*batch.front()); });
+  }
+  // The same with each batch of items on one thread, in its order.
+  template <typename Job>
+  void on_threads(const std::vector<std::vector<Work*>>& batches, Job&& job) {
     in_parallel = true;
     try {
-      detail::for_each_index(items.size(), options.threads, [&](size_t i) { job(*items[i]); });
+      detail::for_each_index(batches.size(), options.threads, [&](size_t i) { job(batches[i]); });
     } catch (...) {
       in_parallel = false;
       throw;
     }
     in_parallel = false;
-    for (Work* w : items)
-      warn_rejected(*w);
+    for (const std::vector<Work*>& batch : batches)
+      for (Work* w : batch)
+        warn_rejected(*w);
   }
   std::vector<Work*> all_work() {
     std::vector<Work*> items;
@@ -619,28 +590,35 @@ struct Searcher {
   // largest first (by the ops of its timed attention programs, which its step templates build
   // again; the sequence-parallel degree for candidates only placed), so that the last ones handed
   // out are short: at 16,384 GPUs the ring of 2,048 ranks took a quarter of the phase, and came
-  // last in enumeration order. Progress is reported by the calling thread alone, with the count
-  // done by all of them.
+  // last in enumeration order. Candidates that differ only in their placement build the same
+  // programs: they are bounded one after the other on one thread, sharing a StepBoundMemo.
+  // Progress is reported by the calling thread alone, with the count done by all of them.
   void compute_bounds(const std::vector<Work*>& bounded) {
     std::vector<Work*> largest_first = bounded;
     std::stable_sort(largest_first.begin(), largest_first.end(), [](const Work* a, const Work* b) {
       return std::pair(a->timed_ops, a->candidate.plan.params.sequence_parallel) >
              std::pair(b->timed_ops, b->candidate.plan.params.sequence_parallel);
     });
+    const std::vector<std::vector<Work*>> alike =
+        detail::placement_batches(largest_first, [](const Work* w) -> const Plan& { return w->candidate.plan; });
     std::atomic<size_t> done{0};
     const std::thread::id caller = std::this_thread::get_id();
     size_t reported = 0;
-    on_threads(largest_first, [&](Work& w) {
-      const bool built = guarded(w, [&] {
-        MemoryEstimate memory;
-        w.estimate = model.step_compute_bound_ms(w.candidate.plan, &w.busiest_rank, w.step_memory ? nullptr : &memory,
-                                                 budget_GiB);
-        if (!w.step_memory) w.step_memory = memory;
-      });
-      if (!built) w.candidate.feasible = false;
-      const size_t now = ++done;
-      if (options.progress && std::this_thread::get_id() == caller)
-        options.progress("bounds", reported = now, largest_first.size());
+    on_threads(alike, [&](const std::vector<Work*>& batch) {
+      StepBoundMemo memo;
+      for (Work* item : batch) {
+        Work& w = *item;
+        const bool built = guarded(w, [&] {
+          MemoryEstimate memory;
+          w.estimate = model.step_compute_bound_ms(w.candidate.plan, &w.busiest_rank, w.step_memory ? nullptr : &memory,
+                                                   budget_GiB, &memo);
+          if (!w.step_memory) w.step_memory = memory;
+        });
+        if (!built) w.candidate.feasible = false;
+        const size_t now = ++done;
+        if (options.progress && std::this_thread::get_id() == caller)
+          options.progress("bounds", reported = now, largest_first.size());
+      }
     });
     if (options.progress && reported < largest_first.size())
       options.progress("bounds", largest_first.size(), largest_first.size());

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <set>
 
 #include <wallfacer/cost/cost_model.hpp>
@@ -283,6 +284,46 @@ TEST(StepShortcuts, RememberedFootprintsGiveTheMemoryOfEachPlanAlone) {
     ++plans;
   });
   EXPECT_GT(plans, 20);
+}
+
+// Plans that differ only in their placement share a StepBoundMemo: every step plan, each of its
+// placements in turn on one memo (which forgets a plan when handed another), with every rank timed
+// and with a sample of 4 ranks (which ranks are sampled depends on the placement), has the bound,
+// the busiest rank and the memory of a model asked for that plan alone; a second placement builds
+// fewer attention programs for its memory than the first.
+TEST(StepShortcuts, PlacementsSharingAMemoGiveTheBoundAndMemoryOfEachAlone) {
+  const Topology topology = testing::switch_nodes(2, 4, 450);
+  for (int sample : {0, 4}) {
+    SCOPED_TRACE(fmt::format("sample {}", sample));
+    CostOptions options;
+    options.max_timed_ranks = sample;
+    StepBoundMemo memo;
+    std::optional<StrategyParams> last;  // the last plan's params, placement left out
+    int placements = 0, fewer = 0;
+    for_each_step_plan(topology, [&](const Plan& plan, const Setting&) {
+      const CostModel shared(topology, Calibration::defaults(), options);
+      const CostModel alone(topology, Calibration::defaults(), options);
+      int busiest = -1, expected_busiest = -1;
+      MemoryEstimate memory, expected;
+      Schedule built;
+      const bool again = last == without_placement(plan.params);
+      if (again) {  // the memo knows the other placement: see what the memory builds
+        shared.memory_footprint(plan, &built, &memo);
+        fewer += built.ranks.size() < alone.memory_programs(plan).ranks.size();
+        ++placements;
+      }
+      const CostModel fresh(topology, Calibration::defaults(), options);  // no footprint remembered
+      EXPECT_EQ(fresh.step_compute_bound_ms(plan, &busiest, &memory, 1e9, &memo),
+                alone.step_compute_bound_ms(plan, &expected_busiest, &expected));
+      EXPECT_EQ(busiest, expected_busiest);
+      EXPECT_EQ(memory.attention_GiB, expected.attention_GiB);
+      EXPECT_EQ(memory.working_GiB, expected.working_GiB);
+      EXPECT_EQ(memory.total_GiB, expected.total_GiB);
+      last = without_placement(plan.params);
+    });
+    EXPECT_GT(placements, 10);
+    EXPECT_GT(fewer, 5);
+  }
 }
 
 // The search prunes whole-step candidates on step_lower_bound_ms: it never exceeds the step, with

@@ -1,6 +1,7 @@
 // The search's thread helpers (planner/search/parallel.hpp): every index handled exactly once
 // whatever the thread count, the first error in index order raised after the ones before it ran,
-// and worker threads that run every job they are given on their own few threads.
+// and worker threads that run every job they are given on their own few threads; and the batches
+// of candidates that differ only in their placement, bounded on one thread (placement_batches.hpp).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,7 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "../common/synthetic_workload.hpp"
 #include "parallel.hpp"
+#include "placement_batches.hpp"
 
 namespace wallfacer::detail {
 namespace {
@@ -97,6 +100,46 @@ TEST(WorkerThreads, SettlesEveryJobWhenDestroyed) {
       EXPECT_EQ(e.code(), std::future_errc::broken_promise);
     }
   }
+}
+
+// Every strategy's candidates on 16 ranks, twice over (the second time under another workload):
+// the batches hold every candidate once, in its order, and two candidates share a batch exactly
+// when their plans are equal but for their placement; the double ring, USP and WallFacer have
+// batches of two placements.
+TEST(PlacementBatches, GroupThePlansEqualButForTheirPlacement) {
+  test::WorkloadShape shape{.seq = 4096, .heads = 8, .kv_heads = 8, .head_dim = 16, .batch = 2};
+  const Workload first = test::synthetic_workload(shape);
+  shape.head_dim = 32;
+  const Workload second = test::synthetic_workload(shape);
+  std::vector<Plan> plans;
+  for (const Workload& w : {first, second})
+    for (StrategyKind kind : {StrategyKind::Ring, StrategyKind::DoubleRing, StrategyKind::Usp, StrategyKind::WallFacer})
+      for (const StrategyParams& params : enumerate_params(kind, w, 16))
+        plans.push_back(test::topology_free_plan(kind, params, w));
+  std::vector<const Plan*> items;
+  for (const Plan& p : plans)
+    items.push_back(&p);
+  const auto batches = placement_batches(items, [](const Plan* p) -> const Plan& { return *p; });
+  auto same = [](const Plan& a, const Plan& b) {
+    return a.strategy == b.strategy && without_placement(a.params) == without_placement(b.params) &&
+           a.workload == b.workload && a.num_ranks() == b.num_ranks();
+  };
+  std::vector<int> seen(plans.size(), 0);
+  std::set<StrategyKind> paired;
+  for (const auto& batch : batches) {
+    for (size_t i = 0; i < batch.size(); ++i) {
+      ++seen[size_t(batch[i] - plans.data())];
+      EXPECT_TRUE(same(*batch[i], *batch.front()));
+      if (i > 0) EXPECT_LT(batch[i - 1], batch[i]);  // in their order
+    }
+    if (batch.size() > 1) paired.insert(batch.front()->strategy);
+  }
+  for (int count : seen)
+    EXPECT_EQ(count, 1);
+  for (size_t a = 0; a < batches.size(); ++a)
+    for (size_t b = a + 1; b < batches.size(); ++b)
+      EXPECT_FALSE(same(*batches[a].front(), *batches[b].front()));
+  EXPECT_EQ(paired, (std::set<StrategyKind>{StrategyKind::DoubleRing, StrategyKind::Usp, StrategyKind::WallFacer}));
 }
 
 }  // namespace

@@ -142,6 +142,27 @@ struct RankTiming;
 
 struct StepTemplate;
 
+// What step_compute_bound_ms and memory_footprint learn of a plan's ranks that does not depend
+// on the GPUs they run on: per sequence rank, its attention program's footprint and op count; per
+// (stage kind, sequence rank) and per kind of compute, the compute of one micro-batch. Plans
+// that differ only in their placement (a context-first and a head-first double ring, WallFacer's
+// two team placements: permutations of the GPUs) build the same programs, so one memo handed to
+// each of them in turn builds those programs once. A memo holds the figures of one plan, its
+// placement left out: handed a plan of another strategy, other parameters or another workload,
+// it forgets what it held. Not for two threads at once.
+class StepBoundMemo {
+ public:
+  StepBoundMemo();
+  ~StepBoundMemo();
+  StepBoundMemo(const StepBoundMemo&) = delete;
+  StepBoundMemo& operator=(const StepBoundMemo&) = delete;
+
+ private:
+  friend class CostModel;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // How the ops of a schedule wait for each other (which message ends and collectives start
 // together), prepared once to price the schedule many times: the search prices one schedule under
 // every GPU order. Refers to `schedule`, which must outlive it and keep its ranks. It also keeps
@@ -198,8 +219,11 @@ class CostModel {
   // timed ranks' attention programs), found from the programs the bound builds anyway. A memory
   // above `memory_budget_GiB` leaves the bound untaken (infinity, `busiest_rank` untouched): a
   // search rejects that candidate on its memory, and the templates are most of the bound's work.
+  // `memo`, when given, keeps what the bound learns for the next plan that differs only in its
+  // placement, and supplies what it learnt of the last one: the same bound and memory.
   double step_compute_bound_ms(const Plan& plan, int* busiest_rank = nullptr, MemoryEstimate* memory = nullptr,
-                               double memory_budget_GiB = std::numeric_limits<double>::infinity()) const;
+                               double memory_budget_GiB = std::numeric_limits<double>::infinity(),
+                               StepBoundMemo* memo = nullptr) const;
   // A lower bound of evaluate_step(plan).step_ms that counts communication: the whole step of
   // `rank`'s pipeline column (the rank alone without pipeline parallelism) timed as
   // Timing::LowerBound; any rank gives a bound, -1 the busiest one of step_compute_bound_ms (under
@@ -224,7 +248,9 @@ class CostModel {
   // not depend on the ZeRO stage or the checkpointing mode, so a search under other memory
   // settings, as the suggestions run, finds it again). `programs`, when given and the footprint
   // is not known yet, receives the programs it was read off.
-  AttentionFootprint memory_footprint(const Plan& plan, Schedule* programs = nullptr) const;
+  // With `memo`, the sequence ranks it knows are not built again (`programs` holds the others).
+  AttentionFootprint memory_footprint(const Plan& plan, Schedule* programs = nullptr,
+                                      StepBoundMemo* memo = nullptr) const;
 
  private:
   // What of a prepared schedule's op durations does not depend on the GPU order (OrderFree).
@@ -287,6 +313,9 @@ double parameter_state_bytes(const Workload& workload, double params, int ranks)
 // transient, on the fullest pipeline stage.
 MemoryEstimate step_memory(const Plan& plan, const Schedule& attention);
 AttentionFootprint attention_footprint(const Plan& plan, const Schedule& attention);
+// The footprint of one attention program (attention_footprint is the largest of its programs').
+AttentionFootprint program_footprint(const Plan& plan, const ScheduleDims& dims, const RankProgram& program,
+                                     const TokenSetPool& pool);
 MemoryEstimate step_memory(const Plan& plan, const AttentionFootprint& footprint);
 // Model state and checkpointed activations of a plan on `ranks` GPUs, without the attention
 // buffers (those need the schedule).

@@ -84,6 +84,9 @@ StrategyKnobs default_knobs(StrategyKind strategy);
 bool knobs_fit(StrategyKind strategy, const StrategyParams& params);
 // The placement's name-level value (Default for strategies without a choice).
 Placement placement_of(const StrategyParams& params);
+// `params` with the placement knob at its default: placements only permute the GPUs a strategy
+// runs on (StrategyImpl::positions), so plans equal in all else build the same programs.
+StrategyParams without_placement(StrategyParams params);
 // Read-only views for code that compares or prints the parameters of any strategy: the knob's
 // value, 1 where the strategy has no such knob.
 int team_size(const StrategyParams& params);       // WallFacer C
