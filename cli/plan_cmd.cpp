@@ -446,6 +446,7 @@ int run_plan(const PlanFlags& flags) {
   options.progress = search_progress(show_progress);
   options.priced_top = flags.top;  // the rows shown are priced, as pricing every candidate would rank them
   options.threads = flags.jobs;
+  options.strategy_bests = flags.simulate_top == 0;  // the explanation compares each strategy's best
   warn_about_assumptions(topology, calibration, workload, options.scope == Scope::Step);
   Ranked ranked{search_plans(topology, workload, model, options), {}};
   if (show_progress) fmt::print(stderr, "\r\x1b[K");

@@ -509,6 +509,7 @@ struct StepBoundMemo::Impl {
     size_t ops = 0;
   };
   std::map<int, SequenceRank> sequence_ranks;
+  std::map<int, size_t> program_ops;                   // sequence rank -> its attention program's ops
   std::map<std::pair<int, int>, ComputeParts> alike;   // (stage kind, sequence rank) -> its parts
   std::map<ComputeSignature, ComputeParts> computing;  // templates built, by what they compute
 
@@ -542,10 +543,12 @@ AttentionFootprint CostModel::memory_footprint(const Plan& plan, Schedule* progr
     for (int rank : timed_ranks(plan)) {
       const bool column_done = walked % Pp == 0;
       if (options_.max_timed_ops > 0 && walked >= 2 && ops >= options_.max_timed_ops && column_done) break;
-      auto [it, fresh] = m.sequence_ranks.try_emplace(sequence_rank(plan, rank));
+      const int s = sequence_rank(plan, rank);
+      auto [it, fresh] = m.sequence_ranks.try_emplace(s);
       if (fresh) {
         RankProgram& program = built.ranks.emplace_back(builder.build_rank(rank, built.tokens));
         it->second = {program_footprint(plan, built.dims, program, built.tokens), program.ops.size()};
+        m.program_ops[s] = program.ops.size();
       }
       footprint.rows = std::max(footprint.rows, it->second.footprint.rows);
       footprint.buffer_bytes = std::max(footprint.buffer_bytes, it->second.footprint.buffer_bytes);
@@ -561,7 +564,7 @@ AttentionFootprint CostModel::memory_footprint(const Plan& plan, Schedule* progr
   return footprint;
 }
 
-double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, MemoryEstimate* memory,
+double CostModel::step_compute_bound_ms(const Plan& plan, BoundRank* busiest_rank, MemoryEstimate* memory,
                                         double memory_budget_GiB, StepBoundMemo* memo) const {
   if (!options_.build_per_sequence_rank) memo = nullptr;  // the reference builds every rank
   StepBuilder builder(plan);
@@ -588,7 +591,13 @@ double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, Mem
   auto& alike = known_parts.alike;          // (stage_kind, sequence rank) -> its parts
   auto& computing = known_parts.computing;  // templates built, by what they compute
   double most = -1;
+  // build_timed's walk: the ranks past its op budget are not timed (a rank counts the ops of its
+  // sequence rank's program, which it renames).
+  const size_t column = size_t(Pp);
+  size_t walked = 0;
+  int64_t ops = 0;
   for (int rank : timed_ranks(plan)) {
+    if (options_.max_timed_ops > 0 && walked >= 2 && ops >= options_.max_timed_ops && walked % column == 0) break;
     const std::pair<int, int> place{stage_kind(plan, rank), sequence_rank(plan, rank)};
     auto same = alike.find(place);
     if (same == alike.end() || !options_.build_per_sequence_rank) {
@@ -596,6 +605,7 @@ double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, Mem
       // Each rank is timed once: its program in `attention` is not read again.
       RankProgram program =
           have != built.end() ? std::move(attention.ranks[have->second]) : builder.build_attention(rank, pool);
+      known_parts.program_ops[place.second] = program.ops.size();
       ComputeSignature sig = compute_signature(place.first, program, timer, pool);
       auto known = computing.find(sig);
       if (known == computing.end() || !options_.build_per_sequence_rank)
@@ -608,8 +618,11 @@ double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, Mem
     const ComputeParts parts = same->second;
     columns[rank % W].push_back({rank / W, parts});
     const double seconds = M * (parts.forward + parts.backward) + parts.epilogue;
-    if (busiest_rank && seconds > most) most = seconds, *busiest_rank = rank;
+    if (busiest_rank && seconds > most) most = seconds, busiest_rank->rank = rank;
+    ops += int64_t(known_parts.program_ops.at(place.second));
+    ++walked;
   }
+  if (busiest_rank) busiest_rank->sampled = walked < size_t(plan.num_ranks());
   // Each rank's compute stream runs its micro-batches one op at a time; in a pipeline, a stage's
   // first forward also waits for the earlier stages' forward of that micro-batch, and the step
   // ends after the earlier stages ran the last micro-batch's backward.
@@ -627,9 +640,10 @@ double CostModel::step_compute_bound_ms(const Plan& plan, int* busiest_rank, Mem
   return busiest * 1e3;
 }
 
-double CostModel::step_lower_bound_ms(const Plan& plan, int rank) const {
+double CostModel::step_lower_bound_ms(const Plan& plan, BoundRank busiest) const {
   WF_ASSERT(plan.scope == Scope::Step, "step_lower_bound_ms needs a plan of step scope");
-  if (rank < 0) step_compute_bound_ms(plan, &rank);
+  if (busiest.rank < 0) step_compute_bound_ms(plan, &busiest);
+  const int rank = busiest.rank;
   StepBuilder builder(plan);
   Schedule step;  // the column's dims, flow sets and token sets
   step.dims = builder.dims();
@@ -652,7 +666,8 @@ double CostModel::step_lower_bound_ms(const Plan& plan, int rank) const {
   // Each copy of a template op lasts the template op's time, read through the template (no list
   // of durations per unrolled op: the bound is taken for most candidates of a search).
   const std::vector<std::vector<double>> once = template_op_durations(plan, step, programs);
-  const detail::TimelineShape shape(views, detail::PairMode::StagesOnly);
+  const detail::TimelineShape shape(views,
+                                    busiest.sampled ? detail::PairMode::Symmetric : detail::PairMode::StagesOnly);
   detail::TimelineShape::RunOptions options;
   options.by_template_op = true;
   return summarize_timings(plan, shape.run(once, nullptr, options), nullptr).step_ms;

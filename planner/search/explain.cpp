@@ -89,26 +89,39 @@ std::string candidate_label(const Candidate& c) {
 }
 
 void complete_strategy_bests(SearchResult& result, const CostModel& model, double memory_budget_GiB, int threads) {
-  std::set<StrategyKind> seen;
-  std::vector<Candidate*> to_price;
-  for (Candidate& c : result.candidates) {
-    if (!c.feasible || !seen.insert(c.plan.strategy).second) continue;
-    if (!c.pruned || c.plan.ranks.empty()) continue;
-    to_price.push_back(&c);
-  }
-  // Each priced on its own: one candidate per thread.
-  detail::for_each_index(to_price.size(), threads,
-                         [&](size_t i) { to_price[i]->cost = model.evaluate(to_price[i]->plan); });
-  for (Candidate* c : to_price) {
-    c->plan.prediction = c->cost.to_prediction();
-    c->pruned = false;
-    c->reason.clear();
-    if (c->cost.memory.total_GiB > memory_budget_GiB) {
-      c->feasible = false;
-      c->reason = fmt::format("needs {:.1f} GiB > {:.1f} GiB budget", c->cost.memory.total_GiB, memory_budget_GiB);
+  // Each round prices at most one candidate of each strategy, the pruned one of least bound (the
+  // ranking lists them by bound), while its bound is below the strategy's best step priced.
+  for (;;) {
+    std::map<StrategyKind, double> best;  // priced ones come first, by step
+    std::set<StrategyKind> seen;
+    std::vector<Candidate*> to_price;
+    for (Candidate& c : result.candidates) {
+      if (!c.feasible) continue;
+      const StrategyKind kind = c.plan.strategy;
+      if (!c.pruned) {
+        best.try_emplace(kind, c.cost.step_ms);
+        continue;
+      }
+      if (c.plan.ranks.empty() || !seen.insert(kind).second) continue;
+      const auto priced = best.find(kind);
+      if (priced == best.end() || (!c.screened && c.cost.step_ms < priced->second)) to_price.push_back(&c);
     }
+    if (to_price.empty()) return;
+    // Each priced on its own: one candidate per thread.
+    detail::for_each_index(to_price.size(), threads,
+                           [&](size_t i) { to_price[i]->cost = model.evaluate(to_price[i]->plan); });
+    for (Candidate* c : to_price) {
+      c->plan.prediction = c->cost.to_prediction();
+      c->pruned = false;
+      c->screened = false;
+      c->reason.clear();
+      if (c->cost.memory.total_GiB > memory_budget_GiB) {
+        c->feasible = false;
+        c->reason = fmt::format("needs {:.1f} GiB > {:.1f} GiB budget", c->cost.memory.total_GiB, memory_budget_GiB);
+      }
+    }
+    restore_order(result);
   }
-  if (!to_price.empty()) restore_order(result);
 }
 
 void merge_same_schedules(SearchResult& result, const CostModel& model, int threads) {

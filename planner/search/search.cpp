@@ -41,9 +41,9 @@ struct Work {
   Schedule schedule;       // timed ranks built so far
   double lower_bound = 0;  // step time of the first timed rank, best over orders
   bool bounded = false;
-  double estimate = 0;    // closed-form screen, rescaled per strategy
-  bool screened = false;  // left out by the screen: listed with its estimate, not priced
-  int busiest_rank = -1;  // whole step: the timed rank with the most compute (its bound's rank)
+  double estimate = 0;     // closed-form screen, rescaled per strategy
+  bool screened = false;   // left out by the screen: listed with its estimate, not priced
+  BoundRank busiest_rank;  // whole step: the timed rank with the most compute (its bound's rank)
   // Whole step: the step memory of the chosen ZeRO stage and checkpointing mode, when
   // choose_memory_settings computed it (what evaluate_step would report, from the same model).
   std::optional<MemoryEstimate> step_memory;
@@ -303,6 +303,7 @@ struct Searcher {
       Work& w = work[i];
       w.priced = false;
       w.screened = true;
+      w.candidate.screened = true;
       Candidate& c = w.candidate;
       c.feasible = true;
       c.pruned = true;
@@ -471,6 +472,7 @@ struct Searcher {
       if (next == nullptr) return;
       Work& w = *next;
       w.screened = false;
+      w.candidate.screened = false;
       w.priced = true;
       w.candidate.pruned = false;
       w.candidate.feasible = false;
@@ -566,16 +568,16 @@ struct Searcher {
   // (at 16,384 GPUs the runner-up's bound is 3.6 times the best step), and its price, the
   // costliest job, would only slow the one the search waits for.
   static constexpr double kPriceAheadReach = 1.5;
-  template <typename Queue>
-  static void work_ahead(detail::StepJobs& jobs, const Queue& queued, const std::vector<Work*>& feasible, double best,
-                         double timed) {
+  template <typename Queue, typename Prunes>
+  static void work_ahead(detail::StepJobs& jobs, const Queue& queued, const std::vector<Work*>& feasible,
+                         const Prunes& prunes, double timed) {
     if (jobs.busy()) return;  // one thread, or all of them working: no copy of the queue
     Queue queue = queued;
     while (!queue.empty() && !jobs.busy()) {
       const Queued q = queue.top();
       queue.pop();
-      if (q.timed ? q.key > best : q.key >= best) return;  // it and everything after it would be pruned now
       const Work& w = *feasible[q.order];
+      if (prunes(q, w)) continue;  // pruned now, whatever is priced before it
       if (!q.timed) {
         jobs.bound_ahead(q.order, w.candidate.plan, w.busiest_rank);
         continue;
@@ -659,6 +661,16 @@ struct Searcher {
     // last of them.
     std::priority_queue<double> top;
     double best = std::numeric_limits<double>::infinity();
+    std::map<StrategyKind, double> strategy_best;  // with options.strategy_bests: each one's best step
+    // The compute bound prunes at the best step (as before the timed bound existed); the timed
+    // bound only above it, so that a candidate building the same schedule as the best is priced.
+    auto beyond = [](const Queued& q, double step) { return q.timed ? q.key > step : q.key >= step; };
+    auto prunes = [&](const Queued& q, const Work& w) {
+      if (!beyond(q, best)) return false;
+      if (!options.strategy_bests) return true;
+      const auto known = strategy_best.find(w.candidate.plan.strategy);
+      return known != strategy_best.end() && beyond(q, known->second);
+    };
     detail::StepJobs jobs(model, options.threads);
     size_t done = 0;
     while (!queue.empty()) {
@@ -666,22 +678,20 @@ struct Searcher {
       queue.pop();
       Work& w = *feasible[q.order];
       Candidate& c = w.candidate;
-      // The compute bound prunes at the best step (as before the timed bound existed); the timed
-      // bound only above it, so that a candidate building the same schedule as the best is priced.
-      if (q.timed ? q.key > best : q.key >= best) {
+      if (prunes(q, w)) {
         if (options.progress) options.progress("steps", done++, feasible.size());
         prune_step(w, q);
         continue;
       }
       if (!q.timed) {
-        auto more_ahead = [&] { work_ahead(jobs, queue, feasible, best, std::numeric_limits<double>::infinity()); };
+        auto more_ahead = [&] { work_ahead(jobs, queue, feasible, prunes, std::numeric_limits<double>::infinity()); };
         jobs.bound_ahead(q.order, c.plan, w.busiest_rank);
         more_ahead();
         queue.push({std::max(q.key, jobs.bound(q.order, c.plan, w.busiest_rank, more_ahead)), q.order, true});
         continue;
       }
       if (options.progress) options.progress("steps", done++, feasible.size());
-      auto more_ahead = [&] { work_ahead(jobs, queue, feasible, best, q.key); };
+      auto more_ahead = [&] { work_ahead(jobs, queue, feasible, prunes, q.key); };
       jobs.price_ahead(q.order, c.plan);
       more_ahead();
       c.cost = jobs.price(q.order, c.plan, more_ahead);
@@ -689,6 +699,8 @@ struct Searcher {
       c.reason.clear();
       check_memory(c, budget_GiB);
       if (!c.feasible) continue;
+      auto [known, first] = strategy_best.try_emplace(c.plan.strategy, c.cost.step_ms);
+      if (!first) known->second = std::min(known->second, c.cost.step_ms);
       top.push(c.cost.step_ms);
       if (int(top.size()) > std::max(1, options.priced_top)) top.pop();
       if (int(top.size()) == std::max(1, options.priced_top)) best = top.top();

@@ -25,7 +25,7 @@ class StepJobs {
       : model_(model), threads_(std::max(1, threads)), workers_(threads_ > 1 ? threads_ : 0) {}
   // Starts the timed bound of `plan` (known to the search as `order`) at `rank`, or its price,
   // unless under way, within the thread count.
-  void bound_ahead(size_t order, const Plan& plan, int rank) {
+  void bound_ahead(size_t order, const Plan& plan, BoundRank rank) {
     if (busy() || bounds_.count(order)) return;
     bounds_.emplace(order, workers_.submit([this, plan, rank] { return model_.step_lower_bound_ms(plan, rank); }));
   }
@@ -42,7 +42,7 @@ class StepJobs {
   // `more_ahead` is called whenever a thread comes free, to give it the next job), or computed
   // here when none is.
   template <typename MoreAhead>
-  double bound(size_t order, const Plan& plan, int rank, MoreAhead&& more_ahead) {
+  double bound(size_t order, const Plan& plan, BoundRank rank, MoreAhead&& more_ahead) {
     return take(
         bounds_, order, [&] { return model_.step_lower_bound_ms(plan, rank); }, more_ahead);
   }

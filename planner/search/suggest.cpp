@@ -48,6 +48,7 @@ struct Trial {
     // suggestion names the best plan alone, which pricing one step at a time finds the same.
     options.mode = SearchMode::Heuristic;
     options.priced_top = 1;
+    options.strategy_bests = false;  // no explanation of a trial
     options.progress = trial_progress(options.progress);
     try {
       validate(workload, flags);

@@ -174,11 +174,12 @@ TEST(StepShortcuts, ComputeBoundWithMemoryEqualsBoundAndStepMemory) {
     const CostModel model(topology, Calibration::defaults(), options);
     int plans = 0;
     for_each_step_plan(topology, [&](const Plan& plan, const Setting&) {
-      int alone = -1, with_memory = -1;
+      BoundRank alone, with_memory;
       MemoryEstimate memory;
       const double bound = model.step_compute_bound_ms(plan, &alone);
       EXPECT_EQ(model.step_compute_bound_ms(plan, &with_memory, &memory), bound);
-      EXPECT_EQ(with_memory, alone);
+      EXPECT_EQ(with_memory.rank, alone.rank);
+      EXPECT_EQ(with_memory.sampled, alone.sampled);
       EXPECT_EQ(memory.total_GiB, model.evaluate_step(plan).memory.total_GiB);
       ++plans;
     });
@@ -204,11 +205,12 @@ TEST(StepShortcuts, ProgramsPerSequenceRankGiveTheSameBoundAndMemory) {
     const CostModel reference(topology, Calibration::defaults(), every);
     int fewer = 0;
     for_each_step_plan(topology, [&](const Plan& plan, const Setting&) {
-      int busiest = -1, expected_busiest = -1;
+      BoundRank busiest, expected_busiest;
       MemoryEstimate memory, expected;
       EXPECT_EQ(model.step_compute_bound_ms(plan, &busiest, &memory),
                 reference.step_compute_bound_ms(plan, &expected_busiest, &expected));
-      EXPECT_EQ(busiest, expected_busiest);
+      EXPECT_EQ(busiest.rank, expected_busiest.rank);
+      EXPECT_EQ(busiest.sampled, expected_busiest.sampled);
       EXPECT_EQ(memory.model_state_GiB, expected.model_state_GiB);
       EXPECT_EQ(memory.activations_GiB, expected.activations_GiB);
       EXPECT_EQ(memory.attention_GiB, expected.attention_GiB);
@@ -246,10 +248,11 @@ TEST(StepShortcuts, MiddleStagesGiveTheBoundOfEveryStage) {
           plan.scope = Scope::Step;
           SCOPED_TRACE(
               fmt::format("{} {} P={} V={}", to_string(kind), params.sequence_parallel, stages, virtual_stages));
-          int busiest = -1, expected_busiest = -1;
+          BoundRank busiest, expected_busiest;
           EXPECT_EQ(model.step_compute_bound_ms(plan, &busiest),
                     reference.step_compute_bound_ms(plan, &expected_busiest));
-          EXPECT_EQ(busiest, expected_busiest);
+          EXPECT_EQ(busiest.rank, expected_busiest.rank);
+          EXPECT_EQ(busiest.sampled, expected_busiest.sampled);
           ++plans;
         }
   EXPECT_GT(plans, 10);
@@ -303,7 +306,7 @@ TEST(StepShortcuts, PlacementsSharingAMemoGiveTheBoundAndMemoryOfEachAlone) {
     for_each_step_plan(topology, [&](const Plan& plan, const Setting&) {
       const CostModel shared(topology, Calibration::defaults(), options);
       const CostModel alone(topology, Calibration::defaults(), options);
-      int busiest = -1, expected_busiest = -1;
+      BoundRank busiest, expected_busiest;
       MemoryEstimate memory, expected;
       Schedule built;
       const bool again = last == without_placement(plan.params);
@@ -315,7 +318,8 @@ TEST(StepShortcuts, PlacementsSharingAMemoGiveTheBoundAndMemoryOfEachAlone) {
       const CostModel fresh(topology, Calibration::defaults(), options);  // no footprint remembered
       EXPECT_EQ(fresh.step_compute_bound_ms(plan, &busiest, &memory, 1e9, &memo),
                 alone.step_compute_bound_ms(plan, &expected_busiest, &expected));
-      EXPECT_EQ(busiest, expected_busiest);
+      EXPECT_EQ(busiest.rank, expected_busiest.rank);
+      EXPECT_EQ(busiest.sampled, expected_busiest.sampled);
       EXPECT_EQ(memory.attention_GiB, expected.attention_GiB);
       EXPECT_EQ(memory.working_GiB, expected.working_GiB);
       EXPECT_EQ(memory.total_GiB, expected.total_GiB);
@@ -328,23 +332,35 @@ TEST(StepShortcuts, PlacementsSharingAMemoGiveTheBoundAndMemoryOfEachAlone) {
 
 // The search prunes whole-step candidates on step_lower_bound_ms: it never exceeds the step, with
 // every rank timed (messages paired with their real other ends, collectives meeting) and with a
-// sample of 4 ranks (symmetric partners), and it is at least the compute of the rank it times.
+// sample of 4 ranks (symmetric partners), and it is at least the compute of the rank it times. On
+// a sample the busiest rank's column is timed as the step times it: never below its bound with
+// only the stage messages paired, and the step itself where that column ends last.
 TEST(StepShortcuts, TimedLowerBoundNeverExceedsTheStep) {
   const Topology topology = testing::switch_nodes(2, 4, 450);
-  CostOptions sampled;
-  sampled.max_timed_ranks = 4;
-  int checked = 0;
-  for (const CostOptions& options : {CostOptions{}, sampled}) {
+  CostOptions sampled_options;
+  sampled_options.max_timed_ranks = 4;
+  int checked = 0, sampled = 0, exact = 0;
+  for (const CostOptions& options : {CostOptions{}, sampled_options}) {
     const CostModel model(topology, Calibration::defaults(), options);
     for_each_step_plan(topology, [&](const Plan& plan, const Setting&) {
       const double bound = model.step_lower_bound_ms(plan);
       const CostBreakdown step = model.evaluate_step(plan);
       EXPECT_LE(bound, step.step_ms * (1 + 1e-12));
       EXPECT_GT(bound, 0.5 * step.parts.compute_ms);
+      BoundRank busiest;
+      model.step_compute_bound_ms(plan, &busiest);
+      EXPECT_EQ(busiest.sampled, int(model.timed_ranks(plan).size()) < plan.num_ranks());
+      if (busiest.sampled) {
+        ++sampled;
+        EXPECT_GE(bound, model.step_lower_bound_ms(plan, {busiest.rank, false}));
+        exact += bound == step.step_ms;
+      }
       ++checked;
     });
   }
   EXPECT_GT(checked, 40);
+  EXPECT_GT(sampled, 20);
+  EXPECT_GT(exact, sampled / 4);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <regex>
 #include <set>
 #include <string>
@@ -394,6 +395,51 @@ TEST(StepSearch, BoundsNeverPruneTheBestStep) {
     const Candidate& c = top3.candidates[i];
     EXPECT_TRUE(c.feasible && !c.pruned) << i;
     EXPECT_NEAR(c.cost.step_ms, steps[i], 1e-9 * steps[i]) << i;
+  }
+}
+
+// A sample of 4 timed ranks (each pipeline column timed on its own, so that the timed bound is the
+// busiest column's own end) and every strategy's best asked for: brute force (every feasible
+// candidate priced, memory checked) finds no step below a pruned candidate's bound, and each
+// strategy's best step among those the search priced is its best of all; on three threads the
+// same candidates are priced and pruned.
+TEST(StepSearch, SampledBoundsAndStrategyBestsAgreeWithPricingEveryCandidate) {
+  const Topology topology = Topology::load("dgx-h100", 2);
+  const Workload w = small_step_workload();
+  CostOptions sampled;
+  sampled.max_timed_ranks = 4;
+  const CostModel model(topology, Calibration::defaults(), sampled);
+  SearchOptions options = tensor_and_pipeline_step_search();
+  options.strategy_bests = true;
+  const SearchResult result = search_plans(topology, w, model, options);
+  ASSERT_GE(result.best, 0);
+  const double budget = options.memory_budget_fraction * topology.gpu().memory_GiB;
+  std::map<StrategyKind, double> truth, found;
+  int timed_pruned = 0;
+  for (const Candidate& c : result.candidates) {
+    if (!c.feasible) continue;
+    const CostBreakdown full = model.evaluate_step(c.plan);
+    if (full.memory.total_GiB > budget) continue;
+    auto [it, first] = truth.try_emplace(c.plan.strategy, full.step_ms);
+    if (!first) it->second = std::min(it->second, full.step_ms);
+    if (c.pruned) {
+      EXPECT_LE(c.cost.step_ms, full.step_ms * (1 + 1e-12)) << c.describe_params() << ": " << c.reason;
+      timed_pruned += c.reason.find("alone takes") != std::string::npos;
+      continue;
+    }
+    auto [f, none] = found.try_emplace(c.plan.strategy, c.cost.step_ms);
+    if (!none) f->second = std::min(f->second, c.cost.step_ms);
+  }
+  EXPECT_GT(timed_pruned, 0);
+  ASSERT_EQ(found.size(), truth.size());
+  for (const auto& [kind, step] : truth)
+    EXPECT_NEAR(found[kind], step, 1e-9 * step) << to_string(kind);
+  options.threads = 3;
+  const SearchResult threaded = search_plans(topology, w, model, options);
+  ASSERT_EQ(threaded.candidates.size(), result.candidates.size());
+  for (size_t i = 0; i < result.candidates.size(); ++i) {
+    EXPECT_EQ(threaded.candidates[i].pruned, result.candidates[i].pruned) << i;
+    EXPECT_EQ(threaded.candidates[i].cost.step_ms, result.candidates[i].cost.step_ms) << i;
   }
 }
 

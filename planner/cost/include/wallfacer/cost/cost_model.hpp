@@ -191,6 +191,15 @@ class PreparedTiming {
   static constexpr size_t kMaxTimedDoubles = size_t(1) << 23;  // 64 MiB
 };
 
+// The rank whose pipeline column a whole step's timed bound times (CostModel::step_lower_bound_ms):
+// the busiest of the ranks evaluate_step times, and whether those are a sample (fewer than the
+// plan's ranks), which evaluate_step times column by column, each column on its own
+// (PairMode::Symmetric).
+struct BoundRank {
+  int rank = -1;
+  bool sampled = false;
+};
+
 class CostModel {
  public:
   CostModel(const Topology& topology, Calibration calibration, CostOptions options = {});
@@ -212,25 +221,33 @@ class CostModel {
   // A lower bound of evaluate_step(plan).step_ms without timing: the busiest timed rank's compute
   // stream, which runs one op at a time (every layer's compute ops included), plus, in a
   // pipeline, the earlier stages' compute of one micro-batch that must run before its first
-  // forward and after its last backward.
-  // `busiest_rank`, when given, receives the timed rank with the most compute (M micro-batches'
-  // forward and backward and the epilogue; the first in timed_ranks order on ties).
+  // forward and after its last backward. The timed ranks are those evaluate_step times: the
+  // sample of timed_ranks within the op budget (build_timed).
+  // `busiest`, when given, receives the timed rank with the most compute (M micro-batches'
+  // forward and backward and the epilogue; the first in timed_ranks order on ties) and whether
+  // the timed ranks are a sample.
   // `memory`, when given, receives the step memory evaluate_step reports (step_memory of the
   // timed ranks' attention programs), found from the programs the bound builds anyway. A memory
-  // above `memory_budget_GiB` leaves the bound untaken (infinity, `busiest_rank` untouched): a
-  // search rejects that candidate on its memory, and the templates are most of the bound's work.
+  // above `memory_budget_GiB` leaves the bound untaken (infinity): a
+  // search rejects that candidate on its memory, and the templates are most of the bound's work
+  // (`busiest` untouched).
   // `memo`, when given, keeps what the bound learns for the next plan that differs only in its
   // placement, and supplies what it learnt of the last one: the same bound and memory.
-  double step_compute_bound_ms(const Plan& plan, int* busiest_rank = nullptr, MemoryEstimate* memory = nullptr,
+  double step_compute_bound_ms(const Plan& plan, BoundRank* busiest = nullptr, MemoryEstimate* memory = nullptr,
                                double memory_budget_GiB = std::numeric_limits<double>::infinity(),
                                StepBoundMemo* memo = nullptr) const;
   // A lower bound of evaluate_step(plan).step_ms that counts communication: the whole step of
-  // `rank`'s pipeline column (the rank alone without pipeline parallelism) timed as
-  // Timing::LowerBound; any rank gives a bound, -1 the busiest one of step_compute_bound_ms (under
-  // a causal contiguous layout the first rank has the least attention work and the most slack).
-  // Its ops start when their own rank allows; only the stage messages wait for their other end.
-  // Pairing only delays ops, and the step ends with its last rank.
-  double step_lower_bound_ms(const Plan& plan, int rank = -1) const;
+  // `busiest.rank`'s pipeline column (the rank alone without pipeline parallelism); rank -1 takes
+  // the busiest of step_compute_bound_ms (under a causal contiguous layout the first rank has the
+  // least attention work and the most slack).
+  // When evaluate_step times a sample (`busiest.sampled`, as step_compute_bound_ms finds it, for
+  // a rank it times), the column is timed exactly as evaluate_step times it, each column on its own
+  // with its messages met by its own symmetric ends: the step is the latest end of those columns,
+  // so the bound is one of them. Otherwise (every rank timed, whose messages meet their real other
+  // ends; any rank gives a bound) its ops start when their own rank allows and only the stage
+  // messages wait for their other end (PairMode::StagesOnly): pairing only delays ops, and the
+  // step ends with its last rank.
+  double step_lower_bound_ms(const Plan& plan, BoundRank busiest = {}) const;
   const Topology& topology() const { return topology_; }
   const Calibration& calibration() const { return calibration_; }
   const CostOptions& options() const { return options_; }

@@ -19,8 +19,10 @@ std::string candidate_label(const Candidate& candidate);
 
 // Prices in full the best candidate of each strategy when the step search left it pruned at its
 // bound (so every strategy's best has its parts), checks its memory against the budget again, and
-// keeps the ranking order. The candidates are priced on up to `threads` threads; the result does
-// not depend on how many.
+// keeps the ranking order: the candidates pruned at a bound below their strategy's best step, as
+// pricing every candidate would find that best (lowest bound first, until none is left), and a
+// strategy's first candidate when none of it was priced (a screened one's estimate is no bound).
+// The candidates are priced on up to `threads` threads; the result does not depend on how many.
 void complete_strategy_bests(SearchResult& result, const CostModel& model, double memory_budget_GiB, int threads = 1);
 
 // Merges feasible candidates that build the same schedule (equal predicted steps and equal

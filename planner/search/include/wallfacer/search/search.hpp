@@ -58,6 +58,11 @@ struct SearchOptions {
   // so far, so the best `priced_top` candidates are all priced, the ones pricing every candidate
   // would rank first (a table of that many rows shows what it would show).
   int priced_top = 1;
+  // Whole step: a candidate is also priced while its bound is below the best step of its strategy
+  // priced so far (or none of its strategy is priced yet), so that every strategy's best candidate
+  // is priced, the one pricing every candidate would find (what an explanation compares the winner
+  // with: complete_strategy_bests then has nothing left to price).
+  bool strategy_bests = false;
   // Threads the search bounds and prices candidates on: independent bounds one candidate per
   // thread, and the candidates it will price next priced ahead; what is bounded, priced and
   // pruned, and the ranking, do not depend on the count (docs/cost-model.md).
@@ -79,6 +84,7 @@ struct Candidate {
   // than the best plan (cost is then a lower bound), or the closed-form screen left it out on a
   // large cluster (cost.step_ms is then that estimate). `reason` says which.
   bool pruned = false;
+  bool screened = false;               // pruned by the screen: cost.step_ms is an estimate, not a bound
   std::vector<int> local_order;        // node-local GPU order used (empty when the rules reject it)
   bool chose_memory_settings = false;  // the search picked its ZeRO stage and checkpointing mode
   // Set by the explanation of a ranking (wallfacer/search/explain.hpp): the candidates that build
