@@ -564,7 +564,7 @@ AttentionFootprint CostModel::memory_footprint(const Plan& plan, Schedule* progr
   return footprint;
 }
 
-double CostModel::step_compute_bound_ms(const Plan& plan, BoundRank* busiest_rank, MemoryEstimate* memory,
+double CostModel::step_compute_bound_ms(const Plan& plan, BoundRank* busiest, MemoryEstimate* memory,
                                         double memory_budget_GiB, StepBoundMemo* memo) const {
   if (!options_.build_per_sequence_rank) memo = nullptr;  // the reference builds every rank
   StepBuilder builder(plan);
@@ -618,26 +618,26 @@ double CostModel::step_compute_bound_ms(const Plan& plan, BoundRank* busiest_ran
     const ComputeParts parts = same->second;
     columns[rank % W].push_back({rank / W, parts});
     const double seconds = M * (parts.forward + parts.backward) + parts.epilogue;
-    if (busiest_rank && seconds > most) most = seconds, busiest_rank->rank = rank;
+    if (busiest && seconds > most) most = seconds, busiest->rank = rank;
     ops += int64_t(known_parts.program_ops.at(place.second));
     ++walked;
   }
-  if (busiest_rank) busiest_rank->sampled = walked < size_t(plan.num_ranks());
+  if (busiest) busiest->sampled = walked < size_t(plan.num_ranks());
   // Each rank's compute stream runs its micro-batches one op at a time; in a pipeline, a stage's
   // first forward also waits for the earlier stages' forward of that micro-batch, and the step
   // ends after the earlier stages ran the last micro-batch's backward.
-  double busiest = 0;
+  double longest = 0;
   for (auto& [local, stages] : columns) {
     std::sort(stages.begin(), stages.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     double before = 0;  // forward + backward of one micro-batch on the earlier stages of the column
     int expected = 0;   // the ramp counts only when the earlier stages are all timed
     for (const auto& [stage, parts] : stages) {
       if (stage != expected++) before = 0, expected = stage + 1;
-      busiest = std::max(busiest, before + M * (parts.forward + parts.backward) + parts.epilogue);
+      longest = std::max(longest, before + M * (parts.forward + parts.backward) + parts.epilogue);
       before += (parts.forward + parts.backward) / v;
     }
   }
-  return busiest * 1e3;
+  return longest * 1e3;
 }
 
 double CostModel::step_lower_bound_ms(const Plan& plan, BoundRank busiest) const {

@@ -42,7 +42,6 @@ struct Work {
   double lower_bound = 0;  // step time of the first timed rank, best over orders
   bool bounded = false;
   double estimate = 0;     // closed-form screen, rescaled per strategy
-  bool screened = false;   // left out by the screen: listed with its estimate, not priced
   BoundRank busiest_rank;  // whole step: the timed rank with the most compute (its bound's rank)
   // Whole step: the step memory of the chosen ZeRO stage and checkpointing mode, when
   // choose_memory_settings computed it (what evaluate_step would report, from the same model).
@@ -302,8 +301,7 @@ struct Searcher {
       if (keep[i]) continue;
       Work& w = work[i];
       w.priced = false;
-      w.screened = true;
-      w.candidate.screened = true;
+      w.candidate.screened = true;  // listed with its estimate, not priced
       Candidate& c = w.candidate;
       c.feasible = true;
       c.pruned = true;
@@ -467,11 +465,11 @@ struct Searcher {
           best_step = std::min(best_step, w.candidate.cost.step_ms);
       Work* next = nullptr;
       for (Work& w : work)
-        if (w.screened && w.candidate.feasible && w.estimate < best_step && (!next || w.estimate < next->estimate))
+        if (w.candidate.screened && w.candidate.feasible && w.estimate < best_step &&
+            (!next || w.estimate < next->estimate))
           next = &w;
       if (next == nullptr) return;
       Work& w = *next;
-      w.screened = false;
       w.candidate.screened = false;
       w.priced = true;
       w.candidate.pruned = false;

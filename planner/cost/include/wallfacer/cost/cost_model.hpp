@@ -228,9 +228,8 @@ class CostModel {
   // the timed ranks are a sample.
   // `memory`, when given, receives the step memory evaluate_step reports (step_memory of the
   // timed ranks' attention programs), found from the programs the bound builds anyway. A memory
-  // above `memory_budget_GiB` leaves the bound untaken (infinity): a
-  // search rejects that candidate on its memory, and the templates are most of the bound's work
-  // (`busiest` untouched).
+  // above `memory_budget_GiB` leaves the bound untaken (infinity, `busiest` untouched): a search
+  // rejects that candidate on its memory, and the templates are most of the bound's work.
   // `memo`, when given, keeps what the bound learns for the next plan that differs only in its
   // placement, and supplies what it learnt of the last one: the same bound and memory.
   double step_compute_bound_ms(const Plan& plan, BoundRank* busiest = nullptr, MemoryEstimate* memory = nullptr,
