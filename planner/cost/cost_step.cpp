@@ -412,32 +412,6 @@ int sequence_rank(const Plan& plan, int rank) {
 
 }  // namespace
 
-Schedule CostModel::memory_programs(const Plan& plan) const {
-  Schedule programs;
-  if (!options_.build_per_sequence_rank) {
-    build_timed(plan, programs);
-    return programs;
-  }
-  ScheduleBuilder builder(plan);
-  programs.dims = builder.dims();
-  programs.flow_sets = builder.flow_sets();
-  // build_timed's walk over the timed ranks, with its op budget: a rank of a sequence rank built
-  // already counts that program's ops.
-  std::map<int, size_t> built;  // sequence rank -> its program
-  const size_t Pp = size_t(plan.params.pipeline_parallel);
-  size_t walked = 0;
-  int64_t ops = 0;
-  for (int rank : timed_ranks(plan)) {
-    const bool column_done = walked % Pp == 0;
-    if (options_.max_timed_ops > 0 && walked >= 2 && ops >= options_.max_timed_ops && column_done) break;
-    const auto [it, fresh] = built.try_emplace(sequence_rank(plan, rank), programs.ranks.size());
-    if (fresh) programs.ranks.push_back(builder.build_rank(rank, programs.tokens));
-    ops += int64_t(programs.ranks[it->second].ops.size());
-    ++walked;
-  }
-  return programs;
-}
-
 namespace {
 
 // Compute seconds of one micro-batch's forward and backward on a rank, and of its epilogue.
@@ -500,16 +474,29 @@ PlacementFree placement_free(const Plan& plan) {
   return {plan.strategy, without_placement(plan.params), plan.workload, plan.num_ranks()};
 }
 
+// build_timed's walk over `ranks` (timed_ranks order) with its op budget: `visit(rank)` takes a
+// rank and returns the ops of its program (a rank renamed from another counts that program's
+// ops). Returns how many ranks it took: those build_timed times.
+template <typename Visit>
+size_t walk_timed_ranks(const Plan& plan, const std::vector<int>& ranks, int64_t max_ops, Visit&& visit) {
+  const size_t Pp = size_t(plan.params.pipeline_parallel);
+  size_t walked = 0;
+  int64_t ops = 0;
+  for (int rank : ranks) {
+    // A pipeline column is taken whole or not at all.
+    if (max_ops > 0 && walked >= 2 && ops >= max_ops && walked % Pp == 0) break;
+    ops += int64_t(visit(rank));
+    ++walked;
+  }
+  return walked;
+}
+
 }  // namespace
 
 struct StepBoundMemo::Impl {
   std::optional<PlacementFree> plan;
-  struct SequenceRank {
-    AttentionFootprint footprint;
-    size_t ops = 0;
-  };
-  std::map<int, SequenceRank> sequence_ranks;
-  std::map<int, size_t> program_ops;                   // sequence rank -> its attention program's ops
+  std::map<int, AttentionFootprint> footprints;        // sequence rank -> its attention program's
+  std::map<int, size_t> program_ops;                   // sequence rank -> that program's ops
   std::map<std::pair<int, int>, ComputeParts> alike;   // (stage kind, sequence rank) -> its parts
   std::map<ComputeSignature, ComputeParts> computing;  // templates built, by what they compute
 
@@ -525,36 +512,48 @@ struct StepBoundMemo::Impl {
 StepBoundMemo::StepBoundMemo() : impl_(std::make_unique<Impl>()) {}
 StepBoundMemo::~StepBoundMemo() = default;
 
+Schedule CostModel::sequence_rank_programs(const Plan& plan, StepBoundMemo& memo, AttentionFootprint& footprint) const {
+  StepBoundMemo::Impl& m = *memo.impl_;
+  m.bind(plan);
+  ScheduleBuilder builder(plan);
+  Schedule built;
+  built.dims = builder.dims();
+  built.flow_sets = builder.flow_sets();
+  footprint = {};
+  walk_timed_ranks(plan, timed_ranks(plan), options_.max_timed_ops, [&](int rank) {
+    const int s = sequence_rank(plan, rank);
+    auto [it, fresh] = m.footprints.try_emplace(s);
+    if (fresh) {
+      const RankProgram& program = built.ranks.emplace_back(builder.build_rank(rank, built.tokens));
+      it->second = program_footprint(plan, built.dims, program, built.tokens);
+      m.program_ops[s] = program.ops.size();
+    }
+    footprint.rows = std::max(footprint.rows, it->second.rows);
+    footprint.buffer_bytes = std::max(footprint.buffer_bytes, it->second.buffer_bytes);
+    return m.program_ops.at(s);
+  });
+  return built;
+}
+
+Schedule CostModel::memory_programs(const Plan& plan) const {
+  Schedule programs;
+  if (!options_.build_per_sequence_rank) {
+    build_timed(plan, programs);
+    return programs;
+  }
+  StepBoundMemo memo;
+  AttentionFootprint footprint;
+  return sequence_rank_programs(plan, memo, footprint);
+}
+
 AttentionFootprint CostModel::memory_footprint(const Plan& plan, Schedule* programs, StepBoundMemo* memo) const {
   detail::FootprintCache::Key key = detail::FootprintCache::key_of(plan);
   if (const std::optional<AttentionFootprint> known = footprints_->find(key)) return *known;
   Schedule built;
   AttentionFootprint footprint;
-  if (memo && options_.build_per_sequence_rank) {
-    // memory_programs' walk, with the programs of the sequence ranks the memo knows left unbuilt.
-    StepBoundMemo::Impl& m = *memo->impl_;
-    m.bind(plan);
-    ScheduleBuilder builder(plan);
-    built.dims = builder.dims();
-    built.flow_sets = builder.flow_sets();
-    const size_t Pp = size_t(plan.params.pipeline_parallel);
-    size_t walked = 0;
-    int64_t ops = 0;
-    for (int rank : timed_ranks(plan)) {
-      const bool column_done = walked % Pp == 0;
-      if (options_.max_timed_ops > 0 && walked >= 2 && ops >= options_.max_timed_ops && column_done) break;
-      const int s = sequence_rank(plan, rank);
-      auto [it, fresh] = m.sequence_ranks.try_emplace(s);
-      if (fresh) {
-        RankProgram& program = built.ranks.emplace_back(builder.build_rank(rank, built.tokens));
-        it->second = {program_footprint(plan, built.dims, program, built.tokens), program.ops.size()};
-        m.program_ops[s] = program.ops.size();
-      }
-      footprint.rows = std::max(footprint.rows, it->second.footprint.rows);
-      footprint.buffer_bytes = std::max(footprint.buffer_bytes, it->second.footprint.buffer_bytes);
-      ops += int64_t(it->second.ops);
-      ++walked;
-    }
+  if (options_.build_per_sequence_rank) {
+    StepBoundMemo local;
+    built = sequence_rank_programs(plan, memo ? *memo : local, footprint);
   } else {
     built = memory_programs(plan);
     footprint = attention_footprint(plan, built);
@@ -591,13 +590,9 @@ double CostModel::step_compute_bound_ms(const Plan& plan, BoundRank* busiest, Me
   auto& alike = known_parts.alike;          // (stage_kind, sequence rank) -> its parts
   auto& computing = known_parts.computing;  // templates built, by what they compute
   double most = -1;
-  // build_timed's walk: the ranks past its op budget are not timed (a rank counts the ops of its
+  // The ranks build_timed times: those past its op budget are not (a rank counts the ops of its
   // sequence rank's program, which it renames).
-  const size_t column = size_t(Pp);
-  size_t walked = 0;
-  int64_t ops = 0;
-  for (int rank : timed_ranks(plan)) {
-    if (options_.max_timed_ops > 0 && walked >= 2 && ops >= options_.max_timed_ops && walked % column == 0) break;
+  const size_t walked = walk_timed_ranks(plan, timed_ranks(plan), options_.max_timed_ops, [&](int rank) {
     const std::pair<int, int> place{stage_kind(plan, rank), sequence_rank(plan, rank)};
     auto same = alike.find(place);
     if (same == alike.end() || !options_.build_per_sequence_rank) {
@@ -619,9 +614,8 @@ double CostModel::step_compute_bound_ms(const Plan& plan, BoundRank* busiest, Me
     columns[rank % W].push_back({rank / W, parts});
     const double seconds = M * (parts.forward + parts.backward) + parts.epilogue;
     if (busiest && seconds > most) most = seconds, busiest->rank = rank;
-    ops += int64_t(known_parts.program_ops.at(place.second));
-    ++walked;
-  }
+    return known_parts.program_ops.at(place.second);
+  });
   if (busiest) busiest->sampled = walked < size_t(plan.num_ranks());
   // Each rank's compute stream runs its micro-batches one op at a time; in a pipeline, a stage's
   // first forward also waits for the earlier stages' forward of that micro-batch, and the step

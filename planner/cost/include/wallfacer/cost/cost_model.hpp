@@ -269,6 +269,10 @@ class CostModel {
                                       StepBoundMemo* memo = nullptr) const;
 
  private:
+  // memory_programs' programs with `memo`: those of the sequence ranks it does not know yet
+  // (remembered there with their footprints and op counts), and in `footprint` the largest of
+  // the sequence ranks walked.
+  Schedule sequence_rank_programs(const Plan& plan, StepBoundMemo& memo, AttentionFootprint& footprint) const;
   // What of a prepared schedule's op durations does not depend on the GPU order (OrderFree).
   void prepare_order_free(const Plan& plan, const PreparedTiming& prepared, detail::NetworkPricer& network) const;
   // Durations of the prepared schedule's ops (by program, then op) on the plan's GPU order: the
