@@ -524,7 +524,8 @@ Schedule CostModel::sequence_rank_programs(const Plan& plan, StepBoundMemo& memo
     const int s = sequence_rank(plan, rank);
     auto [it, fresh] = m.footprints.try_emplace(s);
     if (fresh) {
-      const RankProgram& program = built.ranks.emplace_back(builder.build_rank(rank, built.tokens));
+      const RankProgram& program =
+          built.ranks.emplace_back(builder.build_rank(rank, built.tokens, BuildMode::ComputeOnly));
       it->second = program_footprint(plan, built.dims, program, built.tokens);
       m.program_ops[s] = program.ops.size();
     }
@@ -565,7 +566,8 @@ AttentionFootprint CostModel::memory_footprint(const Plan& plan, Schedule* progr
 
 double CostModel::step_compute_bound_ms(const Plan& plan, BoundRank* busiest, MemoryEstimate* memory,
                                         double memory_budget_GiB, StepBoundMemo* memo) const {
-  if (!options_.build_per_sequence_rank) memo = nullptr;  // the reference builds every rank
+  if (!options_.build_per_sequence_rank) memo = nullptr;  // the reference builds every rank, whole
+  const BuildMode mode = options_.build_per_sequence_rank ? BuildMode::ComputeOnly : BuildMode::Full;
   StepBuilder builder(plan);
   ComputeTimer timer(topology_.gpu(), calibration_, plan.workload);
   const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp, M = plan.workload.microbatches;
@@ -599,7 +601,7 @@ double CostModel::step_compute_bound_ms(const Plan& plan, BoundRank* busiest, Me
       const auto have = built.find(rank);
       // Each rank is timed once: its program in `attention` is not read again.
       RankProgram program =
-          have != built.end() ? std::move(attention.ranks[have->second]) : builder.build_attention(rank, pool);
+          have != built.end() ? std::move(attention.ranks[have->second]) : builder.build_attention(rank, pool, mode);
       known_parts.program_ops[place.second] = program.ops.size();
       ComputeSignature sig = compute_signature(place.first, program, timer, pool);
       auto known = computing.find(sig);

@@ -657,8 +657,8 @@ StepTemplate StepBuilder::build_template(int rank, TokenSetPool& pool) const {
   return build_template(build_attention(rank, pool), pool);
 }
 
-RankProgram StepBuilder::build_attention(int rank, TokenSetPool& pool) const {
-  return impl_->attention.build_rank(rank, pool);
+RankProgram StepBuilder::build_attention(int rank, TokenSetPool& pool, BuildMode mode) const {
+  return impl_->attention.build_rank(rank, pool, mode);
 }
 
 StepTemplate StepBuilder::build_template(RankProgram attention, TokenSetPool& pool) const {

@@ -294,18 +294,18 @@ std::vector<FlowSet> ScheduleBuilder::flow_sets() const {
   return sets;
 }
 
-RankProgram ScheduleBuilder::build_rank(int rank, TokenSetPool& pool) const {
+RankProgram ScheduleBuilder::build_rank(int rank, TokenSetPool& pool, BuildMode mode) const {
   if (rank < 0 || rank >= num_ranks())
     throw InputError(fmt::format("rank {} out of range: the plan has ranks 0..{}", rank, num_ranks() - 1));
   if (!impl_->stages.empty()) {
     const int W = num_ranks() / int(impl_->stages.size());
-    RankProgram program = impl_->stages[size_t(rank / W)].build_rank(rank % W, pool);
+    RankProgram program = impl_->stages[size_t(rank / W)].build_rank(rank % W, pool, mode);
     detail::lift_stage_program(program, rank / W, W, impl_->stage_groups);
     return program;
   }
-  if (impl_->slices.empty()) return impl_->strategy->build_rank(impl_->plan, rank, pool);
+  if (impl_->slices.empty()) return impl_->strategy->build_rank(impl_->plan, rank, pool, mode);
   const int T = int(impl_->slices.size());
-  RankProgram program = impl_->slices[size_t(rank % T)].build_rank(rank / T, pool);
+  RankProgram program = impl_->slices[size_t(rank % T)].build_rank(rank / T, pool, mode);
   detail::lift_program(program, impl_->plan, rank % T, impl_->slice_groups);
   return program;
 }

@@ -10,6 +10,7 @@ wallfacer_add_test(NAME test_schedule
           ${CMAKE_CURRENT_LIST_DIR}/all_reduce_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/ring_channels_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/parallel_build_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/build_mode_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/interpreter.cpp
           ${CMAKE_CURRENT_LIST_DIR}/test_plans.cpp
   LIBS wallfacer::schedule_internal wallfacer::planner)

@@ -39,8 +39,8 @@ struct Part {
 
 class AllGatherRank {
  public:
-  AllGatherRank(const Plan& plan, int rank, TokenSetPool& pool)
-      : b_(plan, rank, pool),
+  AllGatherRank(const Plan& plan, int rank, TokenSetPool& pool, BuildMode mode)
+      : b_(plan, rank, pool, mode),
         w_(plan.workload),
         S_(plan.params.sequence_parallel),
         x_(b_.replica().local),
@@ -186,8 +186,8 @@ class AllGatherImpl final : public StrategyImpl {
     return replicate_groups(params, ranks, replica);
   }
   std::vector<FlowSet> flow_sets(const Plan&) const override { return {}; }
-  RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool) const override {
-    return AllGatherRank(plan, rank, pool).build();
+  RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool, BuildMode mode) const override {
+    return AllGatherRank(plan, rank, pool, mode).build();
   }
 };
 

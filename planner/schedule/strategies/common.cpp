@@ -305,8 +305,8 @@ ScheduleDims dims_of(const Workload& w) {
 
 // ---- ProgramBuilder --------------------------------------------------------------------------
 
-ProgramBuilder::ProgramBuilder(const Plan& plan, int rank, TokenSetPool& pool)
-    : plan_(plan), pool_(pool), replica_(replica_of(plan.params, rank, plan.workload.batch)) {
+ProgramBuilder::ProgramBuilder(const Plan& plan, int rank, TokenSetPool& pool, BuildMode mode)
+    : plan_(plan), pool_(pool), replica_(replica_of(plan.params, rank, plan.workload.batch)), mode_(mode) {
   dims_ = dims_of(plan.workload);
   dims_.batch = replica_.batch();
   program_.rank = rank;
@@ -331,6 +331,10 @@ void ProgramBuilder::output(int32_t buf, Field field, const TokenSet& tokens, He
 
 int32_t ProgramBuilder::append(Op op, std::initializer_list<Access> accesses, const std::vector<int32_t>& extra) {
   const auto index = int32_t(program_.ops.size());
+  if (mode_ == BuildMode::ComputeOnly) {  // no dependencies: nothing to track
+    last_of_stream_[size_t(op.stream)] = index;
+    return program_.add(std::move(op));
+  }
   // Latest dependency per stream: ops of one stream complete in program order.
   OpPerStream latest = no_op_on_any_stream();
   auto need = [&](int32_t dep) {
@@ -534,6 +538,7 @@ int32_t ProgramBuilder::transfer(OpKind kind, int32_t buf, const TokenSet& token
   op.stream = receive ? Stream::Recv : Stream::Send;
   op.phase = phase_;
   op.step = step;
+  if (mode_ == BuildMode::ComputeOnly) return append(std::move(op), {}, deps);  // the placeholder
   op.peer = peer;
   op.tag = tag;
   op.flow_set = flow_set;

@@ -146,10 +146,12 @@ int64_t collective_send_bytes(const ScheduleDims& dims, const CollectiveSpec& sp
                               const TokenSetPool& pool, int batch, bool fp32);
 
 // ---- ProgramBuilder --------------------------------------------------------------------------
-// Builds one rank's program. Every add function returns the op index (or indices).
+// Builds one rank's program. Every add function returns the op index (or indices). Under
+// BuildMode::ComputeOnly the ops get no dependencies and sends and receives are placeholders: the
+// indices returned are those of the Full program, and strategies build both alike.
 class ProgramBuilder {
  public:
-  ProgramBuilder(const Plan& plan, int rank, TokenSetPool& pool);
+  ProgramBuilder(const Plan& plan, int rank, TokenSetPool& pool, BuildMode mode = BuildMode::Full);
 
   const Plan& plan() const { return plan_; }
   const Replica& replica() const { return replica_; }
@@ -244,6 +246,7 @@ class ProgramBuilder {
   TokenSetPool& pool_;
   Replica replica_;
   ScheduleDims dims_;
+  BuildMode mode_ = BuildMode::Full;
   Phase phase_ = Phase::Forward;
   bool diagonal_as_one_block_ = false;
   RankProgram program_;

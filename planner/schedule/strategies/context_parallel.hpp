@@ -49,7 +49,8 @@ std::vector<CommGroup> context_groups(const ContextConfig& cfg, const StrategyPa
 std::vector<int> context_positions(const ContextConfig& cfg, const StrategyParams& params, int ranks,
                                    bool context_first);
 std::vector<FlowSet> context_flow_sets(const ContextConfig& cfg, const Plan& plan);
-RankProgram build_context_rank(const ContextConfig& cfg, const Plan& plan, int rank, TokenSetPool& pool);
+RankProgram build_context_rank(const ContextConfig& cfg, const Plan& plan, int rank, TokenSetPool& pool,
+                               BuildMode mode = BuildMode::Full);
 // Rules shared by the five strategies: Ulysses head rules on u, c % w == 0, zigzag divisibility.
 Feasibility context_feasibility(const ContextConfig& cfg, const Workload& workload);
 

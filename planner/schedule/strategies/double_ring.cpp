@@ -62,8 +62,8 @@ class DoubleRingImpl final : public StrategyImpl {
   std::vector<FlowSet> flow_sets(const Plan& plan) const override {
     return context_flow_sets(double_ring_config(plan.params, plan.workload.causal), plan);
   }
-  RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool) const override {
-    return build_context_rank(double_ring_config(plan.params, plan.workload.causal), plan, rank, pool);
+  RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool, BuildMode mode) const override {
+    return build_context_rank(double_ring_config(plan.params, plan.workload.causal), plan, rank, pool, mode);
   }
 };
 

@@ -30,8 +30,8 @@ int data_group(const StrategyParams& p, int segment) {
 
 class LssRank {
  public:
-  LssRank(const Plan& plan, int rank, TokenSetPool& pool)
-      : b_(plan, rank, pool),
+  LssRank(const Plan& plan, int rank, TokenSetPool& pool, BuildMode mode)
+      : b_(plan, rank, pool, mode),
         w_(plan.workload),
         S_(plan.params.sequence_parallel),
         x_(b_.replica().local),
@@ -136,8 +136,8 @@ class LssImpl final : public StrategyImpl {
     return out;
   }
   std::vector<FlowSet> flow_sets(const Plan&) const override { return {}; }
-  RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool) const override {
-    return LssRank(plan, rank, pool).build();
+  RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool, BuildMode mode) const override {
+    return LssRank(plan, rank, pool, mode).build();
   }
 };
 

@@ -330,8 +330,8 @@ class RingImpl final : public StrategyImpl {
   std::vector<FlowSet> flow_sets(const Plan& plan) const override {
     return context_flow_sets(ring_config(plan.params, zigzag_), plan);
   }
-  RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool) const override {
-    return build_context_rank(ring_config(plan.params, zigzag_), plan, rank, pool);
+  RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool, BuildMode mode) const override {
+    return build_context_rank(ring_config(plan.params, zigzag_), plan, rank, pool, mode);
   }
 
  private:

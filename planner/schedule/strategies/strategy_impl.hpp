@@ -31,7 +31,7 @@ class StrategyImpl {
   // The default checks feasible() and that plan.groups equal groups().
   virtual void validate(const Plan& plan) const;
   virtual std::vector<FlowSet> flow_sets(const Plan& plan) const = 0;
-  virtual RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool) const = 0;
+  virtual RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool, BuildMode mode) const = 0;
 
  protected:
   // The strategy's own rules, asked only once the shared rules hold and the knobs are its type.

@@ -38,8 +38,8 @@ class UlyssesImpl final : public StrategyImpl {
     return context_groups(ulysses_config(params), params, ranks);
   }
   std::vector<FlowSet> flow_sets(const Plan& plan) const override { return {}; }
-  RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool) const override {
-    return build_context_rank(ulysses_config(plan.params), plan, rank, pool);
+  RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool, BuildMode mode) const override {
+    return build_context_rank(ulysses_config(plan.params), plan, rank, pool, mode);
   }
 };
 

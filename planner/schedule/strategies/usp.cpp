@@ -65,8 +65,9 @@ void bind_outputs(ProgramBuilder& b, int32_t buf, std::initializer_list<Field> f
 
 }  // namespace
 
-RankProgram build_context_rank(const ContextConfig& cfg, const Plan& plan, int rank, TokenSetPool& pool) {
-  ProgramBuilder b(plan, rank, pool);
+RankProgram build_context_rank(const ContextConfig& cfg, const Plan& plan, int rank, TokenSetPool& pool,
+                               BuildMode mode) {
+  ProgramBuilder b(plan, rank, pool, mode);
   b.set_diagonal_as_one_block(true);
   // Per context step: a forward block, a backward block and up to six transfers (more with tiles).
   b.reserve_ops(size_t(cfg.c) * (8 + 2 * cfg.tiles * cfg.tiles) + 32);
@@ -195,8 +196,8 @@ class UspImpl final : public StrategyImpl {
   std::vector<FlowSet> flow_sets(const Plan& plan) const override {
     return context_flow_sets(usp_config(plan.params, plan.workload.causal), plan);
   }
-  RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool) const override {
-    return build_context_rank(usp_config(plan.params, plan.workload.causal), plan, rank, pool);
+  RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool, BuildMode mode) const override {
+    return build_context_rank(usp_config(plan.params, plan.workload.causal), plan, rank, pool, mode);
   }
 };
 

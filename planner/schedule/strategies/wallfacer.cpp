@@ -81,8 +81,8 @@ std::vector<CommGroup> replica_groups(const WallFacerLayout& L) {
 // One rank's program.
 class WallFacerRank {
  public:
-  WallFacerRank(const Plan& plan, int rank, TokenSetPool& pool)
-      : b_(plan, rank, pool),
+  WallFacerRank(const Plan& plan, int rank, TokenSetPool& pool, BuildMode mode)
+      : b_(plan, rank, pool, mode),
         L_(plan.params.sequence_parallel, team_of(plan.params)),
         flows_(flow_index(L_)),
         x_(b_.replica().local),
@@ -390,8 +390,8 @@ class WallFacerImpl final : public StrategyImpl {
     return sets;
   }
 
-  RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool) const override {
-    return WallFacerRank(plan, rank, pool).build();
+  RankProgram build_rank(const Plan& plan, int rank, TokenSetPool& pool, BuildMode mode) const override {
+    return WallFacerRank(plan, rank, pool, mode).build();
   }
 };
 

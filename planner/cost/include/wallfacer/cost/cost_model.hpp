@@ -60,8 +60,9 @@ struct CostOptions {
   // replica, tensor slice and pipeline stage build the same attention program and, in the same
   // stage, the same step template, up to the names of peers, groups and sequences, and the stages
   // between the first and the last build templates of the same compute: one program is built per
-  // sequence rank (per sequence rank and first, middle or last stage for templates). Exact; false
-  // builds every timed rank, the reference the tests compare it with.
+  // sequence rank (per sequence rank and first, middle or last stage for templates), and only
+  // what the memory and the compute read (BuildMode::ComputeOnly). Exact; false builds every
+  // timed rank whole, the reference the tests compare it with.
   bool build_per_sequence_rank = true;
 };
 
@@ -257,8 +258,9 @@ class CostModel {
   // The ranks evaluate(plan) would time, in priority order (all ranks when few).
   std::vector<int> timed_ranks(const Plan& plan) const;
   // The attention programs step_memory reads for `plan`: those of the ranks build_timed builds,
-  // or with CostOptions::build_per_sequence_rank one for each sequence rank among them (the same
-  // memory).
+  // or with CostOptions::build_per_sequence_rank one for each sequence rank among them, built
+  // BuildMode::ComputeOnly (the same buffers, bindings and compute: the same memory and compute
+  // bound).
   Schedule memory_programs(const Plan& plan) const;
   // attention_footprint of memory_programs(plan), remembered by plan (the attention programs do
   // not depend on the ZeRO stage or the checkpointing mode, so a search under other memory

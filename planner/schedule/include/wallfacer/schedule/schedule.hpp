@@ -259,6 +259,13 @@ struct RankProgram {
   bool operator==(const RankProgram&) const = default;
 };
 
+// What a builder puts into a rank's program. Full: the program as it runs. ComputeOnly: what
+// bounds read off a program without timing it: the same buffers, bindings and batch, the same
+// compute ops (Full's, in Full's order) and the same op count, but no dependencies, and each
+// send and receive a placeholder holding only its kind, stream, phase and step (transfers and
+// the tracking of who waits for whom are most of a build). Not for timing, checking or running.
+enum class BuildMode : uint8_t { Full, ComputeOnly };
+
 class TokenSetPool;
 // The program's own query tokens times the heads they are bound for, summed over its Q inputs
 // (per sequence: not multiplied by the program's batch).

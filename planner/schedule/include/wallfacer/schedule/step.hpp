@@ -104,8 +104,9 @@ class StepBuilder {
   // ScheduleBuilder of a plan equal to this one but for running one micro-batch (and one virtual
   // stage): a caller that holds it need not build it again.
   StepTemplate build_template(RankProgram attention, TokenSetPool& pool) const;
-  // The rank's attention program of one micro-batch, as build_template(rank) splices it.
-  RankProgram build_attention(int rank, TokenSetPool& pool) const;
+  // The rank's attention program of one micro-batch, as build_template(rank) splices it. A
+  // template built from a ComputeOnly program holds the step's compute ops, for compute alone.
+  RankProgram build_attention(int rank, TokenSetPool& pool, BuildMode mode = BuildMode::Full) const;
   // Unrolled programs of the given ranks (all when empty) with `layers` of the model's layers (0 =
   // all; with pipeline parallelism a multiple of the stages, each stage running its share).
   Schedule build(const std::vector<int>& ranks = {}, int layers = 0) const;

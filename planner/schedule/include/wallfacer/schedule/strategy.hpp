@@ -53,7 +53,7 @@ class ScheduleBuilder {
   // The flows each flow set holds (all ranks), independent of which ranks are built.
   std::vector<FlowSet> flow_sets() const;
   // One rank's program; token sets are interned into `pool`.
-  RankProgram build_rank(int rank, TokenSetPool& pool) const;
+  RankProgram build_rank(int rank, TokenSetPool& pool, BuildMode mode = BuildMode::Full) const;
   // Whether rank `a`'s program can be made from rank `b`'s by renaming: the tensor slices of one
   // slice rank build the same program, with their own heads, peers and groups. Only tensor slices
   // without pipeline stages are renamed so far.
