@@ -9,6 +9,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <thread>
 
@@ -221,15 +222,50 @@ Plan make_plan(StrategyKind strategy, const StrategyParams& params, const Worklo
 
 // ---- ScheduleBuilder -------------------------------------------------------------------------
 
+namespace {
+
+// The builders of a plan's pipeline stages or tensor slices, each made when first asked for (by
+// any thread): a search builds a few ranks of most plans it bounds, and making every stage's and
+// slice's plan and builder up front was a tenth of a 512-GPU search. Whether the plan's groups
+// are right is checked on the whole plan first, which holds every stage's and slice's groups.
+class PartBuilders {
+ public:
+  void resize(int parts) {
+    made_.resize(size_t(parts));
+    once_ = std::make_unique<std::once_flag[]>(size_t(parts));
+  }
+  int size() const { return int(made_.size()); }
+  bool empty() const { return made_.empty(); }
+  // Part `i`, made by make_plan(i) the first time.
+  template <typename MakePlan>
+  const ScheduleBuilder& get(int i, MakePlan&& make_plan) {
+    std::call_once(once_[size_t(i)], [&] { made_[size_t(i)] = std::make_unique<ScheduleBuilder>(make_plan(i)); });
+    return *made_[size_t(i)];
+  }
+
+ private:
+  std::vector<std::unique_ptr<ScheduleBuilder>> made_;
+  std::unique_ptr<std::once_flag[]> once_;
+};
+
+}  // namespace
+
 struct ScheduleBuilder::Impl {
   Plan plan;
   const detail::StrategyImpl* strategy = nullptr;
   // Tensor parallel plans: one builder per tensor slice, and the groups each slice has.
-  std::vector<ScheduleBuilder> slices;
+  PartBuilders slices;
   int slice_groups = 0;
   // Pipeline parallel plans: one builder per stage, and the groups each stage has.
-  std::vector<ScheduleBuilder> stages;
+  PartBuilders stages;
   int stage_groups = 0;
+
+  const ScheduleBuilder& slice(int t) {
+    return slices.get(t, [this](int i) { return detail::slice_plan(plan, i); });
+  }
+  const ScheduleBuilder& stage(int p) {
+    return stages.get(p, [this](int i) { return detail::stage_plan(plan, i); });
+  }
 };
 
 ScheduleBuilder::ScheduleBuilder(const Plan& plan) : impl_(std::make_unique<Impl>()) {
@@ -249,8 +285,7 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan) : impl_(std::make_unique<Impl
   if (Pp > 1) {
     // Each stage validates its own groups; the pipeline groups and the stage prefixes are checked here.
     detail::validate_groups(plan, *detail::remembered_groups(true, plan.strategy, plan.params, ranks));
-    for (int p = 0; p < Pp; ++p)
-      impl_->stages.emplace_back(detail::stage_plan(plan, p));
+    impl_->stages.resize(Pp);
     impl_->stage_groups = int(make_stage_groups(plan.strategy, detail::stage_params(plan.params), ranks / Pp).size());
     return;
   }
@@ -258,8 +293,7 @@ ScheduleBuilder::ScheduleBuilder(const Plan& plan) : impl_(std::make_unique<Impl
   if (T > 1) {
     // Each slice validates its own groups; the tensor groups and the slice prefixes are checked here.
     detail::validate_groups(plan, *detail::remembered_groups(true, plan.strategy, plan.params, ranks));
-    for (int t = 0; t < T; ++t)
-      impl_->slices.emplace_back(detail::slice_plan(plan, t));
+    impl_->slices.resize(T);
     impl_->slice_groups =
         int(detail::remembered_groups(false, plan.strategy, detail::slice_params(plan.params), ranks / T)->size());
     return;
@@ -281,16 +315,16 @@ ScheduleDims ScheduleBuilder::dims() const {
 
 std::vector<FlowSet> ScheduleBuilder::flow_sets() const {
   if (!impl_->stages.empty()) {
-    std::vector<FlowSet> sets = impl_->stages.front().flow_sets();
-    const int Pp = int(impl_->stages.size());
+    std::vector<FlowSet> sets = impl_->stage(0).flow_sets();
+    const int Pp = impl_->stages.size();
     for (FlowSet& set : sets)
       set = detail::lift_stage_flow_set(set, Pp, num_ranks() / Pp);
     return sets;
   }
   if (impl_->slices.empty()) return impl_->strategy->flow_sets(impl_->plan);
-  std::vector<FlowSet> sets = impl_->slices.front().flow_sets();
+  std::vector<FlowSet> sets = impl_->slice(0).flow_sets();
   for (FlowSet& set : sets)
-    set = detail::lift_flow_set(set, int(impl_->slices.size()));
+    set = detail::lift_flow_set(set, impl_->slices.size());
   return sets;
 }
 
@@ -298,28 +332,28 @@ RankProgram ScheduleBuilder::build_rank(int rank, TokenSetPool& pool, BuildMode 
   if (rank < 0 || rank >= num_ranks())
     throw InputError(fmt::format("rank {} out of range: the plan has ranks 0..{}", rank, num_ranks() - 1));
   if (!impl_->stages.empty()) {
-    const int W = num_ranks() / int(impl_->stages.size());
-    RankProgram program = impl_->stages[size_t(rank / W)].build_rank(rank % W, pool, mode);
+    const int W = num_ranks() / impl_->stages.size();
+    RankProgram program = impl_->stage(rank / W).build_rank(rank % W, pool, mode);
     detail::lift_stage_program(program, rank / W, W, impl_->stage_groups);
     return program;
   }
   if (impl_->slices.empty()) return impl_->strategy->build_rank(impl_->plan, rank, pool, mode);
-  const int T = int(impl_->slices.size());
-  RankProgram program = impl_->slices[size_t(rank % T)].build_rank(rank / T, pool, mode);
+  const int T = impl_->slices.size();
+  RankProgram program = impl_->slice(rank % T).build_rank(rank / T, pool, mode);
   detail::lift_program(program, impl_->plan, rank % T, impl_->slice_groups);
   return program;
 }
 
 bool ScheduleBuilder::renames(int a, int b) const {
   if (!impl_->stages.empty() || impl_->slices.empty()) return false;
-  const int T = int(impl_->slices.size());
+  const int T = impl_->slices.size();
   return a >= 0 && b >= 0 && a < num_ranks() && b < num_ranks() && a / T == b / T;
 }
 
 RankProgram ScheduleBuilder::rename(int rank, RankProgram sibling) const {
   WF_ASSERT(renames(rank, sibling.rank),
             fmt::format("rank {}'s program cannot be made from rank {}'s", rank, sibling.rank));
-  const int T = int(impl_->slices.size());
+  const int T = impl_->slices.size();
   detail::relift_program(sibling, impl_->plan, sibling.rank % T, rank % T, impl_->slice_groups);
   return sibling;
 }
