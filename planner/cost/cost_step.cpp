@@ -585,6 +585,22 @@ double CostModel::step_compute_bound_ms(const Plan& plan, BoundRank* busiest, Me
   for (size_t p = 0; reuse && p < attention.ranks.size(); ++p)
     built.emplace(attention.ranks[p].rank, p);
   TokenSetPool& pool = attention.tokens;
+  // Rank `rank`'s attention program (of sequence rank `s`): the other stages' ranks of a sequence
+  // rank rename the first program of it the bound holds instead of building theirs.
+  std::map<int, RankProgram> renamed_from;  // sequence rank -> that program
+  const bool rename_stages = options_.build_per_sequence_rank && Pp > 1;
+  auto attention_of = [&](int rank, int s) {
+    RankProgram program;
+    const auto sibling = renamed_from.find(s);
+    if (const auto have = built.find(rank); have != built.end())
+      program = std::move(attention.ranks[have->second]);  // each rank is timed once: not read again
+    else if (sibling != renamed_from.end() && builder.renames_attention(rank, sibling->second.rank))
+      program = builder.rename_attention(rank, sibling->second);
+    else
+      program = builder.build_attention(rank, pool, mode);
+    if (rename_stages && sibling == renamed_from.end()) renamed_from.emplace(s, program);
+    return program;
+  };
   std::map<int, std::vector<std::pair<int, ComputeParts>>> columns;  // stage rank -> (stage, parts)
   StepBoundMemo local;
   StepBoundMemo::Impl& known_parts = *(memo ? memo : &local)->impl_;
@@ -598,10 +614,7 @@ double CostModel::step_compute_bound_ms(const Plan& plan, BoundRank* busiest, Me
     const std::pair<int, int> place{stage_kind(plan, rank), sequence_rank(plan, rank)};
     auto same = alike.find(place);
     if (same == alike.end() || !options_.build_per_sequence_rank) {
-      const auto have = built.find(rank);
-      // Each rank is timed once: its program in `attention` is not read again.
-      RankProgram program =
-          have != built.end() ? std::move(attention.ranks[have->second]) : builder.build_attention(rank, pool, mode);
+      RankProgram program = attention_of(rank, place.second);
       known_parts.program_ops[place.second] = program.ops.size();
       ComputeSignature sig = compute_signature(place.first, program, timer, pool);
       auto known = computing.find(sig);

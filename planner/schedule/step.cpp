@@ -661,6 +661,14 @@ RankProgram StepBuilder::build_attention(int rank, TokenSetPool& pool, BuildMode
   return impl_->attention.build_rank(rank, pool, mode);
 }
 
+bool StepBuilder::renames_attention(int a, int b) const {
+  return impl_->attention.renames(a, b);
+}
+
+RankProgram StepBuilder::rename_attention(int rank, RankProgram sibling) const {
+  return impl_->attention.rename(rank, std::move(sibling));
+}
+
 StepTemplate StepBuilder::build_template(RankProgram attention, TokenSetPool& pool) const {
   const int rank = attention.rank;
   Attention parts =

@@ -345,14 +345,26 @@ RankProgram ScheduleBuilder::build_rank(int rank, TokenSetPool& pool, BuildMode 
 }
 
 bool ScheduleBuilder::renames(int a, int b) const {
-  if (!impl_->stages.empty() || impl_->slices.empty()) return false;
+  if (a < 0 || b < 0 || a >= num_ranks() || b >= num_ranks()) return false;
+  if (!impl_->stages.empty())
+    return a % (num_ranks() / impl_->stages.size()) == b % (num_ranks() / impl_->stages.size());
+  if (impl_->slices.empty()) return false;
   const int T = impl_->slices.size();
-  return a >= 0 && b >= 0 && a < num_ranks() && b < num_ranks() && a / T == b / T;
+  return a / T == b / T;
 }
 
 RankProgram ScheduleBuilder::rename(int rank, RankProgram sibling) const {
   WF_ASSERT(renames(rank, sibling.rank),
             fmt::format("rank {}'s program cannot be made from rank {}'s", rank, sibling.rank));
+  if (!impl_->stages.empty()) {
+    // Every stage builds its rank as the first stage does, lifted to its own ranks and groups;
+    // an all-reduce runs as its own group does.
+    const int W = num_ranks() / impl_->stages.size();
+    detail::lift_stage_program(sibling, rank / W - sibling.rank / W, W, impl_->stage_groups);
+    for (CollectiveSpec& spec : sibling.collectives)
+      if (spec.kind == OpKind::AllReduce) spec.algorithm = impl_->plan.groups[size_t(spec.group)].all_reduce;
+    return sibling;
+  }
   const int T = impl_->slices.size();
   detail::relift_program(sibling, impl_->plan, sibling.rank % T, rank % T, impl_->slice_groups);
   return sibling;

@@ -48,8 +48,9 @@ void expect_compute_of(const RankProgram& full, const RankProgram& compute, cons
 
 TEST(BuildModes, ComputeOnlyKeepsTheComputeTheDeclarationsAndTheOpCount) {
   const int ranks = 16;
-  const Workload workload = small_workload(16 * 48, 8, 4, true, 2);
-  int plans = 0, transfers = 0;
+  Workload workload = small_workload(16 * 48, 8, 4, true, 2);
+  workload.layers = 2;
+  int plans = 0, pipelined = 0, transfers = 0;
   for (auto [T, Pp] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2}}) {
     Workload slice = workload;
     slice.heads /= T;
@@ -71,9 +72,11 @@ TEST(BuildModes, ComputeOnlyKeepsTheComputeTheDeclarationsAndTheOpCount) {
             transfers += is_transfer(op);
         }
         ++plans;
+        pipelined += Pp > 1;
       }
   }
   EXPECT_GT(plans, 24);  // every strategy under each split
+  EXPECT_GT(pipelined, 8);
   EXPECT_GT(transfers, 1000);
 }
 

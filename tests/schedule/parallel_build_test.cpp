@@ -1,10 +1,12 @@
 // ScheduleBuilder::build_all on several threads gives the schedule build() gives: the same
 // programs op for op and the same token pool, ids included, for every feasible parameter set of
-// every strategy on 16 ranks (1 to 16 blocks, and more threads than ranks).
+// every strategy on 16 ranks (1 to 16 blocks, and more threads than ranks); and the programs of
+// tensor slices and pipeline stages renamed from one another are those built.
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include <wallfacer/schedule/all_reduce.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include "schedule/test_plans.hpp"
 
@@ -81,6 +83,49 @@ TEST(ParallelBuild, TensorSlicesOfOneSliceRankAreRenamedCopies) {
   EXPECT_GT(renamed, 16 * 4 * 8);
   const Plan flat = hand_plan(StrategyKind::Ring, seq_params(ranks), workload);
   EXPECT_FALSE(ScheduleBuilder(flat).renames(0, 0));
+}
+
+// The ranks of one stage rank in every pipeline stage build one program, renamed: rename() of any
+// other stage's program gives what build_rank() gives, op for op (all-reduces run as their own
+// group does, here a tree on every second stage), for every strategy on 2 and 4 stages of 16
+// ranks, and with tensor parallelism 2 inside the stages; another stage rank is not renamed.
+TEST(ParallelBuild, PipelineStagesOfOneStageRankAreRenamedCopies) {
+  const int ranks = 16;
+  Workload workload = small_workload(16 * 48, 8, 4, true, 2);
+  workload.layers = 4;
+  int renamed = 0;
+  for (auto [Pp, T] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{2, 2}}) {
+    Workload slice = workload;
+    slice.heads /= T;
+    slice.kv_heads /= T;
+    for (StrategyKind kind : all_strategies())
+      for (StrategyParams params : enumerate_params(kind, slice, ranks / (Pp * T))) {
+        params.pipeline_parallel = Pp;
+        params.tensor_parallel = T;
+        if (!check_feasible(kind, params, workload, ranks).ok) continue;
+        Plan plan = hand_plan(kind, params, workload);
+        for (CommGroup& group : plan.groups)
+          if (runs_all_reduces(group.kind) && group.name.rfind("p1.", 0) == 0)
+            group.all_reduce = AllReduceAlgorithm::Tree;
+        const ScheduleBuilder builder(plan);
+        TokenSetPool pool;
+        std::vector<RankProgram> built;
+        for (int r = 0; r < ranks; ++r)
+          built.push_back(builder.build_rank(r, pool));
+        const size_t sets = pool.size();
+        const int W = ranks / Pp;
+        for (int r = 0; r < ranks; ++r)
+          for (int sibling = r % W; sibling < ranks; sibling += W) {
+            ASSERT_TRUE(builder.renames(r, sibling));
+            EXPECT_TRUE(builder.rename(r, built[size_t(sibling)]) == built[size_t(r)])
+                << to_string(kind) << " P=" << Pp << " T=" << T << ": rank " << r << " from rank " << sibling;
+            ++renamed;
+          }
+        EXPECT_FALSE(builder.renames(0, 1));  // another stage rank
+        EXPECT_EQ(pool.size(), sets);
+      }
+  }
+  EXPECT_GT(renamed, 16 * 2 * 8);
 }
 
 }  // namespace

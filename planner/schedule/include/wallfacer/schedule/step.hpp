@@ -107,6 +107,9 @@ class StepBuilder {
   // The rank's attention program of one micro-batch, as build_template(rank) splices it. A
   // template built from a ComputeOnly program holds the step's compute ops, for compute alone.
   RankProgram build_attention(int rank, TokenSetPool& pool, BuildMode mode = BuildMode::Full) const;
+  // ScheduleBuilder::renames and rename for those attention programs (either build mode).
+  bool renames_attention(int a, int b) const;
+  RankProgram rename_attention(int rank, RankProgram sibling) const;
   // Unrolled programs of the given ranks (all when empty) with `layers` of the model's layers (0 =
   // all; with pipeline parallelism a multiple of the stages, each stage running its share).
   Schedule build(const std::vector<int>& ranks = {}, int layers = 0) const;

@@ -55,8 +55,9 @@ class ScheduleBuilder {
   // One rank's program; token sets are interned into `pool`.
   RankProgram build_rank(int rank, TokenSetPool& pool, BuildMode mode = BuildMode::Full) const;
   // Whether rank `a`'s program can be made from rank `b`'s by renaming: the tensor slices of one
-  // slice rank build the same program, with their own heads, peers and groups. Only tensor slices
-  // without pipeline stages are renamed so far.
+  // slice rank build the same program, with their own heads, peers and groups, and so do the
+  // ranks of one stage rank in every pipeline stage, with their own peers and groups. (The
+  // tensor slices of a pipeline stage are not renamed so far.)
   bool renames(int a, int b) const;
   // Rank `rank`'s program made from `sibling`, the program this builder built (into the same
   // pool) for a rank renames(rank, sibling.rank) holds: equal to build_rank(rank, pool).
