@@ -47,6 +47,36 @@ TEST(ParallelBuild, EveryStrategyGivesTheSequentialScheduleOnAnyNumberOfThreads)
   EXPECT_GE(built, 8);  // at least one parameter set per strategy
 }
 
+// A builder makes its pipeline stages' and tensor slices' builders when first asked for: threads
+// that build ranks of a fresh builder at once make each of them once and get the schedule one
+// thread gets, for every strategy under tensor parallelism 2, pipeline parallelism 2 and both.
+TEST(ParallelBuild, StagesAndSlicesMadeOnSeveralThreadsAtOnceGiveTheSequentialSchedule) {
+  const int ranks = 16;
+  Workload workload = small_workload(16 * 48, 8, 4, true, 2);
+  workload.layers = 2;
+  int built = 0;
+  for (auto [T, Pp] : {std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
+    Workload slice = workload;
+    slice.heads /= T;
+    slice.kv_heads /= T;
+    for (StrategyKind kind : all_strategies())
+      for (StrategyParams params : enumerate_params(kind, slice, ranks / (T * Pp))) {
+        params.tensor_parallel = T;
+        params.pipeline_parallel = Pp;
+        if (!check_feasible(kind, params, workload, ranks).ok) continue;
+        const Plan plan = hand_plan(kind, params, workload);
+        const Schedule sequential = ScheduleBuilder(plan).build();
+        for (int threads : {4, 16}) {
+          const std::string what = std::string(to_string(kind)) + " T=" + std::to_string(T) +
+                                   " P=" + std::to_string(Pp) + " on " + std::to_string(threads) + " threads";
+          expect_same_schedule(sequential, ScheduleBuilder(plan).build_all(threads), what);
+        }
+        ++built;
+      }
+  }
+  EXPECT_GE(built, 24);  // every strategy under each split
+}
+
 // The tensor slices of one slice rank build one program, renamed: rename() of any sibling's
 // program gives what build_rank() gives, op for op (the token pool untouched), for every strategy
 // under tensor parallelism 2 and 4 on 16 ranks; pipeline plans and plans without tensor slices
