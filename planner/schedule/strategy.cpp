@@ -346,8 +346,10 @@ RankProgram ScheduleBuilder::build_rank(int rank, TokenSetPool& pool, BuildMode 
 
 bool ScheduleBuilder::renames(int a, int b) const {
   if (a < 0 || b < 0 || a >= num_ranks() || b >= num_ranks()) return false;
-  if (!impl_->stages.empty())
-    return a % (num_ranks() / impl_->stages.size()) == b % (num_ranks() / impl_->stages.size());
+  if (!impl_->stages.empty()) {
+    const int W = num_ranks() / impl_->stages.size();  // ranks of a stage
+    return a % W == b % W;
+  }
   if (impl_->slices.empty()) return false;
   const int T = impl_->slices.size();
   return a / T == b / T;
