@@ -81,7 +81,9 @@ struct RankTiming {
 class OrderLibrary {
  public:
   explicit OrderLibrary(size_t budget_bytes = kDefaultBudgetBytes);
-  static constexpr size_t kDefaultBudgetBytes = size_t(512) << 20;
+  // The sampled columns of one step share a few orders, kept first; the many a large step's
+  // columns hold past those are mostly never met again (docs/cost-model.md).
+  static constexpr size_t kDefaultBudgetBytes = size_t(64) << 20;
   ~OrderLibrary();
   OrderLibrary(const OrderLibrary&) = delete;
   OrderLibrary& operator=(const OrderLibrary&) = delete;
