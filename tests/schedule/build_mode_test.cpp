@@ -3,6 +3,7 @@
 // compute-only program has the Full program's buffers, bindings, batch and op count, and op for
 // op its compute ops (dependencies aside); its sends and receives keep their kind, stream, phase
 // and step and nothing else, and no op has a dependency.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -13,8 +14,9 @@
 namespace wallfacer {
 namespace {
 
-using testing::hand_plan;
+using testing::for_each_split_plan;
 using testing::small_workload;
+using testing::Split;
 
 bool is_transfer(const Op& op) {
   return op.kind == OpKind::Send || op.kind == OpKind::Recv;
@@ -51,30 +53,21 @@ TEST(BuildModes, ComputeOnlyKeepsTheComputeTheDeclarationsAndTheOpCount) {
   Workload workload = small_workload(16 * 48, 8, 4, true, 2);
   workload.layers = 2;
   int plans = 0, pipelined = 0, transfers = 0;
-  for (auto [T, Pp] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2}}) {
-    Workload slice = workload;
-    slice.heads /= T;
-    slice.kv_heads /= T;
-    for (StrategyKind kind : all_strategies())
-      for (StrategyParams params : enumerate_params(kind, slice, ranks / (T * Pp))) {
-        params.tensor_parallel = T;
-        params.pipeline_parallel = Pp;
-        if (!check_feasible(kind, params, workload, ranks).ok) continue;
-        const ScheduleBuilder builder(hand_plan(kind, params, workload));
-        TokenSetPool pool;
-        for (int r = 0; r < ranks; ++r) {
-          const RankProgram full = builder.build_rank(r, pool);
-          const RankProgram compute = builder.build_rank(r, pool, BuildMode::ComputeOnly);
-          expect_compute_of(full, compute,
-                            std::string(to_string(kind)) + " T=" + std::to_string(T) + " P=" + std::to_string(Pp) +
-                                ": rank " + std::to_string(r));
-          for (const Op& op : full.ops)
-            transfers += is_transfer(op);
-        }
-        ++plans;
-        pipelined += Pp > 1;
-      }
-  }
+  for_each_split_plan(workload, ranks, {{1, 1}, {2, 1}, {1, 2}}, [&](const Plan& plan, Split split) {
+    const ScheduleBuilder builder(plan);
+    TokenSetPool pool;
+    for (int r = 0; r < ranks; ++r) {
+      const RankProgram full = builder.build_rank(r, pool);
+      const RankProgram compute = builder.build_rank(r, pool, BuildMode::ComputeOnly);
+      expect_compute_of(
+          full, compute,
+          fmt::format("{} T={} P={}: rank {}", to_string(plan.strategy), split.tensor, split.pipeline, r));
+      for (const Op& op : full.ops)
+        transfers += is_transfer(op);
+    }
+    ++plans;
+    pipelined += split.pipeline > 1;
+  });
   EXPECT_GT(plans, 24);  // every strategy under each split
   EXPECT_GT(pipelined, 8);
   EXPECT_GT(transfers, 1000);

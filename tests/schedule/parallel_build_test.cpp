@@ -2,6 +2,7 @@
 // programs op for op and the same token pool, ids included, for every feasible parameter set of
 // every strategy on 16 ranks (1 to 16 blocks, and more threads than ranks); and the programs of
 // tensor slices and pipeline stages renamed from one another are those built.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -13,9 +14,11 @@
 namespace wallfacer {
 namespace {
 
+using testing::for_each_split_plan;
 using testing::hand_plan;
 using testing::seq_params;
 using testing::small_workload;
+using testing::Split;
 
 void expect_same_schedule(const Schedule& expected, const Schedule& got, const std::string& what) {
   ASSERT_EQ(expected.tokens.size(), got.tokens.size()) << what;
@@ -25,6 +28,33 @@ void expect_same_schedule(const Schedule& expected, const Schedule& got, const s
   for (size_t r = 0; r < expected.ranks.size(); ++r)
     EXPECT_TRUE(expected.ranks[r] == got.ranks[r]) << what << ": rank " << r << " differs";
   EXPECT_EQ(expected.flow_sets.size(), got.flow_sets.size()) << what;
+}
+
+// Builds every rank of `builder`'s plan into one pool: rename() of each rank r from each of its
+// siblings (`count` of them, `stride` apart from first(r)) gives r's own program and interns
+// nothing. Returns the renames checked.
+template <typename First>
+int expect_renamed_copies(const ScheduleBuilder& builder, First&& first, int stride, int count,
+                          const std::string& what) {
+  const int ranks = builder.num_ranks();
+  TokenSetPool pool;
+  std::vector<RankProgram> built;
+  for (int r = 0; r < ranks; ++r)
+    built.push_back(builder.build_rank(r, pool));
+  const size_t sets = pool.size();
+  int renamed = 0;
+  for (int r = 0; r < ranks; ++r)
+    for (int k = 0, sibling = first(r); k < count; ++k, sibling += stride) {
+      if (!builder.renames(r, sibling)) {
+        ADD_FAILURE() << what << ": rank " << r << " is not renamed from rank " << sibling;
+        return renamed;
+      }
+      EXPECT_TRUE(builder.rename(r, built[size_t(sibling)]) == built[size_t(r)])
+          << what << ": rank " << r << " from rank " << sibling;
+      ++renamed;
+    }
+  EXPECT_EQ(pool.size(), sets) << what;
+  return renamed;
 }
 
 TEST(ParallelBuild, EveryStrategyGivesTheSequentialScheduleOnAnyNumberOfThreads) {
@@ -55,25 +85,15 @@ TEST(ParallelBuild, StagesAndSlicesMadeOnSeveralThreadsAtOnceGiveTheSequentialSc
   Workload workload = small_workload(16 * 48, 8, 4, true, 2);
   workload.layers = 2;
   int built = 0;
-  for (auto [T, Pp] : {std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
-    Workload slice = workload;
-    slice.heads /= T;
-    slice.kv_heads /= T;
-    for (StrategyKind kind : all_strategies())
-      for (StrategyParams params : enumerate_params(kind, slice, ranks / (T * Pp))) {
-        params.tensor_parallel = T;
-        params.pipeline_parallel = Pp;
-        if (!check_feasible(kind, params, workload, ranks).ok) continue;
-        const Plan plan = hand_plan(kind, params, workload);
-        const Schedule sequential = ScheduleBuilder(plan).build();
-        for (int threads : {4, 16}) {
-          const std::string what = std::string(to_string(kind)) + " T=" + std::to_string(T) +
-                                   " P=" + std::to_string(Pp) + " on " + std::to_string(threads) + " threads";
-          expect_same_schedule(sequential, ScheduleBuilder(plan).build_all(threads), what);
-        }
-        ++built;
-      }
-  }
+  for_each_split_plan(workload, ranks, {{2, 1}, {1, 2}, {2, 2}}, [&](const Plan& plan, Split split) {
+    const Schedule sequential = ScheduleBuilder(plan).build();
+    for (int threads : {4, 16}) {
+      const std::string what = std::string(to_string(plan.strategy)) + " T=" + std::to_string(split.tensor) +
+                               " P=" + std::to_string(split.pipeline) + " on " + std::to_string(threads) + " threads";
+      expect_same_schedule(sequential, ScheduleBuilder(plan).build_all(threads), what);
+    }
+    ++built;
+  });
   EXPECT_GE(built, 24);  // every strategy under each split
 }
 
@@ -85,31 +105,13 @@ TEST(ParallelBuild, TensorSlicesOfOneSliceRankAreRenamedCopies) {
   const int ranks = 16;
   const Workload workload = small_workload(16 * 48, 8, 4, true, 2);
   int renamed = 0;
-  for (int T : {2, 4}) {
-    Workload slice = workload;
-    slice.heads /= T;
-    slice.kv_heads /= T;
-    for (StrategyKind kind : all_strategies())
-      for (StrategyParams params : enumerate_params(kind, slice, ranks / T)) {
-        params.tensor_parallel = T;
-        if (!check_feasible(kind, params, workload, ranks).ok) continue;
-        const ScheduleBuilder builder(hand_plan(kind, params, workload));
-        TokenSetPool pool;
-        std::vector<RankProgram> built;
-        for (int r = 0; r < ranks; ++r)
-          built.push_back(builder.build_rank(r, pool));
-        const size_t sets = pool.size();
-        for (int r = 0; r < ranks; ++r)
-          for (int sibling = r / T * T; sibling < r / T * T + T; ++sibling) {
-            ASSERT_TRUE(builder.renames(r, sibling));
-            EXPECT_TRUE(builder.rename(r, built[size_t(sibling)]) == built[size_t(r)])
-                << to_string(kind) << " T=" << T << ": rank " << r << " from rank " << sibling;
-            ++renamed;
-          }
-        EXPECT_FALSE(builder.renames(0, T));  // another slice rank
-        EXPECT_EQ(pool.size(), sets);
-      }
-  }
+  for_each_split_plan(workload, ranks, {{2, 1}, {4, 1}}, [&](const Plan& plan, Split split) {
+    const int T = split.tensor;
+    const ScheduleBuilder builder(plan);
+    renamed += expect_renamed_copies(
+        builder, [&](int r) { return r / T * T; }, 1, T, fmt::format("{} T={}", to_string(plan.strategy), T));
+    EXPECT_FALSE(builder.renames(0, T));  // another slice rank
+  });
   EXPECT_GT(renamed, 16 * 4 * 8);
   const Plan flat = hand_plan(StrategyKind::Ring, seq_params(ranks), workload);
   EXPECT_FALSE(ScheduleBuilder(flat).renames(0, 0));
@@ -124,37 +126,16 @@ TEST(ParallelBuild, PipelineStagesOfOneStageRankAreRenamedCopies) {
   Workload workload = small_workload(16 * 48, 8, 4, true, 2);
   workload.layers = 4;
   int renamed = 0;
-  for (auto [Pp, T] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{2, 2}}) {
-    Workload slice = workload;
-    slice.heads /= T;
-    slice.kv_heads /= T;
-    for (StrategyKind kind : all_strategies())
-      for (StrategyParams params : enumerate_params(kind, slice, ranks / (Pp * T))) {
-        params.pipeline_parallel = Pp;
-        params.tensor_parallel = T;
-        if (!check_feasible(kind, params, workload, ranks).ok) continue;
-        Plan plan = hand_plan(kind, params, workload);
-        for (CommGroup& group : plan.groups)
-          if (runs_all_reduces(group.kind) && group.name.rfind("p1.", 0) == 0)
-            group.all_reduce = AllReduceAlgorithm::Tree;
-        const ScheduleBuilder builder(plan);
-        TokenSetPool pool;
-        std::vector<RankProgram> built;
-        for (int r = 0; r < ranks; ++r)
-          built.push_back(builder.build_rank(r, pool));
-        const size_t sets = pool.size();
-        const int W = ranks / Pp;
-        for (int r = 0; r < ranks; ++r)
-          for (int sibling = r % W; sibling < ranks; sibling += W) {
-            ASSERT_TRUE(builder.renames(r, sibling));
-            EXPECT_TRUE(builder.rename(r, built[size_t(sibling)]) == built[size_t(r)])
-                << to_string(kind) << " P=" << Pp << " T=" << T << ": rank " << r << " from rank " << sibling;
-            ++renamed;
-          }
-        EXPECT_FALSE(builder.renames(0, 1));  // another stage rank
-        EXPECT_EQ(pool.size(), sets);
-      }
-  }
+  for_each_split_plan(workload, ranks, {{1, 2}, {1, 4}, {2, 2}}, [&](Plan plan, Split split) {
+    for (CommGroup& group : plan.groups)
+      if (runs_all_reduces(group.kind) && group.name.rfind("p1.", 0) == 0) group.all_reduce = AllReduceAlgorithm::Tree;
+    const ScheduleBuilder builder(plan);
+    const int W = ranks / split.pipeline;
+    renamed += expect_renamed_copies(
+        builder, [&](int r) { return r % W; }, W, split.pipeline,
+        fmt::format("{} P={} T={}", to_string(plan.strategy), split.pipeline, split.tensor));
+    EXPECT_FALSE(builder.renames(0, 1));  // another stage rank
+  });
   EXPECT_GT(renamed, 16 * 2 * 8);
 }
 

@@ -2,6 +2,7 @@
 // that compare programs and sum their work.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,28 @@ Workload small_workload(int64_t seq, int heads, int kv_heads, bool causal, int b
 // A plan with rank r on GPU r and the strategy's canonical groups.
 Plan hand_plan(StrategyKind kind, const StrategyParams& params, const Workload& workload);
 StrategyParams seq_params(int S, int D = 1);
+
+// A tensor parallel degree and a pipeline parallel degree.
+struct Split {
+  int tensor = 1, pipeline = 1;
+};
+// visit(plan, split) for each split in turn and every feasible parameter set of every strategy
+// on `ranks` ranks under it (the sequence-parallel part enumerated on the heads of one tensor
+// slice), placed by hand_plan.
+template <typename Visit>
+void for_each_split_plan(const Workload& workload, int ranks, std::initializer_list<Split> splits, Visit&& visit) {
+  for (const Split& split : splits) {
+    Workload slice = workload;
+    slice.heads /= split.tensor;
+    slice.kv_heads /= split.tensor;
+    for (StrategyKind kind : all_strategies())
+      for (StrategyParams params : enumerate_params(kind, slice, ranks / (split.tensor * split.pipeline))) {
+        params.tensor_parallel = split.tensor;
+        params.pipeline_parallel = split.pipeline;
+        if (check_feasible(kind, params, workload, ranks).ok) visit(hand_plan(kind, params, workload), split);
+      }
+  }
+}
 
 // Structural equality of two programs whose token ids come from different pools.
 bool same_program(const RankProgram& a, const TokenSetPool& pa, const RankProgram& b, const TokenSetPool& pb,
