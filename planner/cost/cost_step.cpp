@@ -136,21 +136,37 @@ std::vector<std::vector<size_t>> meeting_groups(const Plan& plan, const std::vec
 // The sampled columns of one program timed so far (PairMode::Symmetric). A later one runs the same
 // timeline as one of them when it has the same unrolled order (the same FlatStep), ops that wait
 // and meet alike (detail::times_alike) and the same template durations, and takes its timing
-// instead: a homogeneous cluster's sampled ranks mostly price alike.
+// instead: a homogeneous cluster's sampled ranks mostly price alike. A column that cannot end
+// last, nor end its forward last, is not timed at all (untimed).
 class LoneColumns {
  public:
   LoneColumns(const std::vector<StepTemplate>& templates, const std::vector<std::vector<double>>& once)
       : templates_(templates), once_(once) {}
-  // The program timed before that program `p` (on `flat`) times alike with; otherwise none, and
-  // `p` is remembered as timed. The flat steps are the caller's and must outlive this.
-  std::optional<size_t> timed_alike(size_t p, const FlatStep& flat) {
+  // The program timed before that program `p` (on `flat`) times alike with, if any.
+  std::optional<size_t> timed_alike(size_t p, const FlatStep& flat) const {
     const detail::ProgramView view(templates_[p].program, flat);
     for (const auto& [q, seen] : timed_)
       if (seen == &flat && once_[q] == once_[p] &&
           detail::times_alike(detail::ProgramView(templates_[q].program, *seen), view))
         return q;
-    timed_.emplace_back(p, &flat);
     return std::nullopt;
+  }
+  // Remembers `p` as timed on `flat`, which is the caller's and must outlive this.
+  void remember(size_t p, const FlatStep& flat) { timed_.emplace_back(p, &flat); }
+  // Program `p`'s timing for the step's summary when its column need not be timed: when its end
+  // is bound to come before `latest_end` and its forward's end no later than `latest_forward`
+  // (the latest among the columns timed so far; detail::lone_bounds), it cannot be the critical
+  // program nor move the forward's end, and the summary reads nothing else of it but its compute,
+  // which the bounds sum as a run does. Its ends are then left at zero.
+  std::optional<detail::RankTiming> untimed(size_t p, const FlatStep& flat, double latest_end,
+                                            double latest_forward) const {
+    const std::optional<detail::LoneBounds> bounds =
+        detail::lone_bounds(detail::ProgramView(templates_[p].program, flat), once_[p]);
+    if (!bounds || !detail::may_leave_out(*bounds, latest_end, latest_forward)) return std::nullopt;
+    detail::RankTiming timing;
+    timing.compute_forward_s = bounds->compute_forward_s;
+    timing.compute_backward_s = bounds->compute_backward_s;
+    return timing;
   }
 
  private:
@@ -158,6 +174,24 @@ class LoneColumns {
   const std::vector<std::vector<double>>& once_;  // template op durations, by program
   std::vector<std::pair<size_t, const FlatStep*>> timed_;
 };
+
+// The order in which the groups are timed: as listed, but a sample's lone columns with the most
+// work first (the sum of their template ops' durations), so that the columns likely to end last
+// are timed before the ones LoneColumns::untimed may then leave out. Equal sums keep their order.
+std::vector<size_t> timing_order(const std::vector<std::vector<size_t>>& groups,
+                                 const std::vector<std::vector<double>>& once, detail::PairMode mode) {
+  std::vector<size_t> order(groups.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  const bool lone = mode == detail::PairMode::Symmetric &&
+                    std::all_of(groups.begin(), groups.end(), [](const auto& g) { return g.size() == 1; });
+  if (!lone) return order;
+  std::vector<double> work(groups.size(), 0);
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (const double seconds : once[groups[g][0]])
+      work[g] += std::max(0.0, seconds);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return work[a] > work[b]; });
+  return order;
+}
 
 // A group of programs timed together: its shape and the ends of the one asked for.
 struct TimedGroup {
@@ -235,34 +269,56 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   // The distinct unrolled orders so far (a template with it, its flat step): a step's ranks mostly
   // share a few, in every group alike, so each is unrolled once.
   std::vector<std::pair<size_t, std::shared_ptr<const FlatStep>>> orders;
-  auto flat_of = [&](size_t p) {
+  auto known_flat = [&](size_t p) -> std::shared_ptr<const FlatStep> {
     for (const auto& [q, flat] : orders)
       if (same_unrolled_order(templates[q], templates[p])) {
         copies[p] = copies[q];
         return flat;
       }
-    auto flat = std::make_shared<const FlatStep>(unroll_flat(templates[p]));
+    return nullptr;
+  };
+  auto keep_flat = [&](size_t p, std::shared_ptr<const FlatStep> flat) {
     copies[p] = copies_of(flat->origin, templates[p].program.ops.size());
     orders.emplace_back(p, flat);
     return flat;
   };
+  auto flat_of = [&](size_t p) {
+    if (std::shared_ptr<const FlatStep> flat = known_flat(p)) return flat;
+    return keep_flat(p, std::make_shared<const FlatStep>(unroll_flat(templates[p])));
+  };
   // Their waiting structure too, shared by the groups (each group is a shape of its own).
   auto library = std::make_unique<detail::OrderLibrary>();
   LoneColumns lone(templates, once);
-  int programs_timed = 0;  // by the groups' first timings
+  double latest_end = 0, latest_forward = 0;  // among the programs timed so far
+  int programs_timed = 0;                     // by the groups' first timings
   // Keeps the shape and the ends of one program, `ends_of` (by its place in the group), or without
   // it of the one that ends last. `first`: the group's first timing, which a lone column timed
   // alike with an earlier one takes from it (then nothing is kept).
   auto time_group = [&](const std::vector<size_t>& group, bool first, std::optional<size_t> ends_of) {
     TimedGroup t;
     std::vector<detail::ProgramView> views;
-    for (size_t p : group)
-      t.flats.push_back(flat_of(p));
-    if (mode == detail::PairMode::Symmetric && group.size() == 1 && first)
-      if (const std::optional<size_t> q = lone.timed_alike(group[0], *t.flats[0])) {
-        timings[group[0]] = timings[*q];
+    if (mode == detail::PairMode::Symmetric && group.size() == 1 && first) {
+      const size_t p = group[0];
+      std::shared_ptr<const FlatStep> flat = known_flat(p);
+      if (flat)
+        if (const std::optional<size_t> q = lone.timed_alike(p, *flat)) {
+          timings[p] = timings[*q];
+          return TimedGroup{};
+        }
+      const bool known = flat != nullptr;
+      if (!known) flat = std::make_shared<const FlatStep>(unroll_flat(templates[p]));
+      if (const std::optional<detail::RankTiming> timing = lone.untimed(p, *flat, latest_end, latest_forward)) {
+        timings[p] = *timing;  // its unrolled order is not kept: nothing times it
+        if (!known) copies[p] = copies_of(flat->origin, templates[p].program.ops.size());
         return TimedGroup{};
       }
+      if (!known) keep_flat(p, flat);
+      lone.remember(p, *flat);
+      t.flats.push_back(std::move(flat));
+    } else {
+      for (size_t p : group)
+        t.flats.push_back(flat_of(p));
+    }
     std::vector<std::vector<double>> durations;  // by template op: each copy lasts its template op's
     for (size_t k = 0; k < group.size(); ++k) {
       durations.push_back(once[group[k]]);
@@ -294,8 +350,13 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   // the earlier one stays ahead.)
   TimedGroup kept;
   std::optional<size_t> kept_critical;  // the program whose ends `kept` holds
-  for (const std::vector<size_t>& group : groups) {
+  for (const size_t g : timing_order(groups, once, mode)) {
+    const std::vector<size_t>& group = groups[g];
     TimedGroup t = time_group(group, true, std::nullopt);
+    for (size_t p : group) {
+      latest_end = std::max(latest_end, timings[p].end_s);
+      latest_forward = std::max(latest_forward, timings[p].forward_end_s);
+    }
     if (!t.shape) continue;
     std::vector<detail::RankTiming> times;
     for (size_t p : group)

@@ -170,6 +170,50 @@ bool pairs_alike(const ProgramView& seen, const ProgramView& program) {
 
 }  // namespace
 
+std::optional<LoneBounds> lone_bounds(const ProgramView& program, const std::vector<double>& duration) {
+  if (!program.flat()) return std::nullopt;
+  const std::vector<Op>& ops = program.program().ops;
+  // Message ends pair by tag alone (pair_symmetric): the k-th send of a tag with its k-th receive,
+  // in program order. Tags numbered densely by template op (-1: not a message).
+  std::vector<int32_t> tag_of(ops.size(), -1);
+  std::unordered_map<int32_t, int32_t> tag_ids;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!(duration[i] >= 0)) return std::nullopt;
+    if (!is_message(ops[i])) continue;
+    if (is_stage_message(ops[i])) return std::nullopt;
+    tag_of[i] = tag_ids.try_emplace(ops[i].tag, int32_t(tag_ids.size())).first->second;
+  }
+  LoneBounds bounds;
+  double forward_sum = 0;
+  bool forward_first = true;  // no forward op waits for or meets an op of the backward
+  std::array<bool, kNumStreams> backward_seen{};
+  std::vector<std::vector<bool>> send_forward(tag_ids.size()), recv_forward(tag_ids.size());
+  for (size_t i = 0; i < program.size(); ++i) {
+    const Op& op = program.op(i);
+    const double seconds = duration[program.origin(i)];
+    const bool forward = op.phase == Phase::Forward;
+    bounds.end_s += seconds;
+    if (op.stream == Stream::Compute) (forward ? bounds.compute_forward_s : bounds.compute_backward_s) += seconds;
+    if (const int32_t tag = tag_of[program.origin(i)]; tag >= 0)
+      (op.kind == OpKind::Send ? send_forward : recv_forward)[size_t(tag)].push_back(forward);
+    if (!forward) {
+      backward_seen[size_t(op.stream)] = true;
+      continue;
+    }
+    forward_sum += seconds;
+    if (backward_seen[size_t(op.stream)]) forward_first = false;
+    for (const int32_t* d = program.deps_begin(i); d != program.deps_end(i); ++d)
+      if (program.op(size_t(*d)).phase != Phase::Forward) forward_first = false;
+  }
+  for (size_t t = 0; t < send_forward.size() && forward_first; ++t) {
+    const size_t pairs = std::min(send_forward[t].size(), recv_forward[t].size());
+    forward_first =
+        std::equal(send_forward[t].begin(), send_forward[t].begin() + std::ptrdiff_t(pairs), recv_forward[t].begin());
+  }
+  bounds.forward_end_s = forward_first ? forward_sum : bounds.end_s;
+  return bounds;
+}
+
 bool times_alike(const ProgramView& a, const ProgramView& b) {
   return same_order(a, b) && pairs_alike(a, b);
 }

@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <wallfacer/schedule/schedule.hpp>
@@ -157,6 +158,29 @@ bool same_order(const ProgramView& a, const ProgramView& b);
 // durations, run the same timeline: one unrolled order, template ops on the same streams in the
 // same phases, of the same kinds, messages of the same tags, and no pipeline stage message.
 bool times_alike(const ProgramView& a, const ProgramView& b);
+
+// What a sampled column of one program (PairMode::Symmetric, no pipeline stage message) gives
+// without being timed: its compute-stream time per phase, exactly as a run sums it, and upper
+// bounds of its end and of its forward's end. A list schedule starts each op as early as its
+// predecessors and meetings allow, so it never ends after running every op one after another:
+// the end is at most the sum of all durations; and where no forward op waits for (or meets) an
+// op of the backward, the forward ops can run first, so the forward ends within their sum
+// (otherwise its bound is the end's). A step whose columns end later than a column's bound can
+// skip timing it (docs/cost-model.md). None for a program that is not flat, holds a stage
+// message, or an op of negative duration. `duration`: by template op.
+struct LoneBounds {
+  double end_s = 0, forward_end_s = 0;                   // upper bounds
+  double compute_forward_s = 0, compute_backward_s = 0;  // as RankTiming holds them
+};
+std::optional<LoneBounds> lone_bounds(const ProgramView& program, const std::vector<double>& duration);
+// Whether a column of these bounds can be left untimed when the columns timed so far end at
+// `latest_end_s` and their forwards at `latest_forward_s`: it cannot be the one that ends last
+// (nor tie with it), nor move the forward's end. The margin keeps the bounds, summed in another
+// order than a run adds, clear of rounding.
+inline bool may_leave_out(const LoneBounds& bounds, double latest_end_s, double latest_forward_s) {
+  constexpr double kMargin = 1e-6;
+  return bounds.end_s * (1 + kMargin) < latest_end_s && bounds.forward_end_s * (1 + kMargin) <= latest_forward_s;
+}
 
 // How to pair the programs' message ends: with every rank of a plan of `plan_ranks` ranks at hand
 // (each once) Matched, else Symmetric; `lower_bound`: StagesOnly.

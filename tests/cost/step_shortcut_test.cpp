@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <optional>
 #include <set>
 
@@ -361,6 +362,31 @@ TEST(StepShortcuts, TimedLowerBoundNeverExceedsTheStep) {
   EXPECT_GT(checked, 40);
   EXPECT_GT(sampled, 20);
   EXPECT_GT(exact, sampled / 4);
+}
+
+// A contiguous causal ring of 16 ranks over 128K tokens, sampled at 8 ranks: the later a rank's
+// tokens, the more attention it computes, so its sampled columns end far apart.
+Plan uneven_sampled_ring(const Topology& topology) {
+  Workload w = small_step_workload(4, 1);
+  w.seq = 131072;
+  Plan plan = make_plan(StrategyKind::Ring, enumerate_params(StrategyKind::Ring, w, 16).front(), w, topology, 16);
+  plan.scope = Scope::Step;
+  return plan;
+}
+
+// A sample's columns that cannot end last nor end their forward last (detail::lone_bounds) are not
+// timed; the step, its parts and volumes are those of pricing every unrolled op.
+TEST(StepShortcuts, SampledColumnsThatCannotEndLastAreNotTimed) {
+  const Topology topology = testing::switch_nodes(2, 8, 450);
+  CostOptions fast_options, reference_options;
+  fast_options.max_timed_ranks = reference_options.max_timed_ranks = 8;
+  reference_options.step_shortcuts = false;
+  const Plan plan = uneven_sampled_ring(topology);
+  ASSERT_EQ(plan.params.sequence_parallel, 16);
+  const CostBreakdown fast = CostModel(topology, Calibration::defaults(), fast_options).evaluate_step(plan);
+  expect_same_cost(fast, CostModel(topology, Calibration::defaults(), reference_options).evaluate_step(plan));
+  EXPECT_LT(fast.programs_timed, 8);
+  EXPECT_GT(fast.programs_timed, 0);
 }
 
 }  // namespace

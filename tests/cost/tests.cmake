@@ -7,6 +7,7 @@ wallfacer_add_test(NAME test_cost
           ${CMAKE_CURRENT_LIST_DIR}/timeline_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/timeline_fold_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/timeline_classes_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/lone_bounds_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/step_cost_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/step_shortcut_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/step_parts_test.cpp
