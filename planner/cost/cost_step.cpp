@@ -250,7 +250,8 @@ std::optional<std::vector<detail::RankTiming>> time_by_class(const std::vector<d
 }  // namespace
 
 CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& step,
-                                             const std::vector<StepTemplate>& templates) const {
+                                             const std::vector<StepTemplate>& templates,
+                                             const std::function<double()>& stop_above_ms) const {
   std::vector<const RankProgram*> programs;
   std::vector<detail::ProgramView> all;
   for (const StepTemplate& t : templates) {
@@ -350,12 +351,23 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   // the earlier one stays ahead.)
   TimedGroup kept;
   std::optional<size_t> kept_critical;  // the program whose ends `kept` holds
-  for (const size_t g : timing_order(groups, once, mode)) {
-    const std::vector<size_t>& group = groups[g];
+  std::vector<double> latest_ends_ms;
+  const std::vector<size_t> visit = timing_order(groups, once, mode);
+  for (size_t v = 0; v < visit.size(); ++v) {
+    const std::vector<size_t>& group = groups[visit[v]];
     TimedGroup t = time_group(group, true, std::nullopt);
     for (size_t p : group) {
       latest_end = std::max(latest_end, timings[p].end_s);
       latest_forward = std::max(latest_forward, timings[p].forward_end_s);
+    }
+    latest_ends_ms.push_back(latest_end * 1e3);
+    if (stop_above_ms && v + 1 < visit.size() && latest_ends_ms.back() > stop_above_ms()) {
+      CostBreakdown stopped;
+      stopped.step_ms = latest_ends_ms.back();
+      stopped.latest_ends_ms = std::move(latest_ends_ms);
+      stopped.stopped = true;
+      stopped.programs_timed = programs_timed;
+      return stopped;
     }
     if (!t.shape) continue;
     std::vector<detail::RankTiming> times;
@@ -379,6 +391,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   };
   CostBreakdown cost = summarize_timings(plan, timings, &parts);
   cost.programs_timed = programs_timed;
+  cost.latest_ends_ms = std::move(latest_ends_ms);
   kept = TimedGroup{};  // release the unrolled orders before the rest is read off the templates
   library.reset();
   orders.clear();
@@ -387,7 +400,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   return cost;
 }
 
-CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
+CostBreakdown CostModel::evaluate_step(const Plan& plan, const std::function<double()>& stop_above_ms) const {
   WF_ASSERT(plan.scope == Scope::Step, "evaluate_step needs a plan of step scope");
   const Workload& w = plan.workload;
   StepBuilder builder(plan);
@@ -424,7 +437,8 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
   attention = Schedule{};
   CostBreakdown cost;
   if (options_.step_shortcuts) {
-    cost = time_step_templates(plan, step, templates);
+    cost = time_step_templates(plan, step, templates, stop_above_ms);
+    if (cost.stopped) return cost;
   } else {
     for (const StepTemplate& t : templates)
       step.ranks.push_back(unroll(t));
@@ -432,6 +446,7 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan) const {
     cost.programs_timed = int(step.ranks.size());
     cost.volume = comm_volume(step);
     count_transfers(topology_, plan, step, cost.parts);
+    cost.latest_ends_ms = {cost.step_ms};  // every program timed together, never stopped
   }
   templates.clear();
   cost.attention_fingerprint = fingerprint;

@@ -24,6 +24,7 @@
 #include "placement_batches.hpp"
 #include "screen.hpp"
 #include "step_jobs.hpp"
+#include "step_queue.hpp"
 
 namespace wallfacer {
 namespace {
@@ -538,23 +539,16 @@ struct Searcher {
   // prunes that candidate and every later one (with priced_top > 1, the priced_top-th best step
   // priced stands for the best one). A candidate whose bound reaches the best step cannot beat it, so the best plan is
   // the one pricing every candidate finds; and every candidate whose timed bound is below the best step is priced, as
-  // in any order of pricing.
-  struct Queued {
-    double key = 0;
-    size_t order = 0;    // rank in compute-bound order: ties keep it
-    bool timed = false;  // the key is the timed bound
-  };
+  // in any order of pricing, but for a sample whose columns, timed one by one, pass the best step before the last
+  // one: that pricing stops there, and the candidate is pruned at those columns' latest end.
+  using Queued = detail::QueuedStep;
 
-  void prune_step(Work& w, const Queued& q) {
+  void prune_step(Work& w, double key, std::string reason) {
     Candidate& c = w.candidate;
     c.cost = CostBreakdown{};
-    c.cost.step_ms = q.key;
+    c.cost.step_ms = key;
     c.pruned = true;
-    c.reason = q.timed ? fmt::format("{} alone takes {:.3f} ms, above the best step",
-                                     c.plan.params.pipeline_parallel > 1 ? "the pipeline column of its busiest rank"
-                                                                         : "its busiest rank",
-                                     q.key)
-                       : fmt::format("compute alone takes {:.3f} ms, above the best step", q.key);
+    c.reason = std::move(reason);
   }
 
   // Speculation for StepJobs: the candidates the queue holds next that the best step so far
@@ -566,16 +560,18 @@ struct Searcher {
   // (at 16,384 GPUs the runner-up's bound is 3.6 times the best step), and its price, the
   // costliest job, would only slow the one the search waits for.
   static constexpr double kPriceAheadReach = 1.5;
-  template <typename Queue, typename Prunes>
+  static constexpr double kNoStop = std::numeric_limits<double>::infinity();
+  template <typename Queue, typename Threshold>
   static void work_ahead(detail::StepJobs& jobs, const Queue& queued, const std::vector<Work*>& feasible,
-                         const Prunes& prunes, double timed) {
+                         const Threshold& threshold, double timed) {
     if (jobs.busy()) return;  // one thread, or all of them working: no copy of the queue
     Queue queue = queued;
     while (!queue.empty() && !jobs.busy()) {
       const Queued q = queue.top();
       queue.pop();
       const Work& w = *feasible[q.order];
-      if (prunes(q, w)) continue;  // pruned now, whatever is priced before it
+      const std::optional<double> stop = threshold(w);
+      if (stop && detail::beyond(q, *stop)) continue;  // pruned now, whatever is priced before it
       if (!q.timed) {
         jobs.bound_ahead(q.order, w.candidate.plan, w.busiest_rank);
         continue;
@@ -660,15 +656,15 @@ struct Searcher {
     std::priority_queue<double> top;
     double best = std::numeric_limits<double>::infinity();
     std::map<StrategyKind, double> strategy_best;  // with options.strategy_bests: each one's best step
-    // The compute bound prunes at the best step (as before the timed bound existed); the timed
-    // bound only above it, so that a candidate building the same schedule as the best is priced.
-    auto beyond = [](const Queued& q, double step) { return q.timed ? q.key > step : q.key >= step; };
-    auto prunes = [&](const Queued& q, const Work& w) {
-      if (!beyond(q, best)) return false;
-      if (!options.strategy_bests) return true;
-      const auto known = strategy_best.find(w.candidate.plan.strategy);
-      return known != strategy_best.end() && beyond(q, known->second);
+    // The step a candidate must beat not to be pruned: the best one, and with strategy_bests also
+    // its own strategy's best (none until that is known). It only falls as steps are priced.
+    auto threshold_of = [&](StrategyKind strategy) -> std::optional<double> {
+      if (!options.strategy_bests) return best;
+      const auto known = strategy_best.find(strategy);
+      if (known == strategy_best.end()) return std::nullopt;
+      return std::max(best, known->second);
     };
+    auto threshold = [&](const Work& w) { return threshold_of(w.candidate.plan.strategy); };
     detail::StepJobs jobs(model, options.threads);
     size_t done = 0;
     while (!queue.empty()) {
@@ -676,23 +672,30 @@ struct Searcher {
       queue.pop();
       Work& w = *feasible[q.order];
       Candidate& c = w.candidate;
-      if (prunes(q, w)) {
+      const bool pipelined = c.plan.params.pipeline_parallel > 1;
+      const std::optional<double> stop = threshold(w);
+      if (stop && detail::beyond(q, *stop)) {
         if (options.progress) options.progress("steps", done++, feasible.size());
-        prune_step(w, q);
+        prune_step(w, q.key, detail::pruned_reason(q, pipelined));
         continue;
       }
       if (!q.timed) {
-        auto more_ahead = [&] { work_ahead(jobs, queue, feasible, prunes, std::numeric_limits<double>::infinity()); };
+        auto more_ahead = [&] { work_ahead(jobs, queue, feasible, threshold, kNoStop); };
         jobs.bound_ahead(q.order, c.plan, w.busiest_rank);
         more_ahead();
         queue.push({std::max(q.key, jobs.bound(q.order, c.plan, w.busiest_rank, more_ahead)), q.order, true});
         continue;
       }
       if (options.progress) options.progress("steps", done++, feasible.size());
-      auto more_ahead = [&] { work_ahead(jobs, queue, feasible, prunes, q.key); };
+      auto more_ahead = [&] { work_ahead(jobs, queue, feasible, threshold, q.key); };
       jobs.price_ahead(q.order, c.plan);
       more_ahead();
+      // Its sampled columns, timed one by one, may rise above the step to beat before the last.
       c.cost = jobs.price(q.order, c.plan, more_ahead);
+      if (const std::optional<detail::ColumnsAbove> above = detail::columns_above(c.cost, stop.value_or(kNoStop))) {
+        prune_step(w, above->latest_ms, detail::pruned_reason(*above, pipelined));
+        continue;
+      }
       c.pruned = false;
       c.reason.clear();
       check_memory(c, budget_GiB);
@@ -702,6 +705,8 @@ struct Searcher {
       top.push(c.cost.step_ms);
       if (int(top.size()) > std::max(1, options.priced_top)) top.pop();
       if (int(top.size()) == std::max(1, options.priced_top)) best = top.top();
+      for (const StrategyKind strategy : all_strategies())
+        jobs.set_stop(strategy, threshold_of(strategy).value_or(kNoStop));
     }
   }
 

@@ -3,9 +3,12 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <future>
+#include <limits>
 #include <map>
+#include <vector>
 
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/plan/plan.hpp>
@@ -31,7 +34,14 @@ class StepJobs {
   }
   void price_ahead(size_t order, const Plan& plan) {
     if (busy() || prices_.count(order)) return;
-    prices_.emplace(order, workers_.submit([this, plan] { return model_.evaluate_step(plan); }));
+    prices_.emplace(order, workers_.submit([this, plan] { return priced(plan); }));
+  }
+  // The step a candidate of `strategy` must beat (infinity: none yet), as the search decides it
+  // now. A price reads it before each group of programs it times and stops above it
+  // (CostModel::evaluate_step); since these steps only fall, every stop a price read is at least
+  // the one the search decides that candidate with, and a stopped price says all it needs.
+  void set_stop(StrategyKind strategy, double stop_ms) {
+    stops_[size_t(strategy)].store(stop_ms, std::memory_order_release);
   }
   // Every thread works: jobs finished but not asked for yet do not count.
   bool busy() const {
@@ -49,10 +59,14 @@ class StepJobs {
   template <typename MoreAhead>
   CostBreakdown price(size_t order, const Plan& plan, MoreAhead&& more_ahead) {
     return take(
-        prices_, order, [&] { return model_.evaluate_step(plan); }, more_ahead);
+        prices_, order, [&] { return priced(plan); }, more_ahead);
   }
 
  private:
+  CostBreakdown priced(const Plan& plan) const {
+    const std::atomic<double>& stop = stops_[size_t(plan.strategy)];
+    return model_.evaluate_step(plan, [&stop] { return stop.load(std::memory_order_acquire); });
+  }
   template <typename Jobs>
   static int running(const Jobs& jobs) {
     int count = 0;
@@ -74,6 +88,13 @@ class StepJobs {
   int threads_;
   std::map<size_t, std::future<double>> bounds_;
   std::map<size_t, std::future<CostBreakdown>> prices_;
+  std::vector<std::atomic<double>> stops_ = infinite_stops();  // by strategy
+  static std::vector<std::atomic<double>> infinite_stops() {
+    std::vector<std::atomic<double>> stops(all_strategies().size());
+    for (std::atomic<double>& stop : stops)
+      stop.store(std::numeric_limits<double>::infinity());
+    return stops;
+  }
   WorkerThreads workers_;  // last: destroyed first, finishing the jobs that use the members above
 };
 

@@ -385,8 +385,42 @@ TEST(StepShortcuts, SampledColumnsThatCannotEndLastAreNotTimed) {
   ASSERT_EQ(plan.params.sequence_parallel, 16);
   const CostBreakdown fast = CostModel(topology, Calibration::defaults(), fast_options).evaluate_step(plan);
   expect_same_cost(fast, CostModel(topology, Calibration::defaults(), reference_options).evaluate_step(plan));
+  ASSERT_EQ(fast.latest_ends_ms.size(), 8u);
   EXPECT_LT(fast.programs_timed, 8);
   EXPECT_GT(fast.programs_timed, 0);
+}
+
+// Stopped above a step, a pricing has timed the first columns of the whole pricing, in the same
+// order, up to the first whose latest end passes the stop; a stop it never passes before the last
+// column changes nothing.
+TEST(StepShortcuts, StoppedPricingsTimeTheFirstColumnsOfTheWholeOne) {
+  const Topology topology = testing::switch_nodes(2, 8, 450);
+  CostOptions options;
+  options.max_timed_ranks = 8;
+  const CostModel model(topology, Calibration::defaults(), options);
+  const Plan plan = uneven_sampled_ring(topology);
+  const CostBreakdown whole = model.evaluate_step(plan);
+  const std::vector<double>& ends = whole.latest_ends_ms;
+  ASSERT_EQ(ends.size(), 8u);
+  EXPECT_FALSE(whole.stopped);
+  EXPECT_TRUE(std::is_sorted(ends.begin(), ends.end()));
+  EXPECT_EQ(ends.back(), whole.step_ms);
+  for (const double stop : {0.5 * ends.front(), ends.front(), 0.5 * (ends.front() + ends.back())}) {
+    const CostBreakdown stopped = model.evaluate_step(plan, [stop] { return stop; });
+    const size_t first_past = size_t(std::upper_bound(ends.begin(), ends.end(), stop) - ends.begin());
+    SCOPED_TRACE(fmt::format("stop {} ms, first past it {}", stop, first_past));
+    if (first_past + 1 >= ends.size()) {
+      EXPECT_FALSE(stopped.stopped);
+      expect_same_cost(stopped, whole);
+      continue;
+    }
+    EXPECT_TRUE(stopped.stopped);
+    EXPECT_EQ(stopped.latest_ends_ms, std::vector<double>(ends.begin(), ends.begin() + std::ptrdiff_t(first_past) + 1));
+    EXPECT_EQ(stopped.step_ms, ends[first_past]);
+  }
+  const CostBreakdown unstopped = model.evaluate_step(plan, [&] { return whole.step_ms; });
+  EXPECT_FALSE(unstopped.stopped);
+  expect_same_cost(unstopped, whole);
 }
 
 }  // namespace

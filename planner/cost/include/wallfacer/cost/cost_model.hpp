@@ -118,6 +118,14 @@ struct CostBreakdown {
   // when not taken), so that candidates building the same schedule are told apart without
   // building it again.
   uint64_t attention_fingerprint = 0;
+  // Step scope: the latest end among the groups of programs timed so far (ms), after each group in
+  // the order they were timed: a sample's columns (pipeline columns) one by one, otherwise one
+  // group of every timed rank. Non-decreasing, the last one the step once every group is timed.
+  std::vector<double> latest_ends_ms;
+  // Step scope: timing stopped before the last group, its latest end past the stop asked for
+  // (evaluate_step's stop_above_ms); step_ms is then that latest end, a lower bound of the step,
+  // and the other figures are not filled.
+  bool stopped = false;
   Prediction to_prediction() const;
 };
 
@@ -217,8 +225,13 @@ class CostModel {
   CostBreakdown evaluate_times(const Plan& plan, const PreparedTiming& prepared, bool with_parts = true) const;
   MemoryEstimate memory(const Plan& plan, const Schedule& schedule) const;
   // The whole step of `plan` (its scope must be Step): the timed ranks' step templates unrolled to
-  // every layer and timed (docs/cost-model.md).
-  CostBreakdown evaluate_step(const Plan& plan) const;
+  // every layer and timed (docs/cost-model.md). Where it times several groups of programs (a
+  // sample's columns), it stops once the latest end among those timed exceeds `stop_above_ms()`
+  // (read after each group; another thread may lower it meanwhile) with groups left
+  // (CostBreakdown::stopped): the search needs no more of a step that cannot beat the best ones.
+  // The groups are timed in one order whatever the stop, so a stopped pricing's latest ends are
+  // the first ones of the whole pricing's.
+  CostBreakdown evaluate_step(const Plan& plan, const std::function<double()>& stop_above_ms = {}) const;
   // A lower bound of evaluate_step(plan).step_ms without timing: the busiest timed rank's compute
   // stream, which runs one op at a time (every layer's compute ops included), plus, in a
   // pipeline, the earlier stages' compute of one micro-batch that must run before its first
@@ -292,8 +305,8 @@ class CostModel {
   CostBreakdown summarize_timings(const Plan& plan, const std::vector<detail::RankTiming>& timings,
                                   const PartsOf* parts) const;
   // The whole step of `plan` from its timed ranks' step templates (evaluate_step's timing).
-  CostBreakdown time_step_templates(const Plan& plan, const Schedule& step,
-                                    const std::vector<StepTemplate>& templates) const;
+  CostBreakdown time_step_templates(const Plan& plan, const Schedule& step, const std::vector<StepTemplate>& templates,
+                                    const std::function<double()>& stop_above_ms) const;
   // Durations of the template ops (by template, then op), priced within `step`'s flow sets and
   // tokens: what each of their unrolled copies lasts.
   std::vector<std::vector<double>> template_op_durations(const Plan& plan, const Schedule& step,
