@@ -193,6 +193,57 @@ std::vector<size_t> timing_order(const std::vector<std::vector<size_t>>& groups,
   return order;
 }
 
+// The distinct unrolled orders of a step's timed templates (their flat steps), so that each is
+// unrolled once: a step's ranks mostly share a few, in every group alike. Keeps at most
+// `budget_bytes` of them, the first ones (CostOptions::kept_unrolled_order_bytes); past that an
+// unrolled order serves the group that needed it alone and goes with it (met again, it is
+// unrolled again). A contiguous causal ring's sampled columns all differ, and kept they were a
+// third of a large step's memory: at 1,024 GPUs 64 columns of half a million ops. Sets each
+// template's copies of its ops as it finds its order.
+class UnrolledOrders {
+ public:
+  UnrolledOrders(const std::vector<StepTemplate>& templates, std::vector<std::vector<uint32_t>>& copies,
+                 size_t budget_bytes)
+      : templates_(templates), copies_(copies), budget_bytes_(budget_bytes) {}
+  // Template p's unrolled order if kept.
+  std::shared_ptr<const FlatStep> known(size_t p) {
+    for (const auto& [q, flat] : kept_)
+      if (same_unrolled_order(templates_[q], templates_[p])) {
+        copies_[p] = copies_[q];
+        return flat;
+      }
+    return nullptr;
+  }
+  // Template p's order unrolled afresh (not kept).
+  std::shared_ptr<const FlatStep> unrolled(size_t p) {
+    auto flat = std::make_shared<const FlatStep>(unroll_flat(templates_[p]));
+    copies_[p] = copies_of(flat->origin, templates_[p].program.ops.size());
+    return flat;
+  }
+  // Keeps `flat`, template p's order, within the budget: whether it is kept.
+  bool keep(size_t p, std::shared_ptr<const FlatStep> flat) {
+    const size_t bytes = 4 * (flat->origin.size() + flat->dep_begin.size() + flat->deps.size());
+    if (bytes_ + bytes > budget_bytes_) return false;
+    bytes_ += bytes;
+    kept_.emplace_back(p, std::move(flat));
+    return true;
+  }
+  // Template p's order, and whether it is kept.
+  std::pair<std::shared_ptr<const FlatStep>, bool> of(size_t p) {
+    if (std::shared_ptr<const FlatStep> flat = known(p)) return {flat, true};
+    std::shared_ptr<const FlatStep> flat = unrolled(p);
+    const bool kept = keep(p, flat);
+    return {std::move(flat), kept};
+  }
+  void clear() { kept_.clear(); }
+
+ private:
+  const std::vector<StepTemplate>& templates_;
+  std::vector<std::vector<uint32_t>>& copies_;  // by template: copies of each of its ops
+  std::vector<std::pair<size_t, std::shared_ptr<const FlatStep>>> kept_;
+  size_t budget_bytes_, bytes_ = 0;
+};
+
 // A group of programs timed together: its shape and the ends of the one asked for.
 struct TimedGroup {
   std::vector<std::shared_ptr<const FlatStep>> flats;  // by program; one per unrolled order
@@ -267,26 +318,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   const std::vector<std::vector<size_t>> groups = meeting_groups(plan, templates, mode);
   std::vector<detail::RankTiming> timings(templates.size());
   std::vector<std::vector<uint32_t>> copies(templates.size());
-  // The distinct unrolled orders so far (a template with it, its flat step): a step's ranks mostly
-  // share a few, in every group alike, so each is unrolled once.
-  std::vector<std::pair<size_t, std::shared_ptr<const FlatStep>>> orders;
-  auto known_flat = [&](size_t p) -> std::shared_ptr<const FlatStep> {
-    for (const auto& [q, flat] : orders)
-      if (same_unrolled_order(templates[q], templates[p])) {
-        copies[p] = copies[q];
-        return flat;
-      }
-    return nullptr;
-  };
-  auto keep_flat = [&](size_t p, std::shared_ptr<const FlatStep> flat) {
-    copies[p] = copies_of(flat->origin, templates[p].program.ops.size());
-    orders.emplace_back(p, flat);
-    return flat;
-  };
-  auto flat_of = [&](size_t p) {
-    if (std::shared_ptr<const FlatStep> flat = known_flat(p)) return flat;
-    return keep_flat(p, std::make_shared<const FlatStep>(unroll_flat(templates[p])));
-  };
+  UnrolledOrders orders(templates, copies, options_.kept_unrolled_order_bytes);
   // Their waiting structure too, shared by the groups (each group is a shape of its own).
   auto library = std::make_unique<detail::OrderLibrary>();
   LoneColumns lone(templates, once);
@@ -298,27 +330,33 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   auto time_group = [&](const std::vector<size_t>& group, bool first, std::optional<size_t> ends_of) {
     TimedGroup t;
     std::vector<detail::ProgramView> views;
+    // Whether every unrolled order of the group is kept: the order library and the lone columns
+    // point at the flat steps they see, so a group with one that goes after its timing shares
+    // nothing.
+    bool shared = true;
     if (mode == detail::PairMode::Symmetric && group.size() == 1 && first) {
       const size_t p = group[0];
-      std::shared_ptr<const FlatStep> flat = known_flat(p);
+      std::shared_ptr<const FlatStep> flat = orders.known(p);
       if (flat)
         if (const std::optional<size_t> q = lone.timed_alike(p, *flat)) {
           timings[p] = timings[*q];
           return TimedGroup{};
         }
       const bool known = flat != nullptr;
-      if (!known) flat = std::make_shared<const FlatStep>(unroll_flat(templates[p]));
+      if (!known) flat = orders.unrolled(p);
       if (const std::optional<detail::RankTiming> timing = lone.untimed(p, *flat, latest_end, latest_forward)) {
         timings[p] = *timing;  // its unrolled order is not kept: nothing times it
-        if (!known) copies[p] = copies_of(flat->origin, templates[p].program.ops.size());
         return TimedGroup{};
       }
-      if (!known) keep_flat(p, flat);
-      lone.remember(p, *flat);
+      shared = known || orders.keep(p, flat);
+      if (shared) lone.remember(p, *flat);
       t.flats.push_back(std::move(flat));
     } else {
-      for (size_t p : group)
-        t.flats.push_back(flat_of(p));
+      for (size_t p : group) {
+        auto [flat, kept] = orders.of(p);
+        shared = shared && kept;
+        t.flats.push_back(std::move(flat));
+      }
     }
     std::vector<std::vector<double>> durations;  // by template op: each copy lasts its template op's
     for (size_t k = 0; k < group.size(); ++k) {
@@ -334,7 +372,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
         if (first) programs_timed += int(t.quotient.size());
         return t;
       }
-    t.shape = std::make_unique<detail::TimelineShape>(std::move(views), mode, library.get());
+    t.shape = std::make_unique<detail::TimelineShape>(std::move(views), mode, shared ? library.get() : nullptr);
     if (ends_of)
       options.ends_of = [k = *ends_of](const std::vector<detail::RankTiming>&) { return k; };
     else

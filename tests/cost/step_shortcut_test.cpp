@@ -87,7 +87,8 @@ void for_each_step_plan(const Topology& topology, Visit&& visit) {
 }
 
 // With every rank timed, and with a sample of 4 ranks, whose programs (pipeline columns with
-// pipeline parallelism) meet only each other and are timed group by group.
+// pipeline parallelism) meet only each other and are timed group by group, keeping their unrolled
+// orders for the groups after them or not.
 TEST(StepShortcuts, TemplateDurationsEqualPricingEveryUnrolledOp) {
   const Topology topology = testing::switch_nodes(2, 4, 450);
   for (int sample : {0, 4}) {
@@ -95,11 +96,17 @@ TEST(StepShortcuts, TemplateDurationsEqualPricingEveryUnrolledOp) {
     CostOptions fast_options, reference_options;
     fast_options.max_timed_ranks = reference_options.max_timed_ranks = sample;
     reference_options.step_shortcuts = false;
+    // Unrolled orders kept for later groups, and none kept (each unrolled for its group alone).
+    CostOptions unkept_options = fast_options;
+    unkept_options.kept_unrolled_order_bytes = 0;
     const CostModel fast(topology, Calibration::defaults(), fast_options);
+    const CostModel unkept(topology, Calibration::defaults(), unkept_options);
     const CostModel reference(topology, Calibration::defaults(), reference_options);
     int checked = 0, tensor = 0, pipelined = 0;
     for_each_step_plan(topology, [&](const Plan& plan, const Setting& s) {
-      expect_same_cost(fast.evaluate_step(plan), reference.evaluate_step(plan));
+      const CostBreakdown expected = reference.evaluate_step(plan);
+      expect_same_cost(fast.evaluate_step(plan), expected);
+      expect_same_cost(unkept.evaluate_step(plan), expected);
       ++checked;
       tensor += s.tensor > 1 ? 1 : 0;
       pipelined += s.pipeline > 1 ? 1 : 0;
@@ -384,7 +391,10 @@ TEST(StepShortcuts, SampledColumnsThatCannotEndLastAreNotTimed) {
   const Plan plan = uneven_sampled_ring(topology);
   ASSERT_EQ(plan.params.sequence_parallel, 16);
   const CostBreakdown fast = CostModel(topology, Calibration::defaults(), fast_options).evaluate_step(plan);
-  expect_same_cost(fast, CostModel(topology, Calibration::defaults(), reference_options).evaluate_step(plan));
+  const CostBreakdown expected = CostModel(topology, Calibration::defaults(), reference_options).evaluate_step(plan);
+  expect_same_cost(fast, expected);
+  fast_options.kept_unrolled_order_bytes = 0;
+  expect_same_cost(CostModel(topology, Calibration::defaults(), fast_options).evaluate_step(plan), expected);
   ASSERT_EQ(fast.latest_ends_ms.size(), 8u);
   EXPECT_LT(fast.programs_timed, 8);
   EXPECT_GT(fast.programs_timed, 0);

@@ -64,6 +64,10 @@ struct CostOptions {
   // what the memory and the compute read (BuildMode::ComputeOnly). Exact; false builds every
   // timed rank whole, the reference the tests compare it with.
   bool build_per_sequence_rank = true;
+  // Whole step: bytes of unrolled orders (flat steps) a step's timing keeps for the groups of
+  // programs after the one that unrolled them, the first ones met; past that an order serves its
+  // own group alone and is unrolled again if met again. Bounds memory, not results.
+  size_t kept_unrolled_order_bytes = size_t(64) << 20;
 };
 
 // Where a transfer runs, by the slowest kind of link on its way: NVLink or NVSwitch inside a node,
