@@ -37,7 +37,7 @@ class StepJobs {
     prices_.emplace(order, workers_.submit([this, plan] { return priced(plan); }));
   }
   // The step a candidate of `strategy` must beat (infinity: none yet), as the search decides it
-  // now. A price reads it before each group of programs it times and stops above it
+  // now. A price reads it after each group of programs it times and stops above it
   // (CostModel::evaluate_step); since these steps only fall, every stop a price read is at least
   // the one the search decides that candidate with, and a stopped price says all it needs.
   void set_stop(StrategyKind strategy, double stop_ms) {
