@@ -1,0 +1,408 @@
+// Timing a whole step's templates (CostModel::time_step_templates, docs/cost-model.md "The whole
+// step"): each timed rank's template is unrolled to every layer, its ops priced once per template
+// op, and the programs timed group by group, the sample's lone columns with the shortcuts that
+// leave out or stop early what cannot change the step.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <vector>
+
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/schedule/step.hpp>
+#include "step_parts.hpp"
+#include "timeline.hpp"
+#include "timeline_classes.hpp"
+
+namespace wallfacer {
+namespace {
+// How many unrolled copies of each template op a program holds (by template op).
+std::vector<uint32_t> copies_of(const std::vector<uint32_t>& origin, size_t template_ops) {
+  std::vector<uint32_t> copies(template_ops, 0);
+  for (uint32_t op : origin)
+    ++copies[op];
+  return copies;
+}
+
+// comm_volume of the unrolled programs, read off their templates: a copy sends what its template
+// op sends. Sums of integers, so equal to summing every copy.
+CommVolume template_volume(const std::vector<const RankProgram*>& templates,
+                           const std::vector<std::vector<uint32_t>>& copies) {
+  CommVolume v;
+  for (size_t p = 0; p < templates.size(); ++p) {
+    CommVolume r;
+    const RankProgram& program = *templates[p];
+    for (size_t i = 0; i < program.ops.size(); ++i) {
+      const Op& op = program.ops[i];
+      const int64_t n = copies[p][i];
+      const bool fwd = op.phase == Phase::Forward;
+      if (op.kind == OpKind::Send) {
+        (fwd ? r.p2p_forward : r.p2p_backward) += n * op.bytes;
+        (fwd ? r.messages_forward : r.messages_backward) += n;
+      } else if (is_collective(op.kind)) {
+        (fwd ? r.collective_forward : r.collective_backward) += n * op.bytes;
+      }
+    }
+    v.p2p_forward = std::max(v.p2p_forward, r.p2p_forward);
+    v.p2p_backward = std::max(v.p2p_backward, r.p2p_backward);
+    v.collective_forward = std::max(v.collective_forward, r.collective_forward);
+    v.collective_backward = std::max(v.collective_backward, r.collective_backward);
+    v.messages_forward = std::max(v.messages_forward, r.messages_forward);
+    v.messages_backward = std::max(v.messages_backward, r.messages_backward);
+  }
+  return v;
+}
+
+// count_transfers of the unrolled programs, read off their templates (a copy has its template op's
+// peer and group, hence its tier). The counts are integers, exact in a double either way.
+void template_transfers(const Topology& topology, const Plan& plan, const std::vector<const RankProgram*>& templates,
+                        const std::vector<std::vector<uint32_t>>& copies, StepParts& parts) {
+  detail::TierClassifier tiers(topology, plan);
+  double counts[kNumCommTiers] = {};
+  for (size_t p = 0; p < templates.size(); ++p)
+    for (size_t i = 0; i < templates[p]->ops.size(); ++i) {
+      const Op& op = templates[p]->ops[i];
+      if (copies[p][i] > 0 && op.stream != Stream::Compute && op.kind != OpKind::Recv)
+        counts[int(tiers.of(op, *templates[p]))] += copies[p][i];
+    }
+  for (int t = 0; t < kNumCommTiers; ++t)
+    parts.transfers_per_layer[t] = templates.empty() ? 0 : counts[t] / double(templates.size());
+}
+
+// The durations of a flat program's ops: its template ops' (`once`).
+std::vector<double> flat_durations(const std::vector<double>& once, const FlatStep& flat) {
+  std::vector<double> duration;
+  duration.reserve(flat.size());
+  for (uint32_t op : flat.origin)
+    duration.push_back(once[op]);
+  return duration;
+}
+
+// Programs whose ops meet only each other, timed together (by index into the timed programs):
+// with every rank timed all of them; a sample meets within each program (symmetric partners) and,
+// through the stage messages, within its pipeline column.
+std::vector<std::vector<size_t>> meeting_groups(const Plan& plan, const std::vector<StepTemplate>& templates,
+                                                detail::PairMode mode) {
+  std::vector<std::vector<size_t>> groups;
+  if (mode == detail::PairMode::Matched) {
+    groups.emplace_back(templates.size());
+    std::iota(groups.back().begin(), groups.back().end(), size_t(0));
+    return groups;
+  }
+  const int W = plan.num_ranks() / plan.params.pipeline_parallel;
+  std::map<int, size_t> column;  // stage rank -> its group
+  for (size_t p = 0; p < templates.size(); ++p) {
+    auto [it, fresh] = column.try_emplace(templates[p].program.rank % W, groups.size());
+    if (fresh) groups.emplace_back();
+    groups[it->second].push_back(p);
+  }
+  return groups;
+}
+
+// The sampled columns of one program timed so far (PairMode::Symmetric). A later one runs the same
+// timeline as one of them when it has the same unrolled order (the same FlatStep), ops that wait
+// and meet alike (detail::times_alike) and the same template durations, and takes its timing
+// instead: a homogeneous cluster's sampled ranks mostly price alike. A column that cannot end
+// last, nor end its forward last, is not timed at all (untimed).
+class LoneColumns {
+ public:
+  LoneColumns(const std::vector<StepTemplate>& templates, const std::vector<std::vector<double>>& once)
+      : templates_(templates), once_(once) {}
+  // The program timed before that program `p` (on `flat`) times alike with, if any.
+  std::optional<size_t> timed_alike(size_t p, const FlatStep& flat) const {
+    const detail::ProgramView view(templates_[p].program, flat);
+    for (const auto& [q, seen] : timed_)
+      if (seen == &flat && once_[q] == once_[p] &&
+          detail::times_alike(detail::ProgramView(templates_[q].program, *seen), view))
+        return q;
+    return std::nullopt;
+  }
+  // Remembers `p` as timed on `flat`, which is the caller's and must outlive this.
+  void remember(size_t p, const FlatStep& flat) { timed_.emplace_back(p, &flat); }
+  // Program `p`'s timing for the step's summary when its column need not be timed: when its end
+  // is bound to come before `latest_end` and its forward's end no later than `latest_forward`
+  // (the latest among the columns timed so far; detail::lone_bounds), it cannot be the critical
+  // program nor move the forward's end, and the summary reads nothing else of it but its compute,
+  // which the bounds sum as a run does. Its ends are then left at zero.
+  std::optional<detail::RankTiming> untimed(size_t p, const FlatStep& flat, double latest_end,
+                                            double latest_forward) const {
+    const std::optional<detail::LoneBounds> bounds =
+        detail::lone_bounds(detail::ProgramView(templates_[p].program, flat), once_[p]);
+    if (!bounds || !detail::may_leave_out(*bounds, latest_end, latest_forward)) return std::nullopt;
+    detail::RankTiming timing;
+    timing.compute_forward_s = bounds->compute_forward_s;
+    timing.compute_backward_s = bounds->compute_backward_s;
+    return timing;
+  }
+
+ private:
+  const std::vector<StepTemplate>& templates_;
+  const std::vector<std::vector<double>>& once_;  // template op durations, by program
+  std::vector<std::pair<size_t, const FlatStep*>> timed_;
+};
+
+// The order in which the groups are timed: as listed, but a sample's lone columns with the most
+// work first (the sum of their template ops' durations), so that the columns likely to end last
+// are timed before the ones LoneColumns::untimed may then leave out. Equal sums keep their order.
+std::vector<size_t> timing_order(const std::vector<std::vector<size_t>>& groups,
+                                 const std::vector<std::vector<double>>& once, detail::PairMode mode) {
+  std::vector<size_t> order(groups.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  const bool lone = mode == detail::PairMode::Symmetric &&
+                    std::all_of(groups.begin(), groups.end(), [](const auto& g) { return g.size() == 1; });
+  if (!lone) return order;
+  std::vector<double> work(groups.size(), 0);
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (const double seconds : once[groups[g][0]])
+      work[g] += std::max(0.0, seconds);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return work[a] > work[b]; });
+  return order;
+}
+
+// The distinct unrolled orders of a step's timed templates (their flat steps), so that each is
+// unrolled once: a step's ranks mostly share a few, in every group alike. Keeps at most
+// `budget_bytes` of them, the first ones (CostOptions::kept_unrolled_order_bytes); past that an
+// unrolled order serves the group that needed it alone and goes with it (met again, it is
+// unrolled again). A contiguous causal ring's sampled columns all differ, and kept they were a
+// third of a large step's memory: at 1,024 GPUs 64 columns of half a million ops. Sets each
+// template's copies of its ops as it finds its order.
+class UnrolledOrders {
+ public:
+  UnrolledOrders(const std::vector<StepTemplate>& templates, std::vector<std::vector<uint32_t>>& copies,
+                 size_t budget_bytes)
+      : templates_(templates), copies_(copies), budget_bytes_(budget_bytes) {}
+  // Template p's unrolled order if kept.
+  std::shared_ptr<const FlatStep> known(size_t p) {
+    for (const auto& [q, flat] : kept_)
+      if (same_unrolled_order(templates_[q], templates_[p])) {
+        copies_[p] = copies_[q];
+        return flat;
+      }
+    return nullptr;
+  }
+  // Template p's order unrolled afresh (not kept).
+  std::shared_ptr<const FlatStep> unrolled(size_t p) {
+    auto flat = std::make_shared<const FlatStep>(unroll_flat(templates_[p]));
+    copies_[p] = copies_of(flat->origin, templates_[p].program.ops.size());
+    return flat;
+  }
+  // Keeps `flat`, template p's order, within the budget: whether it is kept.
+  bool keep(size_t p, std::shared_ptr<const FlatStep> flat) {
+    const size_t bytes = 4 * (flat->origin.size() + flat->dep_begin.size() + flat->deps.size());
+    if (bytes_ + bytes > budget_bytes_) return false;
+    bytes_ += bytes;
+    kept_.emplace_back(p, std::move(flat));
+    return true;
+  }
+  // Template p's order, and whether it is kept.
+  std::pair<std::shared_ptr<const FlatStep>, bool> of(size_t p) {
+    if (std::shared_ptr<const FlatStep> flat = known(p)) return {flat, true};
+    std::shared_ptr<const FlatStep> flat = unrolled(p);
+    const bool kept = keep(p, flat);
+    return {std::move(flat), kept};
+  }
+  void clear() { kept_.clear(); }
+
+ private:
+  const std::vector<StepTemplate>& templates_;
+  std::vector<std::vector<uint32_t>>& copies_;  // by template: copies of each of its ops
+  std::vector<std::pair<size_t, std::shared_ptr<const FlatStep>>> kept_;
+  size_t budget_bytes_, bytes_ = 0;
+};
+
+// A group of programs timed together: its shape and the ends of the one asked for.
+struct TimedGroup {
+  std::vector<std::shared_ptr<const FlatStep>> flats;  // by program; one per unrolled order
+  std::vector<std::vector<double>> ends;               // by program of the shape: those of the one asked for
+  std::unique_ptr<detail::TimelineShape> shape;
+  // With ranks timed by class (detail::rank_classes): the classes' renamed representatives the
+  // shape times, and by program its class; empty when the shape times every program.
+  std::vector<RankProgram> quotient;
+  std::vector<uint32_t> class_of;
+  size_t in_shape(size_t k) const { return class_of.empty() ? k : class_of[k]; }
+};
+
+// Times `views` (every rank of a plan, each op of view p lasting durations[p][its template op])
+// through one representative per class of ranks that run the same timeline, into `t` (whose
+// flats the views run); the timings by class. None when the ranks form no fewer classes than
+// ranks, or when the representatives' timing called off a meeting (every rank is timed then).
+// `ends_of`: the program whose ends are kept, else the critical one.
+std::optional<std::vector<detail::RankTiming>> time_by_class(const std::vector<detail::ProgramView>& views,
+                                                             const std::vector<std::vector<double>>& durations,
+                                                             std::optional<size_t> ends_of, TimedGroup& t) {
+  std::optional<detail::RankClasses> classes = detail::rank_classes(views, durations);
+  if (!classes) return std::nullopt;
+  std::vector<detail::ProgramView> representatives;
+  std::vector<std::vector<double>> representative_durations;
+  for (size_t c = 0; c < classes->quotient.size(); ++c) {
+    const size_t p = classes->representative[c];
+    representatives.emplace_back(classes->quotient[c], *t.flats[p]);
+    representative_durations.push_back(durations[p]);
+  }
+  // No order library: its entries would point at the renamed programs past their life.
+  auto shape = std::make_unique<detail::TimelineShape>(std::move(representatives), detail::PairMode::Matched);
+  const std::vector<uint32_t>& class_of = classes->class_of;
+  detail::TimelineShape::RunOptions options;
+  options.by_template_op = true;
+  size_t called_off = 0;
+  options.called_off = &called_off;
+  options.ends_of = [&](const std::vector<detail::RankTiming>& by_class) -> size_t {
+    if (ends_of) return class_of[*ends_of];
+    std::vector<detail::RankTiming> every;
+    every.reserve(class_of.size());
+    for (const uint32_t c : class_of)
+      every.push_back(by_class[c]);
+    return class_of[detail::critical_program(every)];
+  };
+  std::vector<std::vector<double>> ends;
+  std::vector<detail::RankTiming> times = shape->run(representative_durations, &ends, options);
+  if (called_off > 0) return std::nullopt;
+  t.quotient = std::move(classes->quotient);  // moved whole: the shape's views still point into it
+  t.class_of = std::move(classes->class_of);
+  t.shape = std::move(shape);
+  t.ends = std::move(ends);
+  return times;
+}
+
+}  // namespace
+
+CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& step,
+                                             const std::vector<StepTemplate>& templates,
+                                             const std::function<double()>& stop_above_ms) const {
+  std::vector<const RankProgram*> programs;
+  std::vector<detail::ProgramView> all;
+  for (const StepTemplate& t : templates) {
+    programs.push_back(&t.program);
+    all.emplace_back(t.program);
+  }
+  // Each template op priced once for its unrolled copies, which are timed through their templates
+  // without being copied (FlatStep).
+  const std::vector<std::vector<double>> once = template_op_durations(plan, step, programs);
+  const detail::PairMode mode = detail::pair_mode_for(plan.num_ranks(), all, false);
+  // Programs that meet only each other are timed group by group, so that one group's unrolled
+  // order and timeline are in memory at a time: each op's times depend on its own group alone.
+  const std::vector<std::vector<size_t>> groups = meeting_groups(plan, templates, mode);
+  std::vector<detail::RankTiming> timings(templates.size());
+  std::vector<std::vector<uint32_t>> copies(templates.size());
+  UnrolledOrders orders(templates, copies, options_.kept_unrolled_order_bytes);
+  // Their waiting structure too, shared by the groups (each group is a shape of its own).
+  auto library = std::make_unique<detail::OrderLibrary>();
+  LoneColumns lone(templates, once);
+  double latest_end = 0, latest_forward = 0;  // among the programs timed so far
+  int programs_timed = 0;                     // by the groups' first timings
+  // Keeps the shape and the ends of one program, `ends_of` (by its place in the group), or without
+  // it of the one that ends last. `first`: the group's first timing, which a lone column timed
+  // alike with an earlier one takes from it (then nothing is kept).
+  auto time_group = [&](const std::vector<size_t>& group, bool first, std::optional<size_t> ends_of) {
+    TimedGroup t;
+    std::vector<detail::ProgramView> views;
+    // Whether every unrolled order of the group is kept: the order library and the lone columns
+    // point at the flat steps they see, so a group with one that goes after its timing shares
+    // nothing.
+    bool shared = true;
+    if (mode == detail::PairMode::Symmetric && group.size() == 1 && first) {
+      const size_t p = group[0];
+      std::shared_ptr<const FlatStep> flat = orders.known(p);
+      if (flat)
+        if (const std::optional<size_t> q = lone.timed_alike(p, *flat)) {
+          timings[p] = timings[*q];
+          return TimedGroup{};
+        }
+      const bool known = flat != nullptr;
+      if (!known) flat = orders.unrolled(p);
+      if (const std::optional<detail::RankTiming> timing = lone.untimed(p, *flat, latest_end, latest_forward)) {
+        timings[p] = *timing;  // its unrolled order is not kept: nothing times it
+        return TimedGroup{};
+      }
+      shared = known || orders.keep(p, flat);
+      if (shared) lone.remember(p, *flat);
+      t.flats.push_back(std::move(flat));
+    } else {
+      for (size_t p : group) {
+        auto [flat, kept] = orders.of(p);
+        shared = shared && kept;
+        t.flats.push_back(std::move(flat));
+      }
+    }
+    std::vector<std::vector<double>> durations;  // by template op: each copy lasts its template op's
+    for (size_t k = 0; k < group.size(); ++k) {
+      durations.push_back(once[group[k]]);
+      views.emplace_back(templates[group[k]].program, *t.flats[k]);
+    }
+    detail::TimelineShape::RunOptions options;
+    options.by_template_op = true;
+    if (mode == detail::PairMode::Matched && options_.time_rank_classes)
+      if (std::optional<std::vector<detail::RankTiming>> times = time_by_class(views, durations, ends_of, t)) {
+        for (size_t k = 0; k < group.size(); ++k)
+          timings[group[k]] = (*times)[t.class_of[k]];
+        if (first) programs_timed += int(t.quotient.size());
+        return t;
+      }
+    t.shape = std::make_unique<detail::TimelineShape>(std::move(views), mode, shared ? library.get() : nullptr);
+    if (ends_of)
+      options.ends_of = [k = *ends_of](const std::vector<detail::RankTiming>&) { return k; };
+    else
+      options.ends_of = detail::critical_program;
+    const std::vector<detail::RankTiming> times = t.shape->run(durations, &t.ends, options);
+    for (size_t k = 0; k < group.size(); ++k)
+      timings[group[k]] = times[k];
+    if (first) programs_timed += int(group.size());
+    return t;
+  };
+  // The parts are read off the critical program (the first of those that end last): each group
+  // keeps its own critical program's ends, and the group holding the latest so far is kept, so the
+  // critical group is not timed again. (A group timed alike with an earlier one ends with it, so
+  // the earlier one stays ahead.)
+  TimedGroup kept;
+  std::optional<size_t> kept_critical;  // the program whose ends `kept` holds
+  std::vector<double> latest_ends_ms;
+  const std::vector<size_t> visit = timing_order(groups, once, mode);
+  for (size_t v = 0; v < visit.size(); ++v) {
+    const std::vector<size_t>& group = groups[visit[v]];
+    TimedGroup t = time_group(group, true, std::nullopt);
+    for (size_t p : group) {
+      latest_end = std::max(latest_end, timings[p].end_s);
+      latest_forward = std::max(latest_forward, timings[p].forward_end_s);
+    }
+    latest_ends_ms.push_back(latest_end * 1e3);
+    if (stop_above_ms && v + 1 < visit.size() && latest_ends_ms.back() > stop_above_ms()) {
+      CostBreakdown stopped;
+      stopped.step_ms = latest_ends_ms.back();
+      stopped.latest_ends_ms = std::move(latest_ends_ms);
+      stopped.stopped = true;
+      stopped.programs_timed = programs_timed;
+      return stopped;
+    }
+    if (!t.shape) continue;
+    std::vector<detail::RankTiming> times;
+    for (size_t p : group)
+      times.push_back(timings[p]);
+    const size_t critical = group[detail::critical_program(times)];
+    const double end = timings[critical].end_s, latest = kept_critical ? timings[*kept_critical].end_s : 0;
+    if (!kept_critical || end > latest || (end == latest && critical < *kept_critical))
+      kept = std::move(t), kept_critical = critical;
+  }
+  const PartsOf parts = [&](size_t critical, double step_s, double mean_compute_s, double busiest_compute_s) {
+    const auto in = std::find_if(groups.begin(), groups.end(), [&](const std::vector<size_t>& g) {
+      return std::find(g.begin(), g.end(), critical) != g.end();
+    });
+    const size_t k = size_t(std::find(in->begin(), in->end(), critical) - in->begin());
+    if (kept_critical != critical || kept.ends[kept.in_shape(k)].empty()) kept = time_group(*in, false, k);
+    detail::TierClassifier tiers(topology_, plan);
+    return detail::step_parts(detail::ProgramView(templates[critical].program, *kept.flats[k]),
+                              flat_durations(once[critical], *kept.flats[k]), kept.ends[kept.in_shape(k)], step_s,
+                              mean_compute_s, busiest_compute_s, tiers);
+  };
+  CostBreakdown cost = summarize_timings(plan, timings, &parts);
+  cost.programs_timed = programs_timed;
+  cost.latest_ends_ms = std::move(latest_ends_ms);
+  kept = TimedGroup{};  // release the unrolled orders before the rest is read off the templates
+  library.reset();
+  orders.clear();
+  cost.volume = template_volume(programs, copies);
+  template_transfers(topology_, plan, programs, copies, cost.parts);
+  return cost;
+}
+
+}  // namespace wallfacer
