@@ -10,6 +10,7 @@ wallfacer_add_test(NAME test_cost
           ${CMAKE_CURRENT_LIST_DIR}/lone_bounds_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/step_cost_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/step_shortcut_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/columns_ahead_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/step_parts_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/interleaved_cost_test.cpp
   LIBS wallfacer::cost_internal wallfacer::planner)
