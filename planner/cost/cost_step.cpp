@@ -48,7 +48,8 @@ Schedule without_gradient_all_reduce(const Schedule& schedule) {
 
 }  // namespace
 
-CostBreakdown CostModel::evaluate_step(const Plan& plan, const std::function<double()>& stop_above_ms) const {
+CostBreakdown CostModel::evaluate_step(const Plan& plan, const std::function<double()>& stop_above_ms,
+                                       const ThreadLender& lend) const {
   WF_ASSERT(plan.scope == Scope::Step, "evaluate_step needs a plan of step scope");
   const Workload& w = plan.workload;
   StepBuilder builder(plan);
@@ -85,7 +86,7 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan, const std::function<dou
   attention = Schedule{};
   CostBreakdown cost;
   if (options_.step_shortcuts) {
-    cost = time_step_templates(plan, step, templates, stop_above_ms);
+    cost = time_step_templates(plan, step, templates, stop_above_ms, lend);
     if (cost.stopped) return cost;
   } else {
     for (const StepTemplate& t : templates)

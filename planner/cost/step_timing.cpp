@@ -9,8 +9,10 @@
 #include <optional>
 #include <vector>
 
+#include <wallfacer/core/errors.hpp>
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/schedule/step.hpp>
+#include "columns_ahead.hpp"
 #include "step_parts.hpp"
 #include "timeline.hpp"
 #include "timeline_classes.hpp"
@@ -127,8 +129,12 @@ class LoneColumns {
   // which the bounds sum as a run does. Its ends are then left at zero.
   std::optional<detail::RankTiming> untimed(size_t p, const FlatStep& flat, double latest_end,
                                             double latest_forward) const {
-    const std::optional<detail::LoneBounds> bounds =
-        detail::lone_bounds(detail::ProgramView(templates_[p].program, flat), once_[p]);
+    return left_out(detail::lone_bounds(detail::ProgramView(templates_[p].program, flat), once_[p]), latest_end,
+                    latest_forward);
+  }
+  // The same from the column's bounds.
+  static std::optional<detail::RankTiming> left_out(const std::optional<detail::LoneBounds>& bounds, double latest_end,
+                                                    double latest_forward) {
     if (!bounds || !detail::may_leave_out(*bounds, latest_end, latest_forward)) return std::nullopt;
     detail::RankTiming timing;
     timing.compute_forward_s = bounds->compute_forward_s;
@@ -142,6 +148,12 @@ class LoneColumns {
   std::vector<std::pair<size_t, const FlatStep*>> timed_;
 };
 
+// Whether the groups are a sample's lone columns: one program each, timed on its own.
+bool lone_columns(const std::vector<std::vector<size_t>>& groups, detail::PairMode mode) {
+  return mode == detail::PairMode::Symmetric &&
+         std::all_of(groups.begin(), groups.end(), [](const auto& g) { return g.size() == 1; });
+}
+
 // The order in which the groups are timed: as listed, but a sample's lone columns with the most
 // work first (the sum of their template ops' durations), so that the columns likely to end last
 // are timed before the ones LoneColumns::untimed may then leave out. Equal sums keep their order.
@@ -149,9 +161,7 @@ std::vector<size_t> timing_order(const std::vector<std::vector<size_t>>& groups,
                                  const std::vector<std::vector<double>>& once, detail::PairMode mode) {
   std::vector<size_t> order(groups.size());
   std::iota(order.begin(), order.end(), size_t(0));
-  const bool lone = mode == detail::PairMode::Symmetric &&
-                    std::all_of(groups.begin(), groups.end(), [](const auto& g) { return g.size() == 1; });
-  if (!lone) return order;
+  if (!lone_columns(groups, mode)) return order;
   std::vector<double> work(groups.size(), 0);
   for (size_t g = 0; g < groups.size(); ++g)
     for (const double seconds : once[groups[g][0]])
@@ -181,7 +191,7 @@ class UnrolledOrders {
       }
     return nullptr;
   }
-  // Template p's order unrolled afresh (not kept).
+  // Template p's order unrolled afresh (not kept). Threads may unroll different templates at once.
   std::shared_ptr<const FlatStep> unrolled(size_t p) {
     auto flat = std::make_shared<const FlatStep>(unroll_flat(templates_[p]));
     copies_[p] = copies_of(flat->origin, templates_[p].program.ops.size());
@@ -211,15 +221,16 @@ class UnrolledOrders {
   size_t budget_bytes_, bytes_ = 0;
 };
 
-// A group of programs timed together: its shape and the ends of the one asked for.
+// A group of programs timed together: the ends of the one asked for. Its timeline goes once run:
+// held for every column a pricing holds, it was a third of the memory of a large step's pricing.
 struct TimedGroup {
   std::vector<std::shared_ptr<const FlatStep>> flats;  // by program; one per unrolled order
-  std::vector<std::vector<double>> ends;               // by program of the shape: those of the one asked for
-  std::unique_ptr<detail::TimelineShape> shape;
-  // With ranks timed by class (detail::rank_classes): the classes' renamed representatives the
-  // shape times, and by program its class; empty when the shape times every program.
-  std::vector<RankProgram> quotient;
+  std::vector<std::vector<double>> ends;               // by program timed: those of the one asked for
+  bool timed = false;                                  // not taken from an earlier group nor left out
+  // With ranks timed by class (detail::rank_classes): by program its class, of `classes`, whose
+  // representatives were timed; empty when every program was.
   std::vector<uint32_t> class_of;
+  size_t classes = 0;
   size_t in_shape(size_t k) const { return class_of.empty() ? k : class_of[k]; }
 };
 
@@ -258,18 +269,74 @@ std::optional<std::vector<detail::RankTiming>> time_by_class(const std::vector<d
   std::vector<std::vector<double>> ends;
   std::vector<detail::RankTiming> times = shape->run(representative_durations, &ends, options);
   if (called_off > 0) return std::nullopt;
-  t.quotient = std::move(classes->quotient);  // moved whole: the shape's views still point into it
+  t.classes = classes->quotient.size();
   t.class_of = std::move(classes->class_of);
-  t.shape = std::move(shape);
+  t.timed = true;
   t.ends = std::move(ends);
   return times;
+}
+
+// How many columns past the one a pricing takes lent threads may time: each holds its timeline
+// until taken.
+constexpr size_t kColumnsAhead = 2;
+
+// What the columns taken so far (in timing order) give: the latest end and forward end.
+struct TimedSoFar {
+  double latest_end = 0, latest_forward = 0;
+};
+
+// A lone column of a sample timed on its own (ColumnsAhead): its unrolled order, its bounds and,
+// unless they left it out with what was known when it was taken, its timing and timed group.
+struct LoneColumn {
+  std::shared_ptr<const FlatStep> flat;
+  std::optional<detail::LoneBounds> bounds;
+  std::optional<detail::RankTiming> timing;
+  TimedGroup group;
+};
+
+// Template p's column timed alone with its own unrolled order, as the pricing times a column
+// whose order no earlier column has (no order library: nothing timed before shares its order).
+LoneColumn time_lone_column(const std::vector<StepTemplate>& templates, const std::vector<double>& once, size_t p,
+                            UnrolledOrders& orders, const TimedSoFar& known) {
+  LoneColumn c;
+  c.flat = orders.unrolled(p);
+  c.bounds = detail::lone_bounds(detail::ProgramView(templates[p].program, *c.flat), once);
+  if (LoneColumns::left_out(c.bounds, known.latest_end, known.latest_forward)) return c;
+  c.group.flats.push_back(c.flat);
+  std::vector<detail::ProgramView> views{detail::ProgramView(templates[p].program, *c.flat)};
+  const detail::TimelineShape shape(std::move(views), detail::PairMode::Symmetric, nullptr);
+  detail::TimelineShape::RunOptions options;
+  options.by_template_op = true;
+  options.ends_of = detail::critical_program;
+  c.timing = shape.run({once}, &c.group.ends, options).at(0);
+  c.group.timed = true;
+  return c;
+}
+
+// By place in the timing order: whether a sample's lone column may be timed ahead, which those
+// whose unrolled order no earlier column has may (the others may time alike with an earlier one,
+// which is decided at their turn). None when fewer than two may.
+std::vector<bool> columns_to_time_ahead(const std::vector<StepTemplate>& templates,
+                                        const std::vector<std::vector<size_t>>& groups,
+                                        const std::vector<size_t>& visit) {
+  std::vector<bool> ahead(visit.size(), false);
+  std::vector<size_t> firsts;  // the first template of each unrolled order met
+  for (size_t v = 0; v < visit.size(); ++v) {
+    const size_t p = groups[visit[v]][0];
+    ahead[v] = std::none_of(firsts.begin(), firsts.end(),
+                            [&](size_t q) { return same_unrolled_order(templates[q], templates[p]); });
+    if (ahead[v]) firsts.push_back(p);
+  }
+  if (firsts.size() < 2) ahead.clear();
+  return ahead;
 }
 
 }  // namespace
 
 CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& step,
                                              const std::vector<StepTemplate>& templates,
-                                             const std::function<double()>& stop_above_ms) const {
+                                             const std::function<double()>& stop_above_ms,
+                                             const ThreadLender& lend) const {
   std::vector<const RankProgram*> programs;
   std::vector<detail::ProgramView> all;
   for (const StepTemplate& t : templates) {
@@ -291,7 +358,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   LoneColumns lone(templates, once);
   double latest_end = 0, latest_forward = 0;  // among the programs timed so far
   int programs_timed = 0;                     // by the groups' first timings
-  // Keeps the shape and the ends of one program, `ends_of` (by its place in the group), or without
+  // Keeps the ends of one program, `ends_of` (by its place in the group), or without
   // it of the one that ends last. `first`: the group's first timing, which a lone column timed
   // alike with an earlier one takes from it (then nothing is kept).
   auto time_group = [&](const std::vector<size_t>& group, bool first, std::optional<size_t> ends_of) {
@@ -336,15 +403,16 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       if (std::optional<std::vector<detail::RankTiming>> times = time_by_class(views, durations, ends_of, t)) {
         for (size_t k = 0; k < group.size(); ++k)
           timings[group[k]] = (*times)[t.class_of[k]];
-        if (first) programs_timed += int(t.quotient.size());
+        if (first) programs_timed += int(t.classes);
         return t;
       }
-    t.shape = std::make_unique<detail::TimelineShape>(std::move(views), mode, shared ? library.get() : nullptr);
+    const detail::TimelineShape shape(std::move(views), mode, shared ? library.get() : nullptr);
     if (ends_of)
       options.ends_of = [k = *ends_of](const std::vector<detail::RankTiming>&) { return k; };
     else
       options.ends_of = detail::critical_program;
-    const std::vector<detail::RankTiming> times = t.shape->run(durations, &t.ends, options);
+    const std::vector<detail::RankTiming> times = shape.run(durations, &t.ends, options);
+    t.timed = true;
     for (size_t k = 0; k < group.size(); ++k)
       timings[group[k]] = times[k];
     if (first) programs_timed += int(group.size());
@@ -358,9 +426,37 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   std::optional<size_t> kept_critical;  // the program whose ends `kept` holds
   std::vector<double> latest_ends_ms;
   const std::vector<size_t> visit = timing_order(groups, once, mode);
+  // A sample's lone columns timed side by side on threads lent (ColumnsAhead), each taken here
+  // at its turn and decided on as if timed here. Declared after what its threads read, so that it
+  // waits for them first.
+  const std::vector<bool> may_time_ahead =
+      lend && lone_columns(groups, mode) ? columns_to_time_ahead(templates, groups, visit) : std::vector<bool>{};
+  std::optional<detail::ColumnsAhead<LoneColumn, TimedSoFar>> ahead;
+  if (!may_time_ahead.empty())
+    ahead.emplace(may_time_ahead, kColumnsAhead, [&](size_t v, const TimedSoFar& known) {
+      const size_t p = groups[visit[v]][0];
+      return time_lone_column(templates, once[p], p, orders, known);
+    });
+  auto take_ahead = [&](size_t v) {
+    const size_t p = groups[visit[v]][0];
+    LoneColumn c = ahead->take(v, TimedSoFar{latest_end, latest_forward});
+    if (const std::optional<detail::RankTiming> timing = LoneColumns::left_out(c.bounds, latest_end, latest_forward)) {
+      timings[p] = *timing;
+      return TimedGroup{};
+    }
+    WF_ASSERT(c.timing.has_value(), "a column left out when taken ahead is left out at its turn");
+    timings[p] = *c.timing;
+    if (orders.keep(p, c.flat)) lone.remember(p, *c.flat);
+    ++programs_timed;
+    return std::move(c.group);
+  };
   for (size_t v = 0; v < visit.size(); ++v) {
     const std::vector<size_t>& group = groups[visit[v]];
-    TimedGroup t = time_group(group, true, std::nullopt);
+    if (ahead) {
+      ahead->reach(v, TimedSoFar{latest_end, latest_forward});
+      ahead->lend(lend);
+    }
+    TimedGroup t = ahead && may_time_ahead[v] ? take_ahead(v) : time_group(group, true, std::nullopt);
     for (size_t p : group) {
       latest_end = std::max(latest_end, timings[p].end_s);
       latest_forward = std::max(latest_forward, timings[p].forward_end_s);
@@ -374,7 +470,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       stopped.programs_timed = programs_timed;
       return stopped;
     }
-    if (!t.shape) continue;
+    if (!t.timed) continue;
     std::vector<detail::RankTiming> times;
     for (size_t p : group)
       times.push_back(timings[p]);

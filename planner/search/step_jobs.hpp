@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <future>
 #include <limits>
 #include <map>
@@ -29,12 +30,18 @@ class StepJobs {
   // Starts the timed bound of `plan` (known to the search as `order`) at `rank`, or its price,
   // unless under way, within the thread count.
   void bound_ahead(size_t order, const Plan& plan, BoundRank rank) {
-    if (busy() || bounds_.count(order)) return;
-    bounds_.emplace(order, workers_.submit([this, plan, rank] { return model_.step_lower_bound_ms(plan, rank); }));
+    if (bounds_.count(order) || !reserve()) return;
+    bounds_.emplace(order, workers_.submit([this, plan, rank] {
+      const Release release(in_use_);
+      return model_.step_lower_bound_ms(plan, rank);
+    }));
   }
   void price_ahead(size_t order, const Plan& plan) {
-    if (busy() || prices_.count(order)) return;
-    prices_.emplace(order, workers_.submit([this, plan] { return priced(plan); }));
+    if (prices_.count(order) || !reserve()) return;
+    prices_.emplace(order, workers_.submit([this, plan] {
+      const Release release(in_use_);
+      return priced(plan);
+    }));
   }
   // The step a candidate of `strategy` must beat (infinity: none yet), as the search decides it
   // now. A price reads it after each group of programs it times and stops above it
@@ -43,11 +50,8 @@ class StepJobs {
   void set_stop(StrategyKind strategy, double stop_ms) {
     stops_[size_t(strategy)].store(stop_ms, std::memory_order_release);
   }
-  // Every thread works: jobs finished but not asked for yet do not count.
-  bool busy() const {
-    if (threads_ < 2) return true;
-    return running(bounds_) + running(prices_) >= threads_;
-  }
+  // Every thread works (jobs finished but not asked for yet do not count), or is lent to a price.
+  bool busy() const { return threads_ < 2 || in_use_.load() >= threads_; }
   // The timed bound or the step asked for: taken from the thread computing it (meanwhile
   // `more_ahead` is called whenever a thread comes free, to give it the next job), or computed
   // here when none is.
@@ -63,17 +67,39 @@ class StepJobs {
   }
 
  private:
-  CostBreakdown priced(const Plan& plan) const {
+  // A price lends the threads that are free meanwhile to time its columns (ThreadLender).
+  CostBreakdown priced(const Plan& plan) {
     const std::atomic<double>& stop = stops_[size_t(plan.strategy)];
-    return model_.evaluate_step(plan, [&stop] { return stop.load(std::memory_order_acquire); });
+    return model_.evaluate_step(
+        plan, [&stop] { return stop.load(std::memory_order_acquire); },
+        [this](std::function<void()> work) { return lend(std::move(work)); });
   }
-  template <typename Jobs>
-  static int running(const Jobs& jobs) {
-    int count = 0;
-    for (const auto& [order, job] : jobs)
-      count += !is_ready(job);
-    return count;
+  bool lend(std::function<void()> work) {
+    if (!reserve()) return false;
+    workers_.submit([this, work = std::move(work)] {
+      const Release release(in_use_);
+      work();
+    });
+    return true;
   }
+  // Counts a thread in use if one is free: jobs and lent threads take their thread this way, from
+  // the search's thread and from the threads that price at once.
+  bool reserve() {
+    if (threads_ < 2) return false;
+    int used = in_use_.load();
+    do {
+      if (used >= threads_) return false;
+    } while (!in_use_.compare_exchange_weak(used, used + 1));
+    return true;
+  }
+  // Gives the thread back when its job ends.
+  struct Release {
+    explicit Release(std::atomic<int>& in_use) : in_use_(in_use) {}
+    ~Release() { in_use_.fetch_sub(1); }
+    Release(const Release&) = delete;
+    Release& operator=(const Release&) = delete;
+    std::atomic<int>& in_use_;
+  };
   template <typename Result, typename Compute, typename MoreAhead>
   Result take(std::map<size_t, std::future<Result>>& jobs, size_t order, Compute&& compute, MoreAhead& more_ahead) {
     auto job = jobs.find(order);
@@ -86,6 +112,7 @@ class StepJobs {
 
   const CostModel& model_;
   int threads_;
+  std::atomic<int> in_use_{0};  // threads running a job or lent, or holding one not started yet
   std::map<size_t, std::future<double>> bounds_;
   std::map<size_t, std::future<CostBreakdown>> prices_;
   std::vector<std::atomic<double>> stops_ = infinite_stops();  // by strategy

@@ -15,6 +15,7 @@
 #include <wallfacer/schedule/schedule_hash.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include "cost_test_util.hpp"
+#include "lent_threads.hpp"
 
 namespace wallfacer {
 namespace {
@@ -431,6 +432,50 @@ TEST(StepShortcuts, StoppedPricingsTimeTheFirstColumnsOfTheWholeOne) {
   const CostBreakdown unstopped = model.evaluate_step(plan, [&] { return whole.step_ms; });
   EXPECT_FALSE(unstopped.stopped);
   expect_same_cost(unstopped, whole);
+}
+
+// A sample's columns timed side by side on lent threads give what timing them one after another
+// gives: the step, its parts, the latest ends, the columns timed and the stops. A loan that runs
+// before the pricing goes on times the next columns with what was known then, some of which are
+// left out at their turn.
+TEST(StepShortcuts, ColumnsTimedOnLentThreadsGiveTheSamePricing) {
+  const Topology topology = testing::switch_nodes(2, 8, 450);
+  for (const size_t kept_bytes : {size_t(64) << 20, size_t(0)}) {
+    CostOptions options;
+    options.max_timed_ranks = 8;
+    options.kept_unrolled_order_bytes = kept_bytes;
+    const CostModel model(topology, Calibration::defaults(), options);
+    const Plan plan = uneven_sampled_ring(topology);
+    const CostBreakdown alone = model.evaluate_step(plan);
+    // The column with the most work ends last here: a stop below it stops after it, while lent
+    // threads may be timing the next ones.
+    const double stop = 0.5 * alone.latest_ends_ms.front();
+    const CostBreakdown stopped_alone = model.evaluate_step(plan, [stop] { return stop; });
+    ASSERT_TRUE(stopped_alone.stopped);
+    auto expect_as_alone = [&](const ThreadLender& lend) {
+      const CostBreakdown helped = model.evaluate_step(plan, {}, lend);
+      expect_same_cost(helped, alone);
+      EXPECT_EQ(helped.latest_ends_ms, alone.latest_ends_ms);
+      EXPECT_EQ(helped.programs_timed, alone.programs_timed);
+      const CostBreakdown stopped = model.evaluate_step(
+          plan, [stop] { return stop; }, lend);
+      EXPECT_TRUE(stopped.stopped);
+      EXPECT_EQ(stopped.latest_ends_ms, stopped_alone.latest_ends_ms);
+      EXPECT_EQ(stopped.programs_timed, stopped_alone.programs_timed);
+    };
+    for (const int threads : {1, 3}) {
+      SCOPED_TRACE(fmt::format("{} threads, {} bytes of kept orders", threads, kept_bytes));
+      testing::ThreadsToLend lent(threads);
+      expect_as_alone(lent.lender());
+      EXPECT_GT(lent.loans(), 0);
+    }
+    int loans = 0;
+    expect_as_alone([&loans](std::function<void()> work) {
+      ++loans;
+      return testing::lend_and_wait(std::move(work));
+    });
+    EXPECT_GT(loans, 0);
+  }
 }
 
 }  // namespace

@@ -213,6 +213,10 @@ struct BoundRank {
   bool sampled = false;
 };
 
+// Runs `work` on a thread that would otherwise idle and returns true, or returns false at once
+// when none is free: the step search lends its idle threads to the price it waits for this way.
+using ThreadLender = std::function<bool(std::function<void()>)>;
+
 class CostModel {
  public:
   CostModel(const Topology& topology, Calibration calibration, CostOptions options = {});
@@ -234,8 +238,10 @@ class CostModel {
   // (read after each group; another thread may lower it meanwhile) with groups left
   // (CostBreakdown::stopped): the search needs no more of a step that cannot beat the best ones.
   // The groups are timed in one order whatever the stop, so a stopped pricing's latest ends are
-  // the first ones of the whole pricing's.
-  CostBreakdown evaluate_step(const Plan& plan, const std::function<double()>& stop_above_ms = {}) const;
+  // the first ones of the whole pricing's. Threads from `lend` time a sample's columns side by
+  // side; the result is the same with or without them.
+  CostBreakdown evaluate_step(const Plan& plan, const std::function<double()>& stop_above_ms = {},
+                              const ThreadLender& lend = {}) const;
   // A lower bound of evaluate_step(plan).step_ms without timing: the busiest timed rank's compute
   // stream, which runs one op at a time (every layer's compute ops included), plus, in a
   // pipeline, the earlier stages' compute of one micro-batch that must run before its first
@@ -310,7 +316,7 @@ class CostModel {
                                   const PartsOf* parts) const;
   // The whole step of `plan` from its timed ranks' step templates (evaluate_step's timing).
   CostBreakdown time_step_templates(const Plan& plan, const Schedule& step, const std::vector<StepTemplate>& templates,
-                                    const std::function<double()>& stop_above_ms) const;
+                                    const std::function<double()>& stop_above_ms, const ThreadLender& lend) const;
   // Durations of the template ops (by template, then op), priced within `step`'s flow sets and
   // tokens: what each of their unrolled copies lasts.
   std::vector<std::vector<double>> template_op_durations(const Plan& plan, const Schedule& step,
