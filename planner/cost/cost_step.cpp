@@ -374,37 +374,74 @@ double CostModel::step_compute_bound_ms(const Plan& plan, BoundRank* busiest, Me
   return longest * 1e3;
 }
 
-double CostModel::step_lower_bound_ms(const Plan& plan, BoundRank busiest) const {
-  WF_ASSERT(plan.scope == Scope::Step, "step_lower_bound_ms needs a plan of step scope");
-  if (busiest.rank < 0) step_compute_bound_ms(plan, &busiest);
-  const int rank = busiest.rank;
-  StepBuilder builder(plan);
+namespace {
+
+// What a timed bound times of a plan's busiest column before any op is priced: the column's step
+// templates, their unrolled orders and their timeline. Held by pointer: the timeline's programs
+// point into the templates and orders.
+struct BoundColumn {
+  PlacementFree plan;
+  BoundRank busiest;
   Schedule step;  // the column's dims, flow sets and token sets
-  step.dims = builder.dims();
-  step.flow_sets = builder.flow_sets();
-  const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp;
   std::vector<StepTemplate> templates;
   std::vector<FlatStep> flats;
-  templates.reserve(size_t(Pp));
-  flats.reserve(size_t(Pp));
-  for (int p = 0; p < Pp; ++p) {
-    templates.push_back(builder.build_template(p * W + rank % W, step.tokens));
-    flats.push_back(unroll_flat(templates.back()));
-  }
   std::vector<const RankProgram*> programs;
-  std::vector<detail::ProgramView> views;
-  for (size_t p = 0; p < templates.size(); ++p) {
-    programs.push_back(&templates[p].program);
-    views.emplace_back(templates[p].program, flats[p]);
+  std::unique_ptr<detail::TimelineShape> shape;
+  bool serves(const Plan& p, BoundRank rank) const {
+    return busiest.rank == rank.rank && busiest.sampled == rank.sampled && plan == placement_free(p);
   }
-  // Each copy of a template op lasts the template op's time, read through the template (no list
-  // of durations per unrolled op: the bound is taken for most candidates of a search).
-  const std::vector<std::vector<double>> once = template_op_durations(plan, step, programs);
-  const detail::TimelineShape shape(views,
-                                    busiest.sampled ? detail::PairMode::Symmetric : detail::PairMode::StagesOnly);
-  detail::TimelineShape::RunOptions options;
-  options.by_template_op = true;
-  return summarize_timings(plan, shape.run(once, nullptr, options), nullptr).step_ms;
+};
+
+std::unique_ptr<BoundColumn> bound_column(const Plan& plan, BoundRank busiest) {
+  auto column = std::make_unique<BoundColumn>();
+  column->plan = placement_free(plan);
+  column->busiest = busiest;
+  const int rank = busiest.rank;
+  StepBuilder builder(plan);
+  column->step.dims = builder.dims();
+  column->step.flow_sets = builder.flow_sets();
+  const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp;
+  column->templates.reserve(size_t(Pp));
+  column->flats.reserve(size_t(Pp));
+  for (int p = 0; p < Pp; ++p) {
+    column->templates.push_back(builder.build_template(p * W + rank % W, column->step.tokens));
+    column->flats.push_back(unroll_flat(column->templates.back()));
+  }
+  std::vector<detail::ProgramView> views;
+  for (size_t p = 0; p < column->templates.size(); ++p) {
+    column->programs.push_back(&column->templates[p].program);
+    views.emplace_back(column->templates[p].program, column->flats[p]);
+  }
+  column->shape = std::make_unique<detail::TimelineShape>(
+      std::move(views), busiest.sampled ? detail::PairMode::Symmetric : detail::PairMode::StagesOnly);
+  return column;
+}
+
+}  // namespace
+
+double CostModel::step_lower_bound_ms(const Plan& plan, BoundRank busiest) const {
+  return step_lower_bounds_ms({{&plan, busiest}}).front();
+}
+
+std::vector<double> CostModel::step_lower_bounds_ms(const std::vector<BoundedPlan>& plans) const {
+  std::vector<double> bounds;
+  std::unique_ptr<BoundColumn> column;  // the last one built
+  for (auto [plan, busiest] : plans) {
+    WF_ASSERT(plan->scope == Scope::Step, "step_lower_bound_ms needs a plan of step scope");
+    if (busiest.rank < 0) step_compute_bound_ms(*plan, &busiest);
+    if (!column || !column->serves(*plan, busiest)) {
+      column.reset();
+      column = bound_column(*plan, busiest);
+    }
+    // Each copy of a template op lasts the template op's time, read through the template (no
+    // list of durations per unrolled op: the bound is taken for most candidates of a search).
+    // The flow sets are of ranks, the plan maps them to its GPUs.
+    const std::vector<std::vector<double>> once = template_op_durations(*plan, column->step, column->programs);
+    detail::TimelineShape::RunOptions options;
+    options.by_template_op = true;
+    bounds.push_back(summarize_timings(*plan, column->shape->run(once, nullptr, options), nullptr).step_ms);
+  }
+  return bounds;
 }
 
 }  // namespace wallfacer

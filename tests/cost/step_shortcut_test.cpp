@@ -339,6 +339,42 @@ TEST(StepShortcuts, PlacementsSharingAMemoGiveTheBoundAndMemoryOfEachAlone) {
   }
 }
 
+// Placements of one plan taken together share the busiest column's templates, orders and
+// timeline, and each gets the timed bound it gets alone (its ops priced on its own GPUs): every
+// step plan's placements, with every rank timed and with a sample of 4 ranks.
+TEST(StepShortcuts, PlacementsBoundTogetherGiveTheTimedBoundOfEachAlone) {
+  const Topology topology = testing::switch_nodes(2, 4, 450);
+  for (int sample : {0, 4}) {
+    SCOPED_TRACE(fmt::format("sample {}", sample));
+    CostOptions options;
+    options.max_timed_ranks = sample;
+    const CostModel model(topology, Calibration::defaults(), options);
+    std::vector<std::vector<Plan>> alike;  // plans equal but for their placement, in a row
+    for_each_step_plan(topology, [&](const Plan& plan, const Setting&) {
+      if (alike.empty() || without_placement(alike.back().front().params) != without_placement(plan.params))
+        alike.emplace_back();
+      alike.back().push_back(plan);
+    });
+    int shared = 0, differing = 0;
+    for (const std::vector<Plan>& plans : alike) {
+      if (plans.size() < 2) continue;
+      std::vector<CostModel::BoundedPlan> together;
+      std::vector<double> alone;
+      for (const Plan& plan : plans) {
+        BoundRank busiest;
+        model.step_compute_bound_ms(plan, &busiest);
+        together.emplace_back(&plan, busiest);
+        alone.push_back(CostModel(topology, Calibration::defaults(), options).step_lower_bound_ms(plan, busiest));
+      }
+      EXPECT_EQ(model.step_lower_bounds_ms(together), alone) << to_string(plans.front().strategy);
+      shared += together[1].second.rank == together[0].second.rank;
+      differing += alone[1] != alone[0];
+    }
+    EXPECT_GT(shared, 5);
+    EXPECT_GT(differing, 0);
+  }
+}
+
 // The search prunes whole-step candidates on step_lower_bound_ms: it never exceeds the step, with
 // every rank timed (messages paired with their real other ends, collectives meeting) and with a
 // sample of 4 ranks (symmetric partners), and it is at least the compute of the rank it times. On

@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <wallfacer/cost/calibration.hpp>
@@ -271,6 +272,11 @@ class CostModel {
   // messages wait for their other end (PairMode::StagesOnly): pairing only delays ops, and the
   // step ends with its last rank.
   double step_lower_bound_ms(const Plan& plan, BoundRank busiest = {}) const;
+  // step_lower_bound_ms of each plan, in their order. Plans that differ only in their placement
+  // (which permutes the GPUs, not the ranks' programs) and time the same rank share the column's
+  // templates, unrolled orders and timeline; only their ops are priced for each.
+  using BoundedPlan = std::pair<const Plan*, BoundRank>;
+  std::vector<double> step_lower_bounds_ms(const std::vector<BoundedPlan>& plans) const;
   const Topology& topology() const { return topology_; }
   const Calibration& calibration() const { return calibration_; }
   const CostOptions& options() const { return options_; }
