@@ -56,8 +56,8 @@ void for_each_index(size_t count, int threads, Work&& work) {
     if (error) std::rethrow_exception(error);
 }
 
-template <typename Result>
-bool is_ready(const std::future<Result>& job) {
+template <typename Future>
+bool is_ready(const Future& job) {
   return job.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
 }
 
@@ -87,8 +87,8 @@ class WorkerThreads {
 
   // Waits for `job` (one of these threads' futures), calling `meanwhile` first and again each
   // time another job finishes: the caller gives a thread that came free its next job.
-  template <typename Result, typename Meanwhile>
-  void wait(const std::future<Result>& job, Meanwhile&& meanwhile) {
+  template <typename Future, typename Meanwhile>
+  void wait(const Future& job, Meanwhile&& meanwhile) {
     for (;;) {
       // The count is read before the future, so a job finishing in between is not missed.
       const size_t seen = finished();

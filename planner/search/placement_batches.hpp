@@ -37,4 +37,19 @@ std::vector<std::vector<Item*>> placement_batches(const std::vector<Item*>& item
   return batches;
 }
 
+// By place in `items`: the places of the others whose plans are equal to its own but for their
+// placement.
+template <typename Item, typename PlanOf>
+std::vector<std::vector<size_t>> placement_siblings(const std::vector<Item*>& items, PlanOf&& plan_of) {
+  std::map<const Item*, size_t> place;
+  for (size_t k = 0; k < items.size(); ++k)
+    place.emplace(items[k], k);
+  std::vector<std::vector<size_t>> others(items.size());
+  for (const std::vector<Item*>& batch : placement_batches(items, plan_of))
+    for (const Item* item : batch)
+      for (const Item* other : batch)
+        if (other != item) others[place.at(item)].push_back(place.at(other));
+  return others;
+}
+
 }  // namespace wallfacer::detail

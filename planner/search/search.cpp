@@ -51,6 +51,7 @@ struct Work {
   bool warning_pending = false;  // rejected on a thread: warned about once the threads are done
   size_t timed_ops = 0;          // ops of the timed ranks' attention programs, once built
 };
+constexpr auto plan_of = [](const Work* w) -> const Plan& { return w->candidate.plan; };
 
 std::vector<std::vector<int>> choose_orders(const detail::NodeOrders& orders, SearchMode mode,
                                             const SearchOptions& options) {
@@ -562,8 +563,7 @@ struct Searcher {
   // costliest job, would only slow the one the search waits for. Except a step that will be priced
   // whatever the others cost: with strategy_bests, the first in line of a strategy none of whose
   // candidates is priced or being decided on (`deciding`, the strategy of the one the search
-  // holds). At 1,024 GPUs the contiguous ring's only candidate, 2.4 s of pricing, waited for
-  // every other step before.
+  // holds), which would otherwise wait for every other step (docs/cost-model.md).
   static constexpr double kPriceAheadReach = 1.5;
   static constexpr double kNoStop = std::numeric_limits<double>::infinity();
   template <typename Queue, typename Threshold>
@@ -580,7 +580,7 @@ struct Searcher {
       const std::optional<double> stop = threshold(w);
       if (stop && detail::beyond(q, *stop)) continue;  // pruned now, whatever is priced before it
       if (!q.timed) {
-        jobs.bound_ahead(q.order, w.candidate.plan, w.busiest_rank);
+        jobs.bound_ahead(q.order);
         continue;
       }
       timed = std::min(timed, q.key);
@@ -603,8 +603,7 @@ struct Searcher {
       return std::pair(a->timed_ops, a->candidate.plan.params.sequence_parallel) >
              std::pair(b->timed_ops, b->candidate.plan.params.sequence_parallel);
     });
-    const std::vector<std::vector<Work*>> alike =
-        detail::placement_batches(largest_first, [](const Work* w) -> const Plan& { return w->candidate.plan; });
+    const std::vector<std::vector<Work*>> alike = detail::placement_batches(largest_first, plan_of);
     std::atomic<size_t> done{0};
     const std::thread::id caller = std::this_thread::get_id();
     size_t reported = 0;
@@ -674,6 +673,7 @@ struct Searcher {
     };
     auto threshold = [&](const Work& w) { return threshold_of(w.candidate.plan.strategy); };
     detail::StepJobs jobs(model, options.threads);
+    jobs.bound_placements_together(feasible, plan_of, [](const Work* w) { return w->busiest_rank; });
     size_t done = 0;
     while (!queue.empty()) {
       const Queued q = queue.top();
@@ -689,9 +689,9 @@ struct Searcher {
       }
       if (!q.timed) {
         auto more_ahead = [&] { work_ahead(jobs, queue, feasible, threshold, kNoStop, c.plan.strategy); };
-        jobs.bound_ahead(q.order, c.plan, w.busiest_rank);
+        jobs.bound_ahead(q.order);
         more_ahead();
-        queue.push({std::max(q.key, jobs.bound(q.order, c.plan, w.busiest_rank, more_ahead)), q.order, true});
+        queue.push({std::max(q.key, jobs.bound(q.order, more_ahead)), q.order, true});
         continue;
       }
       if (options.progress) options.progress("steps", done++, feasible.size());

@@ -9,11 +9,14 @@
 #include <future>
 #include <limits>
 #include <map>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/plan/plan.hpp>
 #include "parallel.hpp"
+#include "placement_batches.hpp"
 
 namespace wallfacer::detail {
 
@@ -27,14 +30,36 @@ class StepJobs {
  public:
   StepJobs(const CostModel& model, int threads)
       : model_(model), threads_(std::max(1, threads)), workers_(threads_ > 1 ? threads_ : 0) {}
-  // Starts the timed bound of `plan` (known to the search as `order`) at `rank`, or its price,
-  // unless under way, within the thread count.
-  void bound_ahead(size_t order, const Plan& plan, BoundRank rank) {
-    if (bounds_.count(order) || !reserve()) return;
-    bounds_.emplace(order, workers_.submit([this, plan, rank] {
-      const Release release(in_use_);
-      return model_.step_lower_bound_ms(plan, rank);
-    }));
+  // The candidates, by the order the search knows them by (`items`, which must outlive the
+  // jobs), their plans and their busiest ranks: a candidate's timed bound is taken with those of
+  // the others that differ from it only in their placement and are not asked for yet, which share
+  // its column's templates, unrolled orders and timeline (CostModel::step_lower_bounds_ms). The
+  // others' bounds are kept until asked for. Without this, each bound is taken alone.
+  template <typename Item, typename PlanOf, typename RankOf>
+  void bound_placements_together(const std::vector<Item*>& items, PlanOf&& plan_of, RankOf&& rank_of) {
+    bounded_ = [&items, plan_of, rank_of](size_t k) {
+      return CostModel::BoundedPlan(&plan_of(items[k]), rank_of(items[k]));
+    };
+    others_ = placement_siblings(items, plan_of);
+  }
+  // Starts the timed bound of the candidate known to the search as `order`, or the price of
+  // `plan`, unless under way, within the thread count.
+  void bound_ahead(size_t order) {
+    if (bounds_.count(order) || known_bounds_.count(order) || !reserve()) return;
+    const std::vector<size_t> batch = batch_of(order);
+    std::vector<std::pair<Plan, BoundRank>> plans;
+    for (const size_t k : batch) {
+      const auto [plan, rank] = bounded_(k);
+      plans.emplace_back(*plan, rank);
+    }
+    std::shared_future<std::vector<double>> job = workers_
+                                                      .submit([this, plans = std::move(plans)] {
+                                                        const Release release(in_use_);
+                                                        return model_.step_lower_bounds_ms(pointers(plans));
+                                                      })
+                                                      .share();
+    for (size_t i = 0; i < batch.size(); ++i)
+      bounds_.emplace(batch[i], std::pair(job, i));
   }
   void price_ahead(size_t order, const Plan& plan) {
     if (prices_.count(order) || !reserve()) return;
@@ -56,9 +81,27 @@ class StepJobs {
   // `more_ahead` is called whenever a thread comes free, to give it the next job), or computed
   // here when none is.
   template <typename MoreAhead>
-  double bound(size_t order, const Plan& plan, BoundRank rank, MoreAhead&& more_ahead) {
-    return take(
-        bounds_, order, [&] { return model_.step_lower_bound_ms(plan, rank); }, more_ahead);
+  double bound(size_t order, MoreAhead&& more_ahead) {
+    taken_.insert(order);
+    if (const auto known = known_bounds_.find(order); known != known_bounds_.end()) {
+      const double bound = known->second;
+      known_bounds_.erase(known);
+      return bound;
+    }
+    if (const auto job = bounds_.find(order); job != bounds_.end()) {
+      workers_.wait(job->second.first, more_ahead);
+      const double bound = job->second.first.get()[job->second.second];
+      bounds_.erase(job);
+      return bound;
+    }
+    const std::vector<size_t> batch = batch_of(order);
+    std::vector<CostModel::BoundedPlan> plans;
+    for (const size_t k : batch)
+      plans.push_back(bounded_(k));
+    const std::vector<double> bounds = model_.step_lower_bounds_ms(plans);
+    for (size_t i = 1; i < batch.size(); ++i)
+      known_bounds_.emplace(batch[i], bounds[i]);
+    return bounds.front();
   }
   template <typename MoreAhead>
   CostBreakdown price(size_t order, const Plan& plan, MoreAhead&& more_ahead) {
@@ -67,6 +110,20 @@ class StepJobs {
   }
 
  private:
+  // `order` and the others of its placements whose bounds are not asked for nor under way.
+  std::vector<size_t> batch_of(size_t order) const {
+    std::vector<size_t> batch = {order};
+    if (order < others_.size())
+      for (const size_t k : others_[order])
+        if (!taken_.count(k) && !bounds_.count(k) && !known_bounds_.count(k)) batch.push_back(k);
+    return batch;
+  }
+  static std::vector<CostModel::BoundedPlan> pointers(const std::vector<std::pair<Plan, BoundRank>>& plans) {
+    std::vector<CostModel::BoundedPlan> bounded;
+    for (const auto& [plan, rank] : plans)
+      bounded.emplace_back(&plan, rank);
+    return bounded;
+  }
   // A price lends the threads that are free meanwhile to time its columns (ThreadLender).
   CostBreakdown priced(const Plan& plan) {
     const std::atomic<double>& stop = stops_[size_t(plan.strategy)];
@@ -113,7 +170,12 @@ class StepJobs {
   const CostModel& model_;
   int threads_;
   std::atomic<int> in_use_{0};  // threads running a job or lent, or holding one not started yet
-  std::map<size_t, std::future<double>> bounds_;
+  std::function<CostModel::BoundedPlan(size_t)> bounded_;
+  std::vector<std::vector<size_t>> others_;  // by order: the other placements of its plan
+  // By order: the job taking its bound (with others), and its place among the bounds it returns.
+  std::map<size_t, std::pair<std::shared_future<std::vector<double>>, size_t>> bounds_;
+  std::map<size_t, double> known_bounds_;  // taken here with another's, not asked for yet
+  std::set<size_t> taken_;                 // bounds asked for
   std::map<size_t, std::future<CostBreakdown>> prices_;
   std::vector<std::atomic<double>> stops_ = infinite_stops();  // by strategy
   static std::vector<std::atomic<double>> infinite_stops() {

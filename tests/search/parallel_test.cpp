@@ -1,22 +1,31 @@
 // The search's thread helpers (planner/search/parallel.hpp): every index handled exactly once
 // whatever the thread count, the first error in index order raised after the ones before it ran,
 // and worker threads that run every job they are given on their own few threads; and the batches
-// of candidates that differ only in their placement, bounded on one thread (placement_batches.hpp).
+// of candidates that differ only in their placement, bounded on one thread (placement_batches.hpp)
+// and whose timed bounds are taken together (step_jobs.hpp).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <mutex>
+#include <numeric>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/plan/workload.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include <wallfacer/topology/topology.hpp>
 #include "../common/synthetic_workload.hpp"
 #include "parallel.hpp"
 #include "placement_batches.hpp"
+#include "step_jobs.hpp"
 
 namespace wallfacer::detail {
 namespace {
@@ -130,7 +139,9 @@ TEST(PlacementBatches, GroupThePlansEqualButForTheirPlacement) {
     for (size_t i = 0; i < batch.size(); ++i) {
       ++seen[size_t(batch[i] - plans.data())];
       EXPECT_TRUE(same(*batch[i], *batch.front()));
-      if (i > 0) EXPECT_LT(batch[i - 1], batch[i]);  // in their order
+      if (i > 0) {
+        EXPECT_LT(batch[i - 1], batch[i]);  // in their order
+      }
     }
     if (batch.size() > 1) paired.insert(batch.front()->strategy);
   }
@@ -140,6 +151,78 @@ TEST(PlacementBatches, GroupThePlansEqualButForTheirPlacement) {
     for (size_t b = a + 1; b < batches.size(); ++b)
       EXPECT_FALSE(same(*batches[a].front(), *batches[b].front()));
   EXPECT_EQ(paired, (std::set<StrategyKind>{StrategyKind::DoubleRing, StrategyKind::Usp, StrategyKind::WallFacer}));
+}
+
+// A candidate's placement siblings are the other plans equal to its own but for their placement,
+// by place: checked against comparing every pair.
+TEST(PlacementBatches, SiblingsAreTheOtherPlacementsOfEachPlan) {
+  const Workload w = test::synthetic_workload({.seq = 4096, .heads = 8, .kv_heads = 8, .head_dim = 16, .batch = 2});
+  std::vector<Plan> plans;
+  for (StrategyKind kind : {StrategyKind::Ring, StrategyKind::DoubleRing, StrategyKind::Usp, StrategyKind::WallFacer})
+    for (const StrategyParams& params : enumerate_params(kind, w, 16))
+      plans.push_back(test::topology_free_plan(kind, params, w));
+  std::vector<const Plan*> items;
+  for (const Plan& p : plans)
+    items.push_back(&p);
+  const auto siblings = placement_siblings(items, [](const Plan* p) -> const Plan& { return *p; });
+  ASSERT_EQ(siblings.size(), plans.size());
+  size_t with_siblings = 0;
+  for (size_t a = 0; a < plans.size(); ++a) {
+    std::vector<size_t> expected;
+    for (size_t b = 0; b < plans.size(); ++b)
+      if (b != a && plans[a].strategy == plans[b].strategy &&
+          without_placement(plans[a].params) == without_placement(plans[b].params))
+        expected.push_back(b);
+    EXPECT_EQ(siblings[a], expected) << a;
+    with_siblings += !expected.empty();
+  }
+  EXPECT_GT(with_siblings, 4u);
+}
+
+// The timed bounds StepJobs takes of a plan's placements together are each plan's own, asked for
+// in any order, started ahead on other threads or taken on the asking thread.
+TEST(StepJobs, BoundsOfPlacementsTakenTogetherAreEachPlansOwn) {
+  const Topology topology = Topology::load("dgx-h100", 2);
+  Workload w = load_workload("llama-3-8b");
+  w.layers = 2;
+  w.seq = 16384;
+  const CostModel model(topology, Calibration::defaults());
+  std::vector<Plan> plans;
+  for (StrategyKind kind : {StrategyKind::Ring, StrategyKind::DoubleRing, StrategyKind::Usp, StrategyKind::WallFacer})
+    for (const StrategyParams& params : enumerate_params(kind, w, 16))
+      if (check_feasible(kind, params, w, 16).ok) {
+        plans.push_back(make_plan(kind, params, w, topology, 16));
+        plans.back().scope = Scope::Step;
+      }
+  std::vector<const Plan*> items;
+  std::vector<BoundRank> busiest(plans.size());
+  std::vector<double> expected;
+  for (size_t k = 0; k < plans.size(); ++k) {
+    items.push_back(&plans[k]);
+    model.step_compute_bound_ms(plans[k], &busiest[k]);
+    expected.push_back(model.step_lower_bound_ms(plans[k], busiest[k]));
+  }
+  size_t with_siblings = 0;
+  for (const std::vector<size_t>& others : placement_siblings(items, [](const Plan* p) -> const Plan& { return *p; }))
+    with_siblings += !others.empty();
+  ASSERT_GT(with_siblings, 4u);
+  std::vector<size_t> order(plans.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  for (const int threads : {1, 3})
+    for (const bool reversed : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} threads{}", threads, reversed ? ", reversed" : ""));
+      StepJobs jobs(model, threads);
+      jobs.bound_placements_together(
+          items, [](const Plan* p) -> const Plan& { return *p; },
+          [&](const Plan* p) { return busiest[size_t(p - plans.data())]; });
+      std::vector<size_t> asked = order;
+      if (reversed) std::reverse(asked.begin(), asked.end());
+      for (size_t i = 0; i < asked.size(); ++i) {
+        if (i % 3 != 2) jobs.bound_ahead(asked[i]);
+        if (i + 1 < asked.size()) jobs.bound_ahead(asked[i + 1]);
+        EXPECT_EQ(jobs.bound(asked[i], [] {}), expected[asked[i]]) << asked[i];
+      }
+    }
 }
 
 }  // namespace
