@@ -19,6 +19,7 @@
 
 namespace wallfacer {
 namespace {
+
 // How many unrolled copies of each template op a program holds (by template op).
 std::vector<uint32_t> copies_of(const std::vector<uint32_t>& origin, size_t template_ops) {
   std::vector<uint32_t> copies(template_ops, 0);
@@ -221,8 +222,9 @@ class UnrolledOrders {
   size_t budget_bytes_, bytes_ = 0;
 };
 
-// A group of programs timed together: the ends of the one asked for. Its timeline goes once run:
-// held for every column a pricing holds, it was a third of the memory of a large step's pricing.
+// A group of programs timed together: the ends of the one asked for. Its timeline goes once run
+// (nothing reads it after), so that a column timed ahead or kept as the critical one holds only
+// its unrolled order and those ends.
 struct TimedGroup {
   std::vector<std::shared_ptr<const FlatStep>> flats;  // by program; one per unrolled order
   std::vector<std::vector<double>> ends;               // by program timed: those of the one asked for
@@ -276,8 +278,8 @@ std::optional<std::vector<detail::RankTiming>> time_by_class(const std::vector<d
   return times;
 }
 
-// How many columns past the one a pricing takes lent threads may time: each holds its timeline
-// until taken.
+// How many columns past the one a pricing takes lent threads may time: each holds its unrolled
+// order and ends until taken.
 constexpr size_t kColumnsAhead = 2;
 
 // What the columns taken so far (in timing order) give: the latest end and forward end.
