@@ -34,7 +34,7 @@ class StepJobs {
   // jobs), their plans and their busiest ranks: a candidate's timed bound is taken with those of
   // the others that differ from it only in their placement and are not asked for yet, which share
   // its column's templates, unrolled orders and timeline (CostModel::step_lower_bounds_ms). The
-  // others' bounds are kept until asked for. Without this, each bound is taken alone.
+  // others' bounds are kept until asked for. Called once, before any bound is asked for.
   template <typename Item, typename PlanOf, typename RankOf>
   void bound_placements_together(const std::vector<Item*>& items, PlanOf&& plan_of, RankOf&& rank_of) {
     bounded_ = [&items, plan_of, rank_of](size_t k) {
@@ -42,8 +42,8 @@ class StepJobs {
     };
     others_ = placement_siblings(items, plan_of);
   }
-  // Starts the timed bound of the candidate known to the search as `order`, or the price of
-  // `plan`, unless under way, within the thread count.
+  // Starts the timed bound of the candidate known to the search as `order` (with its other
+  // placements'), unless under way or known, within the thread count.
   void bound_ahead(size_t order) {
     if (bounds_.count(order) || known_bounds_.count(order) || !reserve()) return;
     const std::vector<size_t> batch = batch_of(order);
@@ -61,6 +61,7 @@ class StepJobs {
     for (size_t i = 0; i < batch.size(); ++i)
       bounds_.emplace(batch[i], std::pair(job, i));
   }
+  // Starts the price of `plan`, known to the search as `order`, the same way.
   void price_ahead(size_t order, const Plan& plan) {
     if (prices_.count(order) || !reserve()) return;
     prices_.emplace(order, workers_.submit([this, plan] {
