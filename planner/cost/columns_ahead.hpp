@@ -115,16 +115,18 @@ class ColumnsAhead {
       at = k;
       known = now;
     }
+    // The columns a lent thread may take now: within the window, not taken, while the pricing lasts.
+    size_t window_end() const { return stopping ? at : std::min(ahead.size(), at + window + 1); }
+    bool takeable(size_t k) const { return ahead[k] && status[k] == Status::Free; }
     std::optional<size_t> next_free() const {
-      if (stopping) return std::nullopt;
-      for (size_t k = at; k < std::min(ahead.size(), at + window + 1); ++k)
-        if (ahead[k] && status[k] == Status::Free) return k;
+      for (size_t k = at; k < window_end(); ++k)
+        if (takeable(k)) return k;
       return std::nullopt;
     }
     int free_in_window() const {
       int count = 0;
-      for (size_t k = at; !stopping && k < std::min(ahead.size(), at + window + 1); ++k)
-        count += ahead[k] && status[k] == Status::Free;
+      for (size_t k = at; k < window_end(); ++k)
+        count += takeable(k);
       return count;
     }
     // Times column k with what is known now, unlocking meanwhile.

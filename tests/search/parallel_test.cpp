@@ -111,6 +111,25 @@ TEST(WorkerThreads, SettlesEveryJobWhenDestroyed) {
   }
 }
 
+// Every 16-rank candidate of the strategies with placements, and the ring, for each workload.
+std::vector<Plan> candidates_of(const std::vector<Workload>& workloads) {
+  std::vector<Plan> plans;
+  for (const Workload& w : workloads)
+    for (StrategyKind kind : {StrategyKind::Ring, StrategyKind::DoubleRing, StrategyKind::Usp, StrategyKind::WallFacer})
+      for (const StrategyParams& params : enumerate_params(kind, w, 16))
+        plans.push_back(test::topology_free_plan(kind, params, w));
+  return plans;
+}
+
+std::vector<const Plan*> pointers_to(const std::vector<Plan>& plans) {
+  std::vector<const Plan*> items;
+  for (const Plan& p : plans)
+    items.push_back(&p);
+  return items;
+}
+
+constexpr auto itself = [](const Plan* p) -> const Plan& { return *p; };
+
 // Every strategy's candidates on 16 ranks, twice over (the second time under another workload):
 // the batches hold every candidate once, in its order, and two candidates share a batch exactly
 // when their plans are equal but for their placement; the double ring, USP and WallFacer have
@@ -120,15 +139,8 @@ TEST(PlacementBatches, GroupThePlansEqualButForTheirPlacement) {
   const Workload first = test::synthetic_workload(shape);
   shape.head_dim = 32;
   const Workload second = test::synthetic_workload(shape);
-  std::vector<Plan> plans;
-  for (const Workload& w : {first, second})
-    for (StrategyKind kind : {StrategyKind::Ring, StrategyKind::DoubleRing, StrategyKind::Usp, StrategyKind::WallFacer})
-      for (const StrategyParams& params : enumerate_params(kind, w, 16))
-        plans.push_back(test::topology_free_plan(kind, params, w));
-  std::vector<const Plan*> items;
-  for (const Plan& p : plans)
-    items.push_back(&p);
-  const auto batches = placement_batches(items, [](const Plan* p) -> const Plan& { return *p; });
+  const std::vector<Plan> plans = candidates_of({first, second});
+  const auto batches = placement_batches(pointers_to(plans), itself);
   auto same = [](const Plan& a, const Plan& b) {
     return a.strategy == b.strategy && without_placement(a.params) == without_placement(b.params) &&
            a.workload == b.workload && a.num_ranks() == b.num_ranks();
@@ -157,14 +169,8 @@ TEST(PlacementBatches, GroupThePlansEqualButForTheirPlacement) {
 // by place: checked against comparing every pair.
 TEST(PlacementBatches, SiblingsAreTheOtherPlacementsOfEachPlan) {
   const Workload w = test::synthetic_workload({.seq = 4096, .heads = 8, .kv_heads = 8, .head_dim = 16, .batch = 2});
-  std::vector<Plan> plans;
-  for (StrategyKind kind : {StrategyKind::Ring, StrategyKind::DoubleRing, StrategyKind::Usp, StrategyKind::WallFacer})
-    for (const StrategyParams& params : enumerate_params(kind, w, 16))
-      plans.push_back(test::topology_free_plan(kind, params, w));
-  std::vector<const Plan*> items;
-  for (const Plan& p : plans)
-    items.push_back(&p);
-  const auto siblings = placement_siblings(items, [](const Plan* p) -> const Plan& { return *p; });
+  const std::vector<Plan> plans = candidates_of({w});
+  const auto siblings = placement_siblings(pointers_to(plans), itself);
   ASSERT_EQ(siblings.size(), plans.size());
   size_t with_siblings = 0;
   for (size_t a = 0; a < plans.size(); ++a) {
@@ -203,7 +209,7 @@ TEST(StepJobs, BoundsOfPlacementsTakenTogetherAreEachPlansOwn) {
     expected.push_back(model.step_lower_bound_ms(plans[k], busiest[k]));
   }
   size_t with_siblings = 0;
-  for (const std::vector<size_t>& others : placement_siblings(items, [](const Plan* p) -> const Plan& { return *p; }))
+  for (const std::vector<size_t>& others : placement_siblings(items, itself))
     with_siblings += !others.empty();
   ASSERT_GT(with_siblings, 4u);
   std::vector<size_t> order(plans.size());
@@ -212,9 +218,7 @@ TEST(StepJobs, BoundsOfPlacementsTakenTogetherAreEachPlansOwn) {
     for (const bool reversed : {false, true}) {
       SCOPED_TRACE(fmt::format("{} threads{}", threads, reversed ? ", reversed" : ""));
       StepJobs jobs(model, threads);
-      jobs.bound_placements_together(
-          items, [](const Plan* p) -> const Plan& { return *p; },
-          [&](const Plan* p) { return busiest[size_t(p - plans.data())]; });
+      jobs.bound_placements_together(items, itself, [&](const Plan* p) { return busiest[size_t(p - plans.data())]; });
       std::vector<size_t> asked = order;
       if (reversed) std::reverse(asked.begin(), asked.end());
       for (size_t i = 0; i < asked.size(); ++i) {
