@@ -252,7 +252,7 @@ Schedule CostModel::sequence_rank_programs(const Plan& plan, StepBoundMemo& memo
       const RankProgram& program =
           built.ranks.emplace_back(builder.build_rank(rank, built.tokens, BuildMode::ComputeOnly));
       it->second = program_footprint(plan, built.dims, program, built.tokens);
-      m.program_ops[s] = program.ops.size();
+      m.program_ops[s] = program.op_count();
     }
     footprint.rows = std::max(footprint.rows, it->second.rows);
     footprint.buffer_bytes = std::max(footprint.buffer_bytes, it->second.buffer_bytes);
@@ -340,7 +340,7 @@ double CostModel::step_compute_bound_ms(const Plan& plan, BoundRank* busiest, Me
     auto same = alike.find(place);
     if (same == alike.end() || !options_.build_per_sequence_rank) {
       RankProgram program = attention_of(rank, place.second);
-      known_parts.program_ops[place.second] = program.ops.size();
+      known_parts.program_ops[place.second] = program.op_count();
       ComputeSignature sig = compute_signature(place.first, program, timer, pool);
       auto known = computing.find(sig);
       if (known == computing.end() || !options_.build_per_sequence_rank)

@@ -330,10 +330,11 @@ void ProgramBuilder::output(int32_t buf, Field field, const TokenSet& tokens, He
 }
 
 int32_t ProgramBuilder::append(Op op, std::initializer_list<Access> accesses, const std::vector<int32_t>& extra) {
-  const auto index = int32_t(program_.ops.size());
-  if (mode_ == BuildMode::ComputeOnly) {  // no dependencies: nothing to track
+  const auto index = int32_t(program_.op_count());  // the Full program's index (see the header)
+  if (mode_ == BuildMode::ComputeOnly) {            // no dependencies: nothing to track
     last_of_stream_[size_t(op.stream)] = index;
-    return program_.add(std::move(op));
+    program_.add(std::move(op));
+    return index;
   }
   // Latest dependency per stream: ops of one stream complete in program order.
   OpPerStream latest = no_op_on_any_stream();
@@ -533,12 +534,18 @@ int32_t ProgramBuilder::recv(int32_t buf, const TokenSet& tokens, FieldMask fiel
 int32_t ProgramBuilder::transfer(OpKind kind, int32_t buf, const TokenSet& tokens, FieldMask fields, int peer,
                                  int32_t tag, int32_t flow_set, int step, const std::vector<int32_t>& deps) {
   const bool receive = kind == OpKind::Recv;
+  const Stream stream = receive ? Stream::Recv : Stream::Send;
+  if (mode_ == BuildMode::ComputeOnly) {  // counted, not stored
+    const auto index = int32_t(program_.op_count());
+    last_of_stream_[size_t(stream)] = index;
+    ++program_.transfers_left_out;
+    return index;
+  }
   Op op;
   op.kind = kind;
-  op.stream = receive ? Stream::Recv : Stream::Send;
+  op.stream = stream;
   op.phase = phase_;
   op.step = step;
-  if (mode_ == BuildMode::ComputeOnly) return append(std::move(op), {}, deps);  // the placeholder
   op.peer = peer;
   op.tag = tag;
   op.flow_set = flow_set;

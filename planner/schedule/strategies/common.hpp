@@ -46,6 +46,7 @@
 // for one logical message stream per peer pair and steps stay below 65536.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -147,8 +148,9 @@ int64_t collective_send_bytes(const ScheduleDims& dims, const CollectiveSpec& sp
 
 // ---- ProgramBuilder --------------------------------------------------------------------------
 // Builds one rank's program. Every add function returns the op index (or indices). Under
-// BuildMode::ComputeOnly the ops get no dependencies and sends and receives are placeholders: the
-// indices returned are those of the Full program, and strategies build both alike.
+// BuildMode::ComputeOnly the ops get no dependencies and sends and receives are only counted
+// (RankProgram::transfers_left_out): the indices returned are those of the Full program, and
+// strategies build both alike.
 class ProgramBuilder {
  public:
   ProgramBuilder(const Plan& plan, int rank, TokenSetPool& pool, BuildMode mode = BuildMode::Full);
@@ -214,8 +216,13 @@ class ProgramBuilder {
   // The last op of each stream so far (-1 when none).
   int32_t last_op(Stream stream) const { return last_of_stream_[size_t(stream)]; }
   const RankProgram& program() const { return program_; }
-  // Capacity hint for the op list (building stays correct without it).
-  void reserve_ops(size_t ops) {
+  // Capacity hint for the op list: `ops` in all, of which `transfers` sends and receives
+  // (building stays correct without it).
+  void reserve_ops(size_t ops, size_t transfers) {
+    if (mode_ == BuildMode::ComputeOnly) {
+      program_.ops.reserve(ops - std::min(ops, transfers));
+      return;
+    }
     program_.ops.reserve(ops);
     program_.deps.reserve(ops * 2);
   }

@@ -250,6 +250,10 @@ struct RankProgram {
   std::vector<CollectiveSpec> collectives;
   std::vector<Binding> inputs;   // Q, K, V, dO (and WeightGrad) before the first op
   std::vector<Binding> outputs;  // O, Lse, dQ, dK, dV (and WeightGrad) after the last op
+  // BuildMode::ComputeOnly: the sends and receives of the Full program, counted, not stored.
+  size_t transfers_left_out = 0;
+  // The ops of the Full program (op budgets count these, whatever the build mode).
+  size_t op_count() const { return ops.size() + transfers_left_out; }
   // Explicit dependencies of op i.
   const int32_t* deps_begin(const Op& op) const { return deps.data() + op.dep_begin; }
   const int32_t* deps_end(const Op& op) const { return deps.data() + op.dep_begin + op.dep_count; }
@@ -261,9 +265,10 @@ struct RankProgram {
 
 // What a builder puts into a rank's program. Full: the program as it runs. ComputeOnly: what
 // bounds read off a program without timing it: the same buffers, bindings and batch, the same
-// compute ops (Full's, in Full's order) and the same op count, but no dependencies, and each
-// send and receive a placeholder holding only its kind, stream, phase and step (transfers and
-// the tracking of who waits for whom are most of a build). Not for timing, checking or running.
+// compute ops and collectives (Full's, in Full's order) and the same op_count(), but no
+// dependencies, and the sends and receives only counted (transfers and the tracking of who
+// waits for whom are most of a build; two ops in three of a ring are transfers). Not for
+// timing, checking or running.
 enum class BuildMode : uint8_t { Full, ComputeOnly };
 
 class TokenSetPool;
