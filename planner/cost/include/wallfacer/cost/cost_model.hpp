@@ -68,7 +68,7 @@ struct CostOptions {
   // Whole step: bytes of unrolled orders (flat steps) a step's timing keeps for the groups of
   // programs after the one that unrolled them, the first ones met; past that an order serves its
   // own group alone and is unrolled again if met again. Bounds memory, not results.
-  size_t kept_unrolled_order_bytes = size_t(64) << 20;
+  size_t kept_unrolled_order_bytes = size_t(16) << 20;
 };
 
 // Where a transfer runs, by the slowest kind of link on its way: NVLink or NVSwitch inside a node,
