@@ -170,46 +170,90 @@ bool pairs_alike(const ProgramView& seen, const ProgramView& program) {
 
 }  // namespace
 
+namespace {
+
+// What lone_bounds reads of a template op, by template op: the copies share it.
+struct LoneBrief {
+  Stream stream = Stream::Compute;
+  bool forward = true;
+  bool send = false;
+  int32_t tag = -1;  // dense id of a message's tag, -1 for other ops
+};
+
+// The phases of the ends of one tag and kind (sends or receives), in program order, while they
+// run forward ops first: `forward` of the first `total` are forward.
+struct TagEnds {
+  uint32_t forward = 0, total = 0;
+  bool ordered = true;  // no forward end after a backward one
+  void add(bool is_forward) {
+    if (is_forward && forward != total) ordered = false;
+    forward += is_forward;
+    ++total;
+  }
+};
+
+// Whether the k-th send of each tag has the phase of its k-th receive, for every k both have
+// (the pairing of pair_symmetric), by walking the program's messages again.
+bool messages_pair_by_phase(const ProgramView& program, const std::vector<LoneBrief>& brief, size_t tags) {
+  std::vector<std::vector<bool>> send_forward(tags), recv_forward(tags);
+  for (size_t i = 0; i < program.size(); ++i)
+    if (const LoneBrief& b = brief[program.origin(i)]; b.tag >= 0)
+      (b.send ? send_forward : recv_forward)[size_t(b.tag)].push_back(b.forward);
+  for (size_t t = 0; t < tags; ++t) {
+    const size_t pairs = std::min(send_forward[t].size(), recv_forward[t].size());
+    if (!std::equal(send_forward[t].begin(), send_forward[t].begin() + std::ptrdiff_t(pairs), recv_forward[t].begin()))
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::optional<LoneBounds> lone_bounds(const ProgramView& program, const std::vector<double>& duration) {
   if (!program.flat()) return std::nullopt;
   const std::vector<Op>& ops = program.program().ops;
   // Message ends pair by tag alone (pair_symmetric): the k-th send of a tag with its k-th receive,
-  // in program order. Tags numbered densely by template op (-1: not a message).
-  std::vector<int32_t> tag_of(ops.size(), -1);
+  // in program order. Tags numbered densely by template op.
+  std::vector<LoneBrief> brief(ops.size());
   std::unordered_map<int32_t, int32_t> tag_ids;
   for (size_t i = 0; i < ops.size(); ++i) {
     if (!(duration[i] >= 0)) return std::nullopt;
+    brief[i] = {ops[i].stream, ops[i].phase == Phase::Forward, ops[i].kind == OpKind::Send, -1};
     if (!is_message(ops[i])) continue;
     if (is_stage_message(ops[i])) return std::nullopt;
-    tag_of[i] = tag_ids.try_emplace(ops[i].tag, int32_t(tag_ids.size())).first->second;
+    brief[i].tag = tag_ids.try_emplace(ops[i].tag, int32_t(tag_ids.size())).first->second;
   }
   LoneBounds bounds;
   double forward_sum = 0;
   bool forward_first = true;  // no forward op waits for or meets an op of the backward
   std::array<bool, kNumStreams> backward_seen{};
-  std::vector<std::vector<bool>> send_forward(tag_ids.size()), recv_forward(tag_ids.size());
+  std::vector<TagEnds> sends(tag_ids.size()), receives(tag_ids.size());
   for (size_t i = 0; i < program.size(); ++i) {
-    const Op& op = program.op(i);
-    const double seconds = duration[program.origin(i)];
-    const bool forward = op.phase == Phase::Forward;
+    const uint32_t o = program.origin(i);
+    const LoneBrief& b = brief[o];
+    const double seconds = duration[o];
     bounds.end_s += seconds;
-    if (op.stream == Stream::Compute) (forward ? bounds.compute_forward_s : bounds.compute_backward_s) += seconds;
-    if (const int32_t tag = tag_of[program.origin(i)]; tag >= 0)
-      (op.kind == OpKind::Send ? send_forward : recv_forward)[size_t(tag)].push_back(forward);
-    if (!forward) {
-      backward_seen[size_t(op.stream)] = true;
+    if (b.stream == Stream::Compute) (b.forward ? bounds.compute_forward_s : bounds.compute_backward_s) += seconds;
+    if (b.tag >= 0) (b.send ? sends : receives)[size_t(b.tag)].add(b.forward);
+    if (!b.forward) {
+      backward_seen[size_t(b.stream)] = true;
       continue;
     }
     forward_sum += seconds;
-    if (backward_seen[size_t(op.stream)]) forward_first = false;
+    if (backward_seen[size_t(b.stream)]) forward_first = false;
     for (const int32_t* d = program.deps_begin(i); d != program.deps_end(i); ++d)
-      if (program.op(size_t(*d)).phase != Phase::Forward) forward_first = false;
+      if (!brief[program.origin(size_t(*d))].forward) forward_first = false;
   }
-  for (size_t t = 0; t < send_forward.size() && forward_first; ++t) {
-    const size_t pairs = std::min(send_forward[t].size(), recv_forward[t].size());
-    forward_first =
-        std::equal(send_forward[t].begin(), send_forward[t].begin() + std::ptrdiff_t(pairs), recv_forward[t].begin());
+  // Ends of a tag that run forward first pair by phase when as many of the pairs are forward on
+  // both sides; the others are compared one by one.
+  bool ordered = true;
+  for (size_t t = 0; t < sends.size() && forward_first; ++t) {
+    ordered = ordered && sends[t].ordered && receives[t].ordered;
+    const uint32_t pairs = std::min(sends[t].total, receives[t].total);
+    if (sends[t].ordered && receives[t].ordered)
+      forward_first = std::min(sends[t].forward, pairs) == std::min(receives[t].forward, pairs);
   }
+  if (forward_first && !ordered) forward_first = messages_pair_by_phase(program, brief, tag_ids.size());
   bounds.forward_end_s = forward_first ? forward_sum : bounds.end_s;
   return bounds;
 }

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
+#include <vector>
 
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
@@ -138,6 +140,62 @@ TEST(LoneBounds, ForwardWaitingForTheBackwardIsBoundedByTheEnd) {
   stage.ops[2].fields = fieldset::kActivation;
   EXPECT_FALSE(detail::lone_bounds(ProgramView(stage, pair_flat), meet_seconds).has_value());
   EXPECT_FALSE(detail::lone_bounds(ProgramView(waits), seconds).has_value());
+}
+
+// The k-th send of a tag meets its k-th receive: the forward runs first only when each pair has
+// one phase. Ends of a tag on one stream come forward first (counted); ends of a tag on two
+// streams may not, and are compared pair by pair.
+TEST(LoneBounds, MessagesOfATagPairByTheirPlaceAmongThatTagsEnds) {
+  using testing::compute_op;
+  using testing::message;
+  auto program_of = [](const std::vector<Op>& messages) {
+    RankProgram p;
+    p.add(compute_op());
+    p.add(compute_op(Phase::Backward));
+    for (const Op& m : messages)
+      p.add(m);
+    return p;
+  };
+  auto end = [](OpKind kind, Phase phase, Stream stream) {
+    Op op = message(kind, 0, 5);
+    op.phase = phase;
+    op.stream = stream;
+    return op;
+  };
+  const Phase F = Phase::Forward, B = Phase::Backward;
+  const Stream S = Stream::Send, R = Stream::Recv, C = Stream::Collective;
+  struct Case {
+    std::string what;
+    std::vector<Op> messages;
+    bool forward_first;
+  };
+  const std::vector<Case> cases = {
+      {"two forward pairs, one backward send unmatched",
+       {end(OpKind::Send, F, S), end(OpKind::Send, F, S), end(OpKind::Send, B, S), end(OpKind::Recv, F, R),
+        end(OpKind::Recv, F, R)},
+       true},
+      {"the second send backward, the second receive forward",
+       {end(OpKind::Send, F, S), end(OpKind::Send, B, S), end(OpKind::Recv, F, R), end(OpKind::Recv, F, R)},
+       false},
+      {"sends backward then forward (two streams), receives alike",
+       {end(OpKind::Send, B, S), end(OpKind::Send, F, C), end(OpKind::Recv, B, R), end(OpKind::Recv, F, C)},
+       true},
+      {"sends backward then forward (two streams), receives forward then backward",
+       {end(OpKind::Send, B, S), end(OpKind::Send, F, C), end(OpKind::Recv, F, R), end(OpKind::Recv, B, R)},
+       false},
+  };
+  for (const Case& c : cases) {
+    const RankProgram p = program_of(c.messages);
+    const FlatStep flat = flat_of(p);
+    const std::vector<double> seconds(p.ops.size(), 1.0);
+    const std::optional<LoneBounds> bounds = detail::lone_bounds(ProgramView(p, flat), seconds);
+    ASSERT_TRUE(bounds.has_value()) << c.what;
+    double forward_sum = 0;
+    for (const Op& op : p.ops)
+      forward_sum += op.phase == Phase::Forward;
+    EXPECT_EQ(bounds->forward_end_s, c.forward_first ? forward_sum : bounds->end_s) << c.what;
+    EXPECT_EQ(bounds->end_s, double(p.ops.size())) << c.what;
+  }
 }
 
 // A column is left untimed only when it ends before the latest end so far, by more than rounding,
