@@ -168,10 +168,6 @@ bool pairs_alike(const ProgramView& seen, const ProgramView& program) {
   return true;
 }
 
-}  // namespace
-
-namespace {
-
 // What lone_bounds reads of a template op, by template op: the copies share it.
 struct LoneBrief {
   Stream stream = Stream::Compute;
