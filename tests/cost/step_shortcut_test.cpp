@@ -198,16 +198,18 @@ TEST(StepShortcuts, ComputeBoundWithMemoryEqualsBoundAndStepMemory) {
 
 // Ranks of one sequence rank in their data-parallel replica, tensor slice and pipeline stage build
 // one program for the compute bound and the step memory: the bound, its busiest rank and every
-// part of the memory are those of building every timed rank, bit for bit, with every rank timed
-// and with a sample of 4 ranks, with the memory asked for (the templates then take over the
-// attention programs) and without; and plans with data, tensor or pipeline parallelism build
-// fewer attention programs than the ranks they time.
+// part of the memory are those of building every timed rank, bit for bit, with every rank timed,
+// with a sample of 4 ranks and with an op budget that stops the walk over the ranks early (the
+// compute-only programs count the full programs' ops), with the memory asked for (the templates
+// then take over the attention programs) and without; and plans with data, tensor or pipeline
+// parallelism build fewer attention programs than the ranks they time.
 TEST(StepShortcuts, ProgramsPerSequenceRankGiveTheSameBoundAndMemory) {
   const Topology topology = testing::switch_nodes(2, 4, 450);
-  for (int sample : {0, 4}) {
-    SCOPED_TRACE(fmt::format("sample {}", sample));
+  for (const auto& [sample, budget] : {std::pair{0, int64_t(0)}, {4, int64_t(0)}, {0, int64_t(120)}}) {
+    SCOPED_TRACE(fmt::format("sample {}, op budget {}", sample, budget));
     CostOptions options;
     options.max_timed_ranks = sample;
+    if (budget > 0) options.max_timed_ops = budget;
     CostOptions every = options;
     every.build_per_sequence_rank = false;
     const CostModel model(topology, Calibration::defaults(), options);
