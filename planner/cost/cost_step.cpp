@@ -17,6 +17,7 @@
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include "footprint_cache.hpp"
+#include "layer_composition.hpp"
 #include "timeline.hpp"
 
 namespace wallfacer {
@@ -377,8 +378,9 @@ double CostModel::step_compute_bound_ms(const Plan& plan, BoundRank* busiest, Me
 namespace {
 
 // What a timed bound times of a plan's busiest column before any op is priced: the column's step
-// templates, their unrolled orders and their timeline. Held by pointer: the timeline's programs
-// point into the templates and orders.
+// templates, their unrolled orders and, once a placement's column is not composed from a few
+// layers, their timeline. Held by pointer: the timeline's programs point into the templates and
+// orders.
 struct BoundColumn {
   PlacementFree plan;
   BoundRank busiest;
@@ -390,6 +392,33 @@ struct BoundColumn {
   bool serves(const Plan& p, BoundRank rank) const {
     return busiest.rank == rank.rank && busiest.sampled == rank.sampled && plan == placement_free(p);
   }
+  const detail::TimelineShape& timeline() {
+    if (!shape) {
+      std::vector<detail::ProgramView> views;
+      for (size_t p = 0; p < templates.size(); ++p)
+        views.emplace_back(templates[p].program, flats[p]);
+      shape = std::make_unique<detail::TimelineShape>(
+          std::move(views), busiest.sampled ? detail::PairMode::Symmetric : detail::PairMode::StagesOnly);
+    }
+    return *shape;
+  }
+  // The timing of a sample's lone column composed from `layers` of its layers, as the step's
+  // pricing composes it (so that a bound that is the step is the step to the bit); none when the
+  // column is not lone or its layers do not repeat.
+  std::optional<detail::RankTiming> composed(const std::vector<double>& once, int layers) {
+    if (!busiest.sampled || templates.size() != 1 || layers <= 0) return std::nullopt;
+    if (!composer_prepared) composer = detail::LayerComposer::prepare(templates[0], flats[0], layers);
+    composer_prepared = true;
+    if (!composer) return std::nullopt;
+    const std::optional<detail::LoneBounds> bounds =
+        detail::lone_bounds(detail::ProgramView(templates[0].program, flats[0]), once);
+    if (!bounds) return std::nullopt;
+    std::optional<detail::ComposedColumn> c = composer->compose(once, *bounds);
+    if (!c) return std::nullopt;
+    return c->timing;
+  }
+  std::unique_ptr<detail::LayerComposer> composer;  // prepared at the first placement
+  bool composer_prepared = false;
 };
 
 std::unique_ptr<BoundColumn> bound_column(const Plan& plan, BoundRank busiest) {
@@ -407,13 +436,8 @@ std::unique_ptr<BoundColumn> bound_column(const Plan& plan, BoundRank busiest) {
     column->templates.push_back(builder.build_template(p * W + rank % W, column->step.tokens));
     column->flats.push_back(unroll_flat(column->templates.back()));
   }
-  std::vector<detail::ProgramView> views;
-  for (size_t p = 0; p < column->templates.size(); ++p) {
-    column->programs.push_back(&column->templates[p].program);
-    views.emplace_back(column->templates[p].program, column->flats[p]);
-  }
-  column->shape = std::make_unique<detail::TimelineShape>(
-      std::move(views), busiest.sampled ? detail::PairMode::Symmetric : detail::PairMode::StagesOnly);
+  for (const StepTemplate& t : column->templates)
+    column->programs.push_back(&t.program);
   return column;
 }
 
@@ -437,9 +461,13 @@ std::vector<double> CostModel::step_lower_bounds_ms(const std::vector<BoundedPla
     // list of durations per unrolled op: the bound is taken for most candidates of a search).
     // The flow sets are of ranks, the plan maps them to its GPUs.
     const std::vector<std::vector<double>> once = template_op_durations(*plan, column->step, column->programs);
+    if (const std::optional<detail::RankTiming> timing = column->composed(once[0], options_.composed_layers)) {
+      bounds.push_back(summarize_timings(*plan, {*timing}, nullptr).step_ms);
+      continue;
+    }
     detail::TimelineShape::RunOptions options;
     options.by_template_op = true;
-    bounds.push_back(summarize_timings(*plan, column->shape->run(once, nullptr, options), nullptr).step_ms);
+    bounds.push_back(summarize_timings(*plan, column->timeline().run(once, nullptr, options), nullptr).step_ms);
   }
   return bounds;
 }

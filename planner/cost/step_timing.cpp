@@ -13,6 +13,7 @@
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/schedule/step.hpp>
 #include "columns_ahead.hpp"
+#include "layer_composition.hpp"
 #include "step_parts.hpp"
 #include "timeline.hpp"
 #include "timeline_classes.hpp"
@@ -123,17 +124,11 @@ class LoneColumns {
   }
   // Remembers `p` as timed on `flat`, which is the caller's and must outlive this.
   void remember(size_t p, const FlatStep& flat) { timed_.emplace_back(p, &flat); }
-  // Program `p`'s timing for the step's summary when its column need not be timed: when its end
-  // is bound to come before `latest_end` and its forward's end no later than `latest_forward`
-  // (the latest among the columns timed so far; detail::lone_bounds), it cannot be the critical
-  // program nor move the forward's end, and the summary reads nothing else of it but its compute,
-  // which the bounds sum as a run does. Its ends are then left at zero.
-  std::optional<detail::RankTiming> untimed(size_t p, const FlatStep& flat, double latest_end,
-                                            double latest_forward) const {
-    return left_out(detail::lone_bounds(detail::ProgramView(templates_[p].program, flat), once_[p]), latest_end,
-                    latest_forward);
-  }
-  // The same from the column's bounds.
+  // A program's timing for the step's summary when its column need not be timed: when its end is
+  // bound to come before `latest_end` and its forward's end no later than `latest_forward` (the
+  // latest among the columns timed so far; detail::lone_bounds), it cannot be the critical program
+  // nor move the forward's end, and the summary reads nothing else of it but its compute, which
+  // the bounds sum as a run does. Its ends are then left at zero.
   static std::optional<detail::RankTiming> left_out(const std::optional<detail::LoneBounds>& bounds, double latest_end,
                                                     double latest_forward) {
     if (!bounds || !detail::may_leave_out(*bounds, latest_end, latest_forward)) return std::nullopt;
@@ -229,6 +224,7 @@ struct TimedGroup {
   std::vector<std::shared_ptr<const FlatStep>> flats;  // by program; one per unrolled order
   std::vector<std::vector<double>> ends;               // by program timed: those of the one asked for
   bool timed = false;                                  // not taken from an earlier group nor left out
+  bool composed = false;                               // a lone column composed from a few layers
   // With ranks timed by class (detail::rank_classes): by program its class, of `classes`, whose
   // representatives were timed; empty when every program was.
   std::vector<uint32_t> class_of;
@@ -296,15 +292,32 @@ struct LoneColumn {
   TimedGroup group;
 };
 
+// Template p's lone column (its unrolled order the group's only flat step) composed from
+// `composed_layers` of its layers (detail::compose_layers): its timing, with the ends of every op
+// in the group. None when it is not composed (composed_layers 0, or layers that do not repeat).
+std::optional<detail::RankTiming> composed_column(const StepTemplate& step, const std::vector<double>& once,
+                                                  const std::optional<detail::LoneBounds>& bounds, int composed_layers,
+                                                  TimedGroup& group) {
+  if (!bounds || composed_layers <= 0) return std::nullopt;
+  std::optional<detail::ComposedColumn> c =
+      detail::compose_layers(step, *group.flats.at(0), once, *bounds, composed_layers);
+  if (!c) return std::nullopt;
+  group.ends.clear();
+  group.ends.push_back(std::move(c->ends));
+  group.timed = group.composed = true;
+  return c->timing;
+}
+
 // Template p's column timed alone with its own unrolled order, as the pricing times a column
 // whose order no earlier column has (no order library: nothing timed before shares its order).
 LoneColumn time_lone_column(const std::vector<StepTemplate>& templates, const std::vector<double>& once, size_t p,
-                            UnrolledOrders& orders, const TimedSoFar& known) {
+                            UnrolledOrders& orders, const TimedSoFar& known, int composed_layers) {
   LoneColumn c;
   c.flat = orders.unrolled(p);
   c.bounds = detail::lone_bounds(detail::ProgramView(templates[p].program, *c.flat), once);
   if (LoneColumns::left_out(c.bounds, known.latest_end, known.latest_forward)) return c;
   c.group.flats.push_back(c.flat);
+  if ((c.timing = composed_column(templates[p], once, c.bounds, composed_layers, c.group))) return c;
   std::vector<detail::ProgramView> views{detail::ProgramView(templates[p].program, *c.flat)};
   const detail::TimelineShape shape(std::move(views), detail::PairMode::Symmetric, nullptr);
   detail::TimelineShape::RunOptions options;
@@ -360,6 +373,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   LoneColumns lone(templates, once);
   double latest_end = 0, latest_forward = 0;  // among the programs timed so far
   int programs_timed = 0;                     // by the groups' first timings
+  int columns_composed = 0;                   // of those, lone columns composed from a few layers
   // Keeps the ends of one program, `ends_of` (by its place in the group), or without
   // it of the one that ends last. `first`: the group's first timing, which a lone column timed
   // alike with an earlier one takes from it (then nothing is kept).
@@ -370,23 +384,34 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
     // point at the flat steps they see, so a group with one that goes after its timing shares
     // nothing.
     bool shared = true;
-    if (mode == detail::PairMode::Symmetric && group.size() == 1 && first) {
+    if (mode == detail::PairMode::Symmetric && group.size() == 1) {
       const size_t p = group[0];
       std::shared_ptr<const FlatStep> flat = orders.known(p);
-      if (flat)
+      if (flat && first)
         if (const std::optional<size_t> q = lone.timed_alike(p, *flat)) {
           timings[p] = timings[*q];
           return TimedGroup{};
         }
       const bool known = flat != nullptr;
       if (!known) flat = orders.unrolled(p);
-      if (const std::optional<detail::RankTiming> timing = lone.untimed(p, *flat, latest_end, latest_forward)) {
-        timings[p] = *timing;  // its unrolled order is not kept: nothing times it
-        return TimedGroup{};
-      }
+      const std::optional<detail::LoneBounds> bounds =
+          detail::lone_bounds(detail::ProgramView(templates[p].program, *flat), once[p]);
+      if (first)
+        if (const std::optional<detail::RankTiming> timing =
+                LoneColumns::left_out(bounds, latest_end, latest_forward)) {
+          timings[p] = *timing;  // its unrolled order is not kept: nothing times it
+          return TimedGroup{};
+        }
       shared = known || orders.keep(p, flat);
-      if (shared) lone.remember(p, *flat);
+      if (shared && first) lone.remember(p, *flat);
       t.flats.push_back(std::move(flat));
+      // Timed again for the parts (not first), a column composed before is composed again.
+      if (const std::optional<detail::RankTiming> timing =
+              composed_column(templates[p], once[p], bounds, options_.composed_layers, t)) {
+        timings[p] = *timing;
+        if (first) ++programs_timed, ++columns_composed;
+        return t;
+      }
     } else {
       for (size_t p : group) {
         auto [flat, kept] = orders.of(p);
@@ -437,7 +462,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   if (!may_time_ahead.empty())
     ahead.emplace(may_time_ahead, kColumnsAhead, [&](size_t v, const TimedSoFar& known) {
       const size_t p = groups[visit[v]][0];
-      return time_lone_column(templates, once[p], p, orders, known);
+      return time_lone_column(templates, once[p], p, orders, known, options_.composed_layers);
     });
   auto take_ahead = [&](size_t v) {
     const size_t p = groups[visit[v]][0];
@@ -450,6 +475,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
     timings[p] = *c.timing;
     if (orders.keep(p, c.flat)) lone.remember(p, *c.flat);
     ++programs_timed;
+    columns_composed += c.group.composed;
     return std::move(c.group);
   };
   for (size_t v = 0; v < visit.size(); ++v) {
@@ -470,6 +496,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       stopped.latest_ends_ms = std::move(latest_ends_ms);
       stopped.stopped = true;
       stopped.programs_timed = programs_timed;
+      stopped.columns_composed = columns_composed;
       return stopped;
     }
     if (!t.timed) continue;
@@ -494,6 +521,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   };
   CostBreakdown cost = summarize_timings(plan, timings, &parts);
   cost.programs_timed = programs_timed;
+  cost.columns_composed = columns_composed;
   cost.latest_ends_ms = std::move(latest_ends_ms);
   kept = TimedGroup{};  // release the unrolled orders before the rest is read off the templates
   library.reset();

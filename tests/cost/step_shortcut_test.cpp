@@ -24,6 +24,12 @@ void expect_same(double shortcut, double full, const char* what) {
   EXPECT_NEAR(shortcut, full, 1e-9 * std::max(1e-12, std::abs(full))) << what;
 }
 
+// A part of the step, within 1e-9 of the step: the parts are cut at op ends, which a sample's
+// columns composed from a few layers (CostOptions::composed_layers) round their own way.
+void expect_same_part(double shortcut, double full, double step_ms, const char* what) {
+  EXPECT_NEAR(shortcut, full, 1e-9 * std::max(1e-12, std::abs(step_ms))) << what;
+}
+
 void expect_same_cost(const CostBreakdown& a, const CostBreakdown& b) {
   expect_same(a.step_ms, b.step_ms, "step_ms");
   expect_same(a.forward_ms, b.forward_ms, "forward_ms");
@@ -31,12 +37,12 @@ void expect_same_cost(const CostBreakdown& a, const CostBreakdown& b) {
   expect_same(a.compute_ms, b.compute_ms, "compute_ms");
   expect_same(a.exposed_comm_ms, b.exposed_comm_ms, "exposed_comm_ms");
   expect_same(a.mfu, b.mfu, "mfu");
-  expect_same(a.parts.compute_ms, b.parts.compute_ms, "parts.compute_ms");
-  expect_same(a.parts.imbalance_ms, b.parts.imbalance_ms, "parts.imbalance_ms");
-  expect_same(a.parts.idle_ms, b.parts.idle_ms, "parts.idle_ms");
-  expect_same(a.parts.hidden_ms, b.parts.hidden_ms, "parts.hidden_ms");
+  expect_same_part(a.parts.compute_ms, b.parts.compute_ms, b.step_ms, "parts.compute_ms");
+  expect_same_part(a.parts.imbalance_ms, b.parts.imbalance_ms, b.step_ms, "parts.imbalance_ms");
+  expect_same_part(a.parts.idle_ms, b.parts.idle_ms, b.step_ms, "parts.idle_ms");
+  expect_same_part(a.parts.hidden_ms, b.parts.hidden_ms, b.step_ms, "parts.hidden_ms");
   for (int t = 0; t < kNumCommTiers; ++t) {
-    expect_same(a.parts.exposed_ms[t], b.parts.exposed_ms[t], "parts.exposed_ms");
+    expect_same_part(a.parts.exposed_ms[t], b.parts.exposed_ms[t], b.step_ms, "parts.exposed_ms");
     expect_same(a.parts.transfers_per_layer[t], b.parts.transfers_per_layer[t], "parts.transfers_per_layer");
   }
   EXPECT_EQ(a.volume.p2p_backward, b.volume.p2p_backward);
@@ -399,7 +405,8 @@ TEST(StepShortcuts, TimedLowerBoundNeverExceedsTheStep) {
       EXPECT_EQ(busiest.sampled, int(model.timed_ranks(plan).size()) < plan.num_ranks());
       if (busiest.sampled) {
         ++sampled;
-        EXPECT_GE(bound, model.step_lower_bound_ms(plan, {busiest.rank, false}));
+        // Up to rounding: the sample's column may be composed from a few layers.
+        EXPECT_GE(bound * (1 + 1e-12), model.step_lower_bound_ms(plan, {busiest.rank, false}));
         exact += bound == step.step_ms;
       }
       ++checked;

@@ -8,6 +8,7 @@ wallfacer_add_test(NAME test_cost
           ${CMAKE_CURRENT_LIST_DIR}/timeline_fold_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/timeline_classes_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/lone_bounds_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/layer_composition_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/step_cost_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/step_shortcut_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/columns_ahead_test.cpp

@@ -69,6 +69,13 @@ struct CostOptions {
   // programs after the one that unrolled them, the first ones met; past that an order serves its
   // own group alone and is unrolled again if met again. Bounds memory, not results.
   size_t kept_unrolled_order_bytes = size_t(16) << 20;
+  // Whole step, a sample's lone columns (one micro-batch, no pipeline): time this many layers and
+  // one more (then twice as many, where the model has the layers), and compose the step of every
+  // layer from them once its layers repeat, each op shifted by a steady amount from its copy in
+  // the layer before (docs/cost-model.md "Columns composed from a few layers"); a column whose
+  // layers do not is timed whole. Equal up to rounding; 0 times every layer, the reference the
+  // tests compare it with.
+  int composed_layers = 4;
 };
 
 // Where a transfer runs, by the slowest kind of link on its way: NVLink or NVSwitch inside a node,
@@ -118,6 +125,9 @@ struct CostBreakdown {
   // timed, one per class of ranks that run alike (CostOptions::time_rank_classes); with a sample,
   // its programs less those timed alike with one before. Shows what a pricing cost.
   int programs_timed = 0;
+  // Step scope, a sample: of programs_timed, the lone columns composed from a few of their layers
+  // (CostOptions::composed_layers) instead of run over every layer.
+  int columns_composed = 0;
   StepParts parts;  // where step_ms goes (sums to it)
   // Step scope: schedule_hash of the timed ranks' attention programs the step was built from (0
   // when not taken), so that candidates building the same schedule are told apart without

@@ -1,0 +1,67 @@
+// Internal to the cost model: a sampled column's whole step timed from a few of its layers.
+//
+// A lone column (one program of a sample, timed on its own with symmetric message ends, one
+// micro-batch, no pipeline) runs the prologue, L identical forward layers, the head, L identical
+// backward layers, the tail and the epilogue. Its timeline is the least solution of "an op starts
+// when its predecessors have ended (and its message's other end is posted), and lasts its
+// duration": a max-plus linear system in which every layer repeats the one before it. An op of a
+// layer waits only for ops of its own layer, of the layer run just before it, and of sections that
+// run once (and, in the backward, for the same layer's forward). So once three consecutive forward
+// layers run as copies of one another shifted by one amount λ > 0, every later one does as well
+// (the ops of sections that run once can no longer be what an op waits for last, or the copies
+// could not all have moved by λ); the same holds for the backward, whose waits on the forward
+// only move earlier from layer to layer. compose_layers times the step with K and with K + 1
+// layers, checks that both runs have reached those regimes and that the added layer shifts every
+// op after it by the regimes' amounts (so that nothing that runs once is what those ops wait for
+// last), and writes the L-layer step's op ends from the K-layer one's. The figures equal those of
+// timing all L layers up to rounding (each end is a sum of durations added in another order).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <wallfacer/schedule/step.hpp>
+#include "timeline.hpp"
+
+namespace wallfacer::detail {
+
+struct ComposedColumn {
+  RankTiming timing;
+  std::vector<double> ends;  // by op of the full unrolled order
+};
+
+// The runs of a few layers a lone column is composed from, prepared once for a step template
+// (the unrolled orders of K and K + 1 layers, their timelines and what each op waits for, made
+// when first needed) and composed for any op durations: the placements of one plan time the same
+// column with different durations. K is `timed_layers`, then twice that where the layers allow,
+// when the first runs have not reached the regimes. Not for several threads at once.
+class LayerComposer {
+ public:
+  // None when `step` has several micro-batches, chunks or stages, fewer than timed_layers + 2
+  // layers, or message ends that pair across sections, or when `full` (its unrolled order of
+  // every layer) is not laid out as one micro-batch's sections.
+  static std::unique_ptr<LayerComposer> prepare(const StepTemplate& step, const FlatStep& full, int timed_layers);
+  ~LayerComposer();
+  LayerComposer(const LayerComposer&) = delete;
+  LayerComposer& operator=(const LayerComposer&) = delete;
+
+  // The column's timing (on the full unrolled order) with each op lasting `once[its template op]`; `bounds`
+  // (lone_bounds of that column) gives its compute as a run of every layer sums it. None when a
+  // run calls a meeting off or the runs have not reached the regimes above: the column is then
+  // timed whole.
+  std::optional<ComposedColumn> compose(const std::vector<double>& once, const LoneBounds& bounds);
+
+  struct Impl;
+
+ private:
+  explicit LayerComposer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// LayerComposer::prepare(step, full, timed_layers)->compose(once, bounds), when it prepares.
+std::optional<ComposedColumn> compose_layers(const StepTemplate& step, const FlatStep& full,
+                                             const std::vector<double>& once, const LoneBounds& bounds,
+                                             int timed_layers);
+
+}  // namespace wallfacer::detail

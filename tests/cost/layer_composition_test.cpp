@@ -1,0 +1,232 @@
+// Sampled columns composed from a few of their layers (detail::LayerComposer): on the unrolled
+// step templates of every strategy under every ZeRO stage, with random durations, a composed
+// column's every op ends when timing every layer ends it (up to rounding) and its compute is the
+// run's to the bit; a column whose layers settle later than the runs show is timed whole; and the
+// cost model prices and bounds sampled steps composed as it does timing every layer.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include <wallfacer/cost/cost_model.hpp>
+#include <wallfacer/schedule/step.hpp>
+#include <wallfacer/schedule/strategy.hpp>
+#include "cost_test_util.hpp"
+#include "layer_composition.hpp"
+#include "timeline.hpp"
+
+namespace wallfacer {
+namespace {
+
+using detail::PairMode;
+using detail::ProgramView;
+using detail::RankTiming;
+
+struct FullRun {
+  RankTiming timing;
+  std::vector<double> ends;
+};
+
+// The column timed over every layer, as the cost model times a sampled column without composing.
+FullRun run_every_layer(const StepTemplate& step, const FlatStep& flat, const std::vector<double>& seconds) {
+  detail::TimelineShape::RunOptions options;
+  options.by_template_op = true;
+  options.ends_of = [](const std::vector<RankTiming>&) { return size_t(0); };
+  std::vector<std::vector<double>> ends;
+  FullRun run;
+  run.timing = detail::TimelineShape({ProgramView(step.program, flat)}, PairMode::Symmetric)
+                   .run({seconds}, &ends, options)
+                   .front();
+  run.ends = std::move(ends.front());
+  return run;
+}
+
+void expect_like_the_run(const detail::ComposedColumn& composed, const FullRun& run) {
+  const double tolerance = 1e-9 * run.timing.end_s;
+  EXPECT_NEAR(composed.timing.end_s, run.timing.end_s, tolerance);
+  EXPECT_NEAR(composed.timing.forward_end_s, run.timing.forward_end_s, tolerance);
+  EXPECT_EQ(composed.timing.compute_forward_s, run.timing.compute_forward_s);
+  EXPECT_EQ(composed.timing.compute_backward_s, run.timing.compute_backward_s);
+  ASSERT_EQ(composed.ends.size(), run.ends.size());
+  size_t off = 0;
+  for (size_t i = 0; i < run.ends.size(); ++i)
+    off += !(std::abs(composed.ends[i] - run.ends[i]) <= tolerance);
+  EXPECT_EQ(off, 0u) << "ops whose composed end is not the run's";
+}
+
+// A small GQA model of 14 layers at 4K tokens, one sequence, several gradient buckets a layer.
+Workload composed_workload(int zero, Checkpointing checkpointing) {
+  Workload w = testing::mha_workload(4096, 8, 64, /*causal=*/true, 1);
+  w.layers = 14;
+  w.kv_heads = 4;
+  w.ffn = 1024;
+  w.vocab = 2048;
+  w.zero_stage = zero;
+  w.checkpointing = checkpointing;
+  w.grad_bucket_MiB = 1;
+  return w;
+}
+
+// Every feasible step plan of 8 GPUs on two 4-GPU nodes, each strategy under ZeRO 0 to 3.
+template <typename Visit>
+void for_each_plan(const Topology& topology, Visit&& visit) {
+  const std::pair<int, Checkpointing> settings[] = {
+      {0, Checkpointing::None}, {1, Checkpointing::Selective}, {2, Checkpointing::None}, {3, Checkpointing::Full}};
+  for (const auto& [zero, checkpointing] : settings) {
+    const Workload w = composed_workload(zero, checkpointing);
+    for (StrategyKind kind : all_strategies()) {
+      int index = 0;
+      for (const StrategyParams& params : enumerate_params(kind, w, 8)) {
+        ++index;
+        if (!check_feasible(kind, params, w, 8).ok) continue;
+        Plan plan = make_plan(kind, params, w, topology, 8);
+        plan.scope = Scope::Step;
+        SCOPED_TRACE(fmt::format("{} parameters #{} ZeRO {}", to_string(kind), index, zero));
+        visit(plan);
+      }
+    }
+  }
+}
+
+TEST(LayerComposition, ComposedColumnsEndLikeTimingEveryLayer) {
+  const Topology topology = testing::switch_nodes(2, 4);
+  std::mt19937_64 random(11);
+  std::uniform_real_distribution<double> uniform(0.0, 1e-3);
+  int columns = 0, composed = 0;
+  for_each_plan(topology, [&](const Plan& plan) {
+    const StepBuilder builder(plan);
+    TokenSetPool pool;
+    for (int rank : {0, 5}) {
+      SCOPED_TRACE(fmt::format("rank {}", rank));
+      const StepTemplate step = builder.build_template(rank, pool);
+      const FlatStep flat = unroll_flat(step);
+      std::vector<double> seconds;
+      for (size_t i = 0; i < step.program.ops.size(); ++i)
+        seconds.push_back(i % 7 == 0 ? 0.0 : uniform(random));
+      const std::optional<detail::LoneBounds> bounds = detail::lone_bounds(ProgramView(step.program, flat), seconds);
+      ASSERT_TRUE(bounds.has_value());
+      const FullRun run = run_every_layer(step, flat, seconds);
+      for (int K : {4, 5}) {
+        ++columns;
+        const std::optional<detail::ComposedColumn> c = detail::compose_layers(step, flat, seconds, *bounds, K);
+        if (!c) continue;
+        ++composed;
+        SCOPED_TRACE(fmt::format("composed from {} layers", K));
+        expect_like_the_run(*c, run);
+      }
+    }
+  });
+  EXPECT_GT(columns, 150);
+  EXPECT_GT(composed, columns * 3 / 4);
+}
+
+// Gradient synchronisation made to fall behind: the head's sync ops (the output layer's gradient
+// buckets) last as long as about ten backward layers and the layers' own buckets a tenth of their
+// compute, so the backward layers' buckets queue behind the head's until the eleventh or so, one
+// after the other, then start when their layer's compute ends. Runs of 4, 5, 8 and 9 layers see
+// only the queue, whose rate is not the layers': such columns are refused (a composition of the
+// queue would end too late), and whatever is composed still ends like the run.
+TEST(LayerComposition, ColumnsWhoseLayersSettleLaterThanTheRunsAreTimedWhole) {
+  const Topology topology = testing::switch_nodes(2, 4);
+  std::mt19937_64 random(5);
+  std::uniform_real_distribution<double> uniform(1e-4, 1e-3);
+  int slowed = 0, refused = 0;
+  for_each_plan(topology, [&](const Plan& plan) {
+    const StepBuilder builder(plan);
+    TokenSetPool pool;
+    const StepTemplate step = builder.build_template(0, pool);
+    const FlatStep flat = unroll_flat(step);
+    const StepSections& s = step.sections;
+    const std::vector<Op>& ops = step.program.ops;
+    std::vector<double> seconds;
+    std::vector<uint32_t> head_sync;
+    for (uint32_t i = 0; i < ops.size(); ++i) {
+      const bool backward_layer = i >= s.gradient_in_end && i < s.backward_end;
+      seconds.push_back(uniform(random) * (backward_layer && ops[i].stream == Stream::Sync ? 0.1 : 1.0));
+      if (i >= s.forward_end && i < s.head_end && ops[i].stream == Stream::Sync) head_sync.push_back(i);
+    }
+    if (head_sync.empty()) return;
+    // A backward layer's period and its buckets' time, without the head's buckets.
+    for (uint32_t i : head_sync)
+      seconds[i] = 0;
+    const FullRun before = run_every_layer(step, flat, seconds);
+    const size_t layer_ops = s.backward_end - s.gradient_in_end;
+    const auto backward = size_t(
+        std::find_if(flat.origin.begin(), flat.origin.end(), [&](uint32_t op) { return op >= s.gradient_in_end; }) -
+        flat.origin.begin());
+    const size_t sixth_end = backward + 6 * layer_ops - 1;  // the last op of the sixth backward layer
+    const double period = before.ends[sixth_end + layer_ops] - before.ends[sixth_end];
+    double sync_s = 0;
+    for (uint32_t i = s.gradient_in_end; i < s.backward_end; ++i)
+      sync_s += ops[i].stream == Stream::Sync ? seconds[i] : 0;
+    if (!(period > 2 * sync_s)) return;
+    for (uint32_t i : head_sync)
+      seconds[i] = 11 * (period - sync_s) / double(head_sync.size());
+    const std::optional<detail::LoneBounds> bounds = detail::lone_bounds(ProgramView(step.program, flat), seconds);
+    ASSERT_TRUE(bounds.has_value());
+    const FullRun run = run_every_layer(step, flat, seconds);
+    ++slowed;
+    const std::optional<detail::ComposedColumn> c = detail::compose_layers(step, flat, seconds, *bounds, 4);
+    if (!c) {
+      ++refused;
+      return;
+    }
+    expect_like_the_run(*c, run);
+  });
+  EXPECT_GT(slowed, 20);
+  EXPECT_GT(refused, slowed / 2);
+}
+
+// Within 1e-9 of the step: the parts are cut at op ends, each of them rounded its own way.
+void expect_near(double composed, double every_layer, double step_ms, const char* what) {
+  EXPECT_NEAR(composed, every_layer, 1e-9 * step_ms) << what;
+}
+
+// The cost model on a sample of 4 of the 8 ranks (lone columns): the step, its parts and the timed
+// bound composed equal those of timing every layer, and a bound that is the step there is the step
+// composed, to the bit (the search prunes a candidate whose bound reaches the best step).
+TEST(LayerComposition, SampledStepsPriceAndBoundAsTimingEveryLayer) {
+  const Topology topology = testing::switch_nodes(2, 4, 450);
+  CostOptions composing, every_layer;
+  composing.max_timed_ranks = every_layer.max_timed_ranks = 4;
+  every_layer.composed_layers = 0;
+  const CostModel fast(topology, Calibration::defaults(), composing);
+  const CostModel reference(topology, Calibration::defaults(), every_layer);
+  int plans = 0, bound_is_step = 0, composed = 0;
+  for_each_plan(topology, [&](const Plan& plan) {
+    const CostBreakdown a = fast.evaluate_step(plan), b = reference.evaluate_step(plan);
+    expect_near(a.step_ms, b.step_ms, b.step_ms, "step_ms");
+    expect_near(a.forward_ms, b.forward_ms, b.step_ms, "forward_ms");
+    expect_near(a.compute_ms, b.compute_ms, b.step_ms, "compute_ms");
+    expect_near(a.exposed_comm_ms, b.exposed_comm_ms, b.step_ms, "exposed_comm_ms");
+    expect_near(a.parts.compute_ms, b.parts.compute_ms, b.step_ms, "parts.compute_ms");
+    expect_near(a.parts.imbalance_ms, b.parts.imbalance_ms, b.step_ms, "parts.imbalance_ms");
+    expect_near(a.parts.idle_ms, b.parts.idle_ms, b.step_ms, "parts.idle_ms");
+    expect_near(a.parts.hidden_ms, b.parts.hidden_ms, b.step_ms, "parts.hidden_ms");
+    for (int t = 0; t < kNumCommTiers; ++t)
+      expect_near(a.parts.exposed_ms[t], b.parts.exposed_ms[t], b.step_ms, "parts.exposed_ms");
+    EXPECT_EQ(b.columns_composed, 0);
+    composed += a.columns_composed > 0;
+    EXPECT_EQ(a.volume.p2p_forward, b.volume.p2p_forward);
+    EXPECT_EQ(a.volume.collective_backward, b.volume.collective_backward);
+    const double bound = fast.step_lower_bound_ms(plan), reference_bound = reference.step_lower_bound_ms(plan);
+    expect_near(bound, reference_bound, b.step_ms, "step_lower_bound_ms");
+    EXPECT_LE(bound, a.step_ms);
+    if (reference_bound == b.step_ms) {
+      ++bound_is_step;
+      EXPECT_EQ(bound, a.step_ms);
+    }
+    ++plans;
+  });
+  EXPECT_GT(plans, 40);
+  EXPECT_GT(composed, plans * 3 / 4);
+  EXPECT_GT(bound_is_step, plans / 4);
+}
+
+}  // namespace
+}  // namespace wallfacer
