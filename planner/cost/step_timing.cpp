@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/log.hpp>
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/schedule/step.hpp>
 #include "columns_ahead.hpp"
@@ -522,6 +523,8 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   CostBreakdown cost = summarize_timings(plan, timings, &parts);
   cost.programs_timed = programs_timed;
   cost.columns_composed = columns_composed;
+  WF_LOG_DEBUG("cost", "step of {} timed ranks: {} programs timed, {} of them composed from a few layers",
+               templates.size(), programs_timed, columns_composed);
   cost.latest_ends_ms = std::move(latest_ends_ms);
   kept = TimedGroup{};  // release the unrolled orders before the rest is read off the templates
   library.reset();
