@@ -1,7 +1,7 @@
 // Timing a whole step's templates (CostModel::time_step_templates, docs/cost-model.md "The whole
 // step"): each timed rank's template is unrolled to every layer, its ops priced once per template
 // op, and the programs timed group by group, the sample's lone columns with the shortcuts that
-// leave out or stop early what cannot change the step.
+// leave out or stop early what cannot change the step, or compose it from a few of its layers.
 #include <algorithm>
 #include <map>
 #include <memory>
