@@ -407,7 +407,7 @@ struct BoundColumn {
   // column is not lone or its layers do not repeat.
   std::optional<detail::RankTiming> composed(const std::vector<double>& once, int layers) {
     if (!busiest.sampled || templates.size() != 1 || layers <= 0) return std::nullopt;
-    if (!composer_prepared) composer = detail::LayerComposer::prepare(templates[0], flats[0], layers);
+    if (!composer_prepared) composer = detail::LayerComposer::prepare(templates[0], &flats[0], layers);
     composer_prepared = true;
     if (!composer) return std::nullopt;
     const std::optional<detail::LoneBounds> bounds =

@@ -122,11 +122,11 @@ Waits waits_of(const RankProgram& program, const FlatStep& flat) {
 
 // The step unrolled to some layers and its timeline, timed alone.
 struct LayerRun {
-  FlatStep flat;
+  std::shared_ptr<const FlatStep> flat;
   std::unique_ptr<TimelineShape> shape;
 
-  LayerRun(const StepTemplate& step, int layers) : flat(unroll_flat(step, layers)) {
-    shape = std::make_unique<TimelineShape>(std::vector<ProgramView>{ProgramView(step.program, flat)},
+  LayerRun(const StepTemplate& step, int layers) : flat(std::make_shared<const FlatStep>(unroll_flat(step, layers))) {
+    shape = std::make_unique<TimelineShape>(std::vector<ProgramView>{ProgramView(step.program, *flat)},
                                             PairMode::Symmetric, nullptr);
   }
   // Every op's end; none when a meeting is called off.
@@ -343,8 +343,8 @@ struct LayerComposer::Impl {
     if (a.run) return true;
     a.run = std::make_unique<LayerRun>(step, a.K);
     a.more = std::make_unique<LayerRun>(step, a.K + 1);
-    if (!layout.lays_out(a.run->flat, a.K) || !layout.lays_out(a.more->flat, a.K + 1)) return false;
-    a.waits = waits_of(step.program, a.run->flat);
+    if (!layout.lays_out(*a.run->flat, a.K) || !layout.lays_out(*a.more->flat, a.K + 1)) return false;
+    a.waits = waits_of(step.program, *a.run->flat);
     return true;
   }
   std::optional<std::vector<double>> compose(Attempt& a, const std::vector<double>& once) const {
@@ -353,7 +353,7 @@ struct LayerComposer::Impl {
     if (!ends) return std::nullopt;
     const std::optional<std::vector<double>> more_ends = a.more->ends(once);
     if (!more_ends) return std::nullopt;
-    Composer composer(layout, a.K, *ends, *more_ends, a.waits, a.run->flat.origin, once);
+    Composer composer(layout, a.K, *ends, *more_ends, a.waits, a.run->flat->origin, once);
     if (!composer.regimes() || !composer.composes_the_longer_run()) return std::nullopt;
     return composer.compose(step.layers);
   }
@@ -362,12 +362,12 @@ struct LayerComposer::Impl {
 LayerComposer::LayerComposer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LayerComposer::~LayerComposer() = default;
 
-std::unique_ptr<LayerComposer> LayerComposer::prepare(const StepTemplate& step, const FlatStep& full,
+std::unique_ptr<LayerComposer> LayerComposer::prepare(const StepTemplate& step, const FlatStep* full,
                                                       int timed_layers) {
   const int K = timed_layers, L = step.layers;
   if (K < 4 || L < K + 2 || step.microbatches != 1 || step.chunks != 1 || step.stages != 1) return nullptr;
   Layout layout(step);
-  if (layout.forward_ops() == 0 || layout.backward_ops() == 0 || !layout.lays_out(full, L) ||
+  if (layout.forward_ops() == 0 || layout.backward_ops() == 0 || (full && !layout.lays_out(*full, L)) ||
       !messages_pair_within_sections(step.program, layout))
     return nullptr;
   auto impl = std::unique_ptr<Impl>(new Impl{step, layout, {}});
@@ -398,10 +398,44 @@ std::optional<ComposedColumn> LayerComposer::compose(const std::vector<double>& 
   return out;
 }
 
+std::optional<LoneBounds> LayerComposer::bounds(const std::vector<double>& once) {
+  Attempt& a = impl_->attempts.front();
+  if (!impl_->ready(a)) return std::nullopt;
+  // Whether the forward runs first is a matter of the sections, which the few layers have alike.
+  const std::optional<LoneBounds> few = lone_bounds(ProgramView(impl_->step.program, *a.run->flat), once);
+  if (!few) return std::nullopt;
+  LoneBounds b;
+  double forward_s = 0;
+  const std::vector<Op>& ops = impl_->step.program.ops;
+  impl_->layout.each_op(impl_->step.layers, [&](uint32_t op) {
+    const double seconds = once[op];
+    const bool forward = ops[op].phase == Phase::Forward;
+    b.end_s += seconds;
+    if (ops[op].stream == Stream::Compute) (forward ? b.compute_forward_s : b.compute_backward_s) += seconds;
+    if (forward) forward_s += seconds;
+    return true;
+  });
+  b.forward_end_s = few->forward_end_s < few->end_s ? forward_s : b.end_s;
+  return b;
+}
+
+std::vector<uint32_t> LayerComposer::copies() const {
+  std::vector<uint32_t> copies(impl_->step.program.ops.size(), 0);
+  impl_->layout.each_op(impl_->step.layers, [&](uint32_t op) {
+    ++copies[op];
+    return true;
+  });
+  return copies;
+}
+
+std::shared_ptr<const FlatStep> LayerComposer::few_layers() const {
+  return impl_->attempts.front().run ? impl_->attempts.front().run->flat : nullptr;
+}
+
 std::optional<ComposedColumn> compose_layers(const StepTemplate& step, const FlatStep& full,
                                              const std::vector<double>& once, const LoneBounds& bounds,
                                              int timed_layers) {
-  const std::unique_ptr<LayerComposer> composer = LayerComposer::prepare(step, full, timed_layers);
+  const std::unique_ptr<LayerComposer> composer = LayerComposer::prepare(step, &full, timed_layers);
   if (!composer) return std::nullopt;
   return composer->compose(once, bounds);
 }

@@ -40,8 +40,8 @@ class LayerComposer {
  public:
   // None when `step` has several micro-batches, chunks or stages, fewer than timed_layers + 2
   // layers, or message ends that pair across sections, or when `full` (its unrolled order of
-  // every layer) is not laid out as one micro-batch's sections.
-  static std::unique_ptr<LayerComposer> prepare(const StepTemplate& step, const FlatStep& full, int timed_layers);
+  // every layer, when at hand) is not laid out as one micro-batch's sections.
+  static std::unique_ptr<LayerComposer> prepare(const StepTemplate& step, const FlatStep* full, int timed_layers);
   ~LayerComposer();
   LayerComposer(const LayerComposer&) = delete;
   LayerComposer& operator=(const LayerComposer&) = delete;
@@ -51,6 +51,13 @@ class LayerComposer {
   // run calls a meeting off or the runs have not reached the regimes above: the column is then
   // timed whole.
   std::optional<ComposedColumn> compose(const std::vector<double>& once, const LoneBounds& bounds);
+  // lone_bounds of the column without its every layer unrolled: the same sums in the same order.
+  std::optional<LoneBounds> bounds(const std::vector<double>& once);
+  // How many copies of each template op the full unrolled order holds.
+  std::vector<uint32_t> copies() const;
+  // The unrolled order of the fewest layers timed (once bounds or compose ran): programs of the
+  // same unrolled order time alike (times_alike) on it as they do on every layer.
+  std::shared_ptr<const FlatStep> few_layers() const;
 
   struct Impl;
 

@@ -125,6 +125,21 @@ class LoneColumns {
   }
   // Remembers `p` as timed on `flat`, which is the caller's and must outlive this.
   void remember(size_t p, const FlatStep& flat) { timed_.emplace_back(p, &flat); }
+  // The program composed before (without every layer unrolled) that program `p` times alike with,
+  // if any: the same unrolled order, ops that wait and meet alike on the composed one's few layers,
+  // and the same durations.
+  std::optional<size_t> composed_alike(size_t p) const {
+    for (const auto& [q, few] : composed_)
+      if (once_[q] == once_[p] && same_unrolled_order(templates_[q], templates_[p]) &&
+          detail::times_alike(detail::ProgramView(templates_[q].program, *few),
+                              detail::ProgramView(templates_[p].program, *few)))
+        return q;
+    return std::nullopt;
+  }
+  // Remembers `p` as composed, its few layers' unrolled order `few`.
+  void remember_composed(size_t p, std::shared_ptr<const FlatStep> few) {
+    if (few) composed_.emplace_back(p, std::move(few));
+  }
   // A program's timing for the step's summary when its column need not be timed: when its end is
   // bound to come before `latest_end` and its forward's end no later than `latest_forward` (the
   // latest among the columns timed so far; detail::lone_bounds), it cannot be the critical program
@@ -143,6 +158,7 @@ class LoneColumns {
   const std::vector<StepTemplate>& templates_;
   const std::vector<std::vector<double>>& once_;  // template op durations, by program
   std::vector<std::pair<size_t, const FlatStep*>> timed_;
+  std::vector<std::pair<size_t, std::shared_ptr<const FlatStep>>> composed_;
 };
 
 // Whether the groups are a sample's lone columns: one program each, timed on its own.
@@ -209,6 +225,8 @@ class UnrolledOrders {
     const bool kept = keep(p, flat);
     return {std::move(flat), kept};
   }
+  // Sets template p's copies of its ops when its order is not unrolled (a composed column's).
+  void set_copies(size_t p, std::vector<uint32_t> copies) { copies_[p] = std::move(copies); }
   void clear() { kept_.clear(); }
 
  private:
@@ -287,7 +305,8 @@ struct TimedSoFar {
 // A lone column of a sample timed on its own (ColumnsAhead): its unrolled order, its bounds and,
 // unless they left it out with what was known when it was taken, its timing and timed group.
 struct LoneColumn {
-  std::shared_ptr<const FlatStep> flat;
+  std::shared_ptr<const FlatStep> flat;  // none when composed without unrolling every layer
+  std::shared_ptr<const FlatStep> few;   // then the unrolled order of its fewest layers timed
   std::optional<detail::LoneBounds> bounds;
   std::optional<detail::RankTiming> timing;
   TimedGroup group;
@@ -309,16 +328,64 @@ std::optional<detail::RankTiming> composed_column(const StepTemplate& step, cons
   return c->timing;
 }
 
+// Template p's lone column priced without unrolling every layer (detail::LayerComposer): its
+// bounds and, unless they leave it out with what is `known`, its composed timing, the ends of every
+// op (in `group`, whose unrolled order is made when the parts read them) and the unrolled order of
+// its fewest layers timed; or, when composing it fails, only that (`failed`: timed whole then). Sets
+// the template's copies of its ops unless it failed. None when it cannot be composed.
+struct ComposedLone {
+  std::optional<detail::LoneBounds> bounds;
+  bool left_out = false, failed = false;
+  std::optional<detail::RankTiming> timing;
+  std::shared_ptr<const FlatStep> few;
+  TimedGroup group;
+};
+
+std::optional<ComposedLone> compose_without_unrolling(const StepTemplate& step, const std::vector<double>& once,
+                                                      size_t p, UnrolledOrders& orders, const TimedSoFar& known,
+                                                      int composed_layers) {
+  if (composed_layers <= 0) return std::nullopt;
+  const std::unique_ptr<detail::LayerComposer> composer =
+      detail::LayerComposer::prepare(step, nullptr, composed_layers);
+  if (!composer) return std::nullopt;
+  ComposedLone c;
+  c.bounds = composer->bounds(once);
+  if (!c.bounds) return std::nullopt;
+  c.left_out = LoneColumns::left_out(c.bounds, known.latest_end, known.latest_forward).has_value();
+  std::optional<detail::ComposedColumn> composed;
+  if (!c.left_out && !(composed = composer->compose(once, *c.bounds))) {
+    c.failed = true;
+    return c;
+  }
+  orders.set_copies(p, composer->copies());
+  if (c.left_out) return c;
+  c.timing = composed->timing;
+  c.few = composer->few_layers();
+  c.group.flats.push_back(nullptr);
+  c.group.ends.push_back(std::move(composed->ends));
+  c.group.timed = c.group.composed = true;
+  return c;
+}
+
 // Template p's column timed alone with its own unrolled order, as the pricing times a column
 // whose order no earlier column has (no order library: nothing timed before shares its order).
 LoneColumn time_lone_column(const std::vector<StepTemplate>& templates, const std::vector<double>& once, size_t p,
                             UnrolledOrders& orders, const TimedSoFar& known, int composed_layers) {
   LoneColumn c;
+  std::optional<ComposedLone> composed =
+      compose_without_unrolling(templates[p], once, p, orders, known, composed_layers);
+  if (composed && !composed->failed) {
+    c.bounds = composed->bounds;
+    c.timing = composed->timing;
+    c.few = std::move(composed->few);
+    c.group = std::move(composed->group);
+    return c;
+  }
   c.flat = orders.unrolled(p);
   c.bounds = detail::lone_bounds(detail::ProgramView(templates[p].program, *c.flat), once);
   if (LoneColumns::left_out(c.bounds, known.latest_end, known.latest_forward)) return c;
   c.group.flats.push_back(c.flat);
-  if ((c.timing = composed_column(templates[p], once, c.bounds, composed_layers, c.group))) return c;
+  if (!composed && (c.timing = composed_column(templates[p], once, c.bounds, composed_layers, c.group))) return c;
   std::vector<detail::ProgramView> views{detail::ProgramView(templates[p].program, *c.flat)};
   const detail::TimelineShape shape(std::move(views), detail::PairMode::Symmetric, nullptr);
   detail::TimelineShape::RunOptions options;
@@ -393,6 +460,27 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
           timings[p] = timings[*q];
           return TimedGroup{};
         }
+      bool compose = true;  // once unrolled (not when it failed without)
+      if (!flat && first) {
+        if (const std::optional<size_t> q = lone.composed_alike(p)) {
+          timings[p] = timings[*q];
+          orders.set_copies(p, copies[*q]);
+          return TimedGroup{};
+        }
+        std::optional<ComposedLone> c = compose_without_unrolling(
+            templates[p], once[p], p, orders, TimedSoFar{latest_end, latest_forward}, options_.composed_layers);
+        if (c && c->left_out) {
+          timings[p] = *LoneColumns::left_out(c->bounds, latest_end, latest_forward);
+          return TimedGroup{};
+        }
+        if (c && c->timing) {
+          timings[p] = *c->timing;
+          lone.remember_composed(p, std::move(c->few));
+          ++programs_timed, ++columns_composed;
+          return std::move(c->group);
+        }
+        compose = !c;
+      }
       const bool known = flat != nullptr;
       if (!known) flat = orders.unrolled(p);
       const std::optional<detail::LoneBounds> bounds =
@@ -408,7 +496,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       t.flats.push_back(std::move(flat));
       // Timed again for the parts (not first), a column composed before is composed again.
       if (const std::optional<detail::RankTiming> timing =
-              composed_column(templates[p], once[p], bounds, options_.composed_layers, t)) {
+              compose ? composed_column(templates[p], once[p], bounds, options_.composed_layers, t) : std::nullopt) {
         timings[p] = *timing;
         if (first) ++programs_timed, ++columns_composed;
         return t;
@@ -474,7 +562,10 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
     }
     WF_ASSERT(c.timing.has_value(), "a column left out when taken ahead is left out at its turn");
     timings[p] = *c.timing;
-    if (orders.keep(p, c.flat)) lone.remember(p, *c.flat);
+    if (!c.flat)
+      lone.remember_composed(p, std::move(c.few));
+    else if (orders.keep(p, c.flat))
+      lone.remember(p, *c.flat);
     ++programs_timed;
     columns_composed += c.group.composed;
     return std::move(c.group);
@@ -515,6 +606,9 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
     });
     const size_t k = size_t(std::find(in->begin(), in->end(), critical) - in->begin());
     if (kept_critical != critical || kept.ends[kept.in_shape(k)].empty()) kept = time_group(*in, false, k);
+    if (!kept.flats[k])  // composed without its every layer unrolled
+      kept.flats[k] = std::make_shared<const FlatStep>(unroll_flat(templates[critical]));
+    WF_ASSERT(kept.flats[k]->size() == kept.ends[kept.in_shape(k)].size(), "the parts read an end of every op");
     detail::TierClassifier tiers(topology_, plan);
     return detail::step_parts(detail::ProgramView(templates[critical].program, *kept.flats[k]),
                               flat_durations(once[critical], *kept.flats[k]), kept.ends[kept.in_shape(k)], step_s,

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <random>
 #include <utility>
@@ -123,6 +124,46 @@ TEST(LayerComposition, ComposedColumnsEndLikeTimingEveryLayer) {
   });
   EXPECT_GT(columns, 150);
   EXPECT_GT(composed, columns * 3 / 4);
+}
+
+// What a column composed without unrolling every layer reads off its template: its bounds (the
+// sums of lone_bounds, in the same order, and its forward's bound) and the copies of each template
+// op, as the unrolled order of every layer gives them.
+TEST(LayerComposition, BoundsAndCopiesWithoutUnrollingAreThoseOfEveryLayer) {
+  const Topology topology = testing::switch_nodes(2, 4);
+  std::mt19937_64 random(3);
+  std::uniform_real_distribution<double> uniform(0.0, 1e-3);
+  int columns = 0, forward_first = 0;
+  for_each_plan(topology, [&](const Plan& plan) {
+    const StepBuilder builder(plan);
+    TokenSetPool pool;
+    for (int rank : {0, 6}) {
+      SCOPED_TRACE(fmt::format("rank {}", rank));
+      const StepTemplate step = builder.build_template(rank, pool);
+      const FlatStep flat = unroll_flat(step);
+      std::vector<double> seconds;
+      for (size_t i = 0; i < step.program.ops.size(); ++i)
+        seconds.push_back(uniform(random));
+      const std::optional<detail::LoneBounds> expected = detail::lone_bounds(ProgramView(step.program, flat), seconds);
+      ASSERT_TRUE(expected.has_value());
+      const std::unique_ptr<detail::LayerComposer> composer = detail::LayerComposer::prepare(step, nullptr, 4);
+      ASSERT_NE(composer, nullptr);
+      const std::optional<detail::LoneBounds> bounds = composer->bounds(seconds);
+      ASSERT_TRUE(bounds.has_value());
+      EXPECT_EQ(bounds->end_s, expected->end_s);
+      EXPECT_EQ(bounds->forward_end_s, expected->forward_end_s);
+      EXPECT_EQ(bounds->compute_forward_s, expected->compute_forward_s);
+      EXPECT_EQ(bounds->compute_backward_s, expected->compute_backward_s);
+      std::vector<uint32_t> copies(step.program.ops.size(), 0);
+      for (const uint32_t op : flat.origin)
+        ++copies[op];
+      EXPECT_EQ(composer->copies(), copies);
+      forward_first += expected->forward_end_s < expected->end_s;
+      ++columns;
+    }
+  });
+  EXPECT_GT(columns, 100);
+  EXPECT_GT(forward_first, columns / 2);
 }
 
 // Gradient synchronisation made to fall behind: the head's sync ops (the output layer's gradient
