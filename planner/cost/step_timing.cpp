@@ -442,6 +442,29 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   double latest_end = 0, latest_forward = 0;  // among the programs timed so far
   int programs_timed = 0;                     // by the groups' first timings
   int columns_composed = 0;                   // of those, lone columns composed from a few layers
+  // A sample's lone column met first whose unrolled order no column kept: taken from a composed
+  // column it times alike with, left out on its bounds, or composed, without its every layer
+  // unrolled. None when it is to be unrolled; `compose`, whether it is composed then (not when
+  // composing it failed already).
+  auto lone_without_unrolling = [&](size_t p, bool& compose) -> std::optional<TimedGroup> {
+    if (const std::optional<size_t> q = lone.composed_alike(p)) {
+      timings[p] = timings[*q];
+      orders.set_copies(p, copies[*q]);
+      return TimedGroup{};
+    }
+    std::optional<ComposedLone> c = compose_without_unrolling(
+        templates[p], once[p], p, orders, TimedSoFar{latest_end, latest_forward}, options_.composed_layers);
+    compose = !c;
+    if (c && c->left_out) {
+      timings[p] = *LoneColumns::left_out(c->bounds, latest_end, latest_forward);
+      return TimedGroup{};
+    }
+    if (!c || !c->timing) return std::nullopt;
+    timings[p] = *c->timing;
+    lone.remember_composed(p, std::move(c->few));
+    ++programs_timed, ++columns_composed;
+    return std::move(c->group);
+  };
   // Keeps the ends of one program, `ends_of` (by its place in the group), or without
   // it of the one that ends last. `first`: the group's first timing, which a lone column timed
   // alike with an earlier one takes from it (then nothing is kept).
@@ -460,27 +483,9 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
           timings[p] = timings[*q];
           return TimedGroup{};
         }
-      bool compose = true;  // once unrolled (not when it failed without)
-      if (!flat && first) {
-        if (const std::optional<size_t> q = lone.composed_alike(p)) {
-          timings[p] = timings[*q];
-          orders.set_copies(p, copies[*q]);
-          return TimedGroup{};
-        }
-        std::optional<ComposedLone> c = compose_without_unrolling(
-            templates[p], once[p], p, orders, TimedSoFar{latest_end, latest_forward}, options_.composed_layers);
-        if (c && c->left_out) {
-          timings[p] = *LoneColumns::left_out(c->bounds, latest_end, latest_forward);
-          return TimedGroup{};
-        }
-        if (c && c->timing) {
-          timings[p] = *c->timing;
-          lone.remember_composed(p, std::move(c->few));
-          ++programs_timed, ++columns_composed;
-          return std::move(c->group);
-        }
-        compose = !c;
-      }
+      bool compose = true;  // once unrolled (not when composing it failed without)
+      if (!flat && first)
+        if (std::optional<TimedGroup> t = lone_without_unrolling(p, compose)) return std::move(*t);
       const bool known = flat != nullptr;
       if (!known) flat = orders.unrolled(p);
       const std::optional<detail::LoneBounds> bounds =
