@@ -6,14 +6,17 @@
 // when its predecessors have ended (and its message's other end is posted), and lasts its
 // duration": a max-plus linear system in which every layer repeats the one before it. An op of a
 // layer waits only for ops of its own layer, of the layer run just before it, and of sections that
-// run once (and, in the backward, for the same layer's forward). So once three consecutive forward
-// layers run as copies of one another shifted by one amount λ > 0, every later one does as well
-// (the ops of sections that run once can no longer be what an op waits for last, or the copies
-// could not all have moved by λ); the same holds for the backward, whose waits on the forward
-// only move earlier from layer to layer. compose_layers times the step with K and with K + 1
-// layers, checks that both runs have reached those regimes and that the added layer shifts every
-// op after it by the regimes' amounts (so that nothing that runs once is what those ops wait for
-// last), and writes the L-layer step's op ends from the K-layer one's. The figures equal those of
+// run once (and, in the backward, for the same layer's forward, which ends earlier from one
+// backward layer to the next). Such a system settles into a regime: each op of a layer ends a
+// steady amount (its rate; rates differ by op, a sync stream that falls behind has its own) after
+// its copy in the layer before. The regime holds for good once no op waits for an op of the
+// regime with a higher rate than its own and some op of its own rate that ends when it starts is
+// what it waits for last: the next layer then repeats it, for everything else it waits for falls
+// behind. LayerComposer times the step with K and with K + 1 layers, finds the regimes in the
+// first run, checks that adding a layer moves every op outside them (the head, the backward layers
+// before the regime, the tail) at least as much as anything it waits for (so that what it waits for
+// last stays last however many layers are added) and that composing K + 1 layers gives the second
+// run, and writes the L-layer step's op ends from the K-layer one's. The figures equal those of
 // timing all L layers up to rounding (each end is a sum of durations added in another order).
 #pragma once
 
