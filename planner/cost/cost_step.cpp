@@ -378,15 +378,15 @@ double CostModel::step_compute_bound_ms(const Plan& plan, BoundRank* busiest, Me
 namespace {
 
 // What a timed bound times of a plan's busiest column before any op is priced: the column's step
-// templates, their unrolled orders and, once a placement's column is not composed from a few
-// layers, their timeline. Held by pointer: the timeline's programs point into the templates and
+// templates and, once a placement's column is not composed from a few layers, their unrolled
+// orders and timeline. Held by pointer: the timeline's programs point into the templates and
 // orders.
 struct BoundColumn {
   PlacementFree plan;
   BoundRank busiest;
   Schedule step;  // the column's dims, flow sets and token sets
   std::vector<StepTemplate> templates;
-  std::vector<FlatStep> flats;
+  std::vector<FlatStep> flats;  // unrolled with the timeline
   std::vector<const RankProgram*> programs;
   std::unique_ptr<detail::TimelineShape> shape;
   bool serves(const Plan& p, BoundRank rank) const {
@@ -394,6 +394,9 @@ struct BoundColumn {
   }
   const detail::TimelineShape& timeline() {
     if (!shape) {
+      flats.reserve(templates.size());
+      for (const StepTemplate& t : templates)
+        flats.push_back(unroll_flat(t));
       std::vector<detail::ProgramView> views;
       for (size_t p = 0; p < templates.size(); ++p)
         views.emplace_back(templates[p].program, flats[p]);
@@ -407,11 +410,10 @@ struct BoundColumn {
   // column is not lone or its layers do not repeat.
   std::optional<detail::RankTiming> composed(const std::vector<double>& once, int layers) {
     if (!busiest.sampled || templates.size() != 1 || layers <= 0) return std::nullopt;
-    if (!composer_prepared) composer = detail::LayerComposer::prepare(templates[0], &flats[0], layers);
+    if (!composer_prepared) composer = detail::LayerComposer::prepare(templates[0], nullptr, layers);
     composer_prepared = true;
     if (!composer) return std::nullopt;
-    const std::optional<detail::LoneBounds> bounds =
-        detail::lone_bounds(detail::ProgramView(templates[0].program, flats[0]), once);
+    const std::optional<detail::LoneBounds> bounds = composer->bounds(once);
     if (!bounds) return std::nullopt;
     std::optional<detail::ComposedColumn> c = composer->compose(once, *bounds);
     if (!c) return std::nullopt;
@@ -431,11 +433,8 @@ std::unique_ptr<BoundColumn> bound_column(const Plan& plan, BoundRank busiest) {
   column->step.flow_sets = builder.flow_sets();
   const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp;
   column->templates.reserve(size_t(Pp));
-  column->flats.reserve(size_t(Pp));
-  for (int p = 0; p < Pp; ++p) {
+  for (int p = 0; p < Pp; ++p)
     column->templates.push_back(builder.build_template(p * W + rank % W, column->step.tokens));
-    column->flats.push_back(unroll_flat(column->templates.back()));
-  }
   for (const StepTemplate& t : column->templates)
     column->programs.push_back(&t.program);
   return column;

@@ -94,6 +94,24 @@ void for_each_plan(const Topology& topology, Visit&& visit) {
   }
 }
 
+// A rank's step template, its unrolled order of every layer, and durations of its template ops
+// drawn by `draw(template op)`.
+struct DrawnColumn {
+  StepTemplate step;
+  FlatStep flat;
+  std::vector<double> seconds;
+};
+
+template <typename Draw>
+DrawnColumn drawn_column(const StepBuilder& builder, int rank, TokenSetPool& pool, Draw&& draw) {
+  DrawnColumn c;
+  c.step = builder.build_template(rank, pool);
+  c.flat = unroll_flat(c.step);
+  for (size_t i = 0; i < c.step.program.ops.size(); ++i)
+    c.seconds.push_back(draw(i));
+  return c;
+}
+
 TEST(LayerComposition, ComposedColumnsEndLikeTimingEveryLayer) {
   const Topology topology = testing::switch_nodes(2, 4);
   std::mt19937_64 random(11);
@@ -104,11 +122,8 @@ TEST(LayerComposition, ComposedColumnsEndLikeTimingEveryLayer) {
     TokenSetPool pool;
     for (int rank : {0, 5}) {
       SCOPED_TRACE(fmt::format("rank {}", rank));
-      const StepTemplate step = builder.build_template(rank, pool);
-      const FlatStep flat = unroll_flat(step);
-      std::vector<double> seconds;
-      for (size_t i = 0; i < step.program.ops.size(); ++i)
-        seconds.push_back(i % 7 == 0 ? 0.0 : uniform(random));
+      const auto [step, flat, seconds] =
+          drawn_column(builder, rank, pool, [&](size_t i) { return i % 7 == 0 ? 0.0 : uniform(random); });
       const std::optional<detail::LoneBounds> bounds = detail::lone_bounds(ProgramView(step.program, flat), seconds);
       ASSERT_TRUE(bounds.has_value());
       const FullRun run = run_every_layer(step, flat, seconds);
@@ -139,11 +154,7 @@ TEST(LayerComposition, BoundsAndCopiesWithoutUnrollingAreThoseOfEveryLayer) {
     TokenSetPool pool;
     for (int rank : {0, 6}) {
       SCOPED_TRACE(fmt::format("rank {}", rank));
-      const StepTemplate step = builder.build_template(rank, pool);
-      const FlatStep flat = unroll_flat(step);
-      std::vector<double> seconds;
-      for (size_t i = 0; i < step.program.ops.size(); ++i)
-        seconds.push_back(uniform(random));
+      const auto [step, flat, seconds] = drawn_column(builder, rank, pool, [&](size_t) { return uniform(random); });
       const std::optional<detail::LoneBounds> expected = detail::lone_bounds(ProgramView(step.program, flat), seconds);
       ASSERT_TRUE(expected.has_value());
       const std::unique_ptr<detail::LayerComposer> composer = detail::LayerComposer::prepare(step, nullptr, 4);
