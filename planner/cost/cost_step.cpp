@@ -405,19 +405,36 @@ struct BoundColumn {
     }
     return *shape;
   }
-  // The timing of a sample's lone column composed from `layers` of its layers, as the step's
-  // pricing composes it (so that a bound that is the step is the step to the bit); none when the
-  // column is not lone or its layers do not repeat.
-  std::optional<detail::RankTiming> composed(const std::vector<double>& once, int layers) {
-    if (!busiest.sampled || templates.size() != 1 || layers <= 0) return std::nullopt;
-    if (!composer_prepared) composer = detail::LayerComposer::prepare(templates[0], nullptr, layers);
+  // The timings of a sample's column (lone, or a pipeline column of one micro-batch) composed
+  // from `layers` of its layers, as the step's pricing composes it (so that a bound that is the
+  // step is the step to the bit); none when the column is not sampled or its layers do not repeat.
+  std::optional<std::vector<detail::RankTiming>> composed(const std::vector<std::vector<double>>& once, int layers) {
+    if (!busiest.sampled || layers <= 0) return std::nullopt;
+    if (!composer_prepared) {
+      std::vector<const StepTemplate*> column;
+      for (const StepTemplate& t : templates)
+        column.push_back(&t);
+      composer = column.size() == 1 ? detail::LayerComposer::prepare(templates[0], nullptr, layers)
+                                    : detail::LayerComposer::prepare(column, layers);
+    }
     composer_prepared = true;
     if (!composer) return std::nullopt;
-    const std::optional<detail::LoneBounds> bounds = composer->bounds(once);
-    if (!bounds) return std::nullopt;
-    std::optional<detail::ComposedColumn> c = composer->compose(once, *bounds);
+    if (templates.size() == 1) {
+      const std::optional<detail::LoneBounds> bounds = composer->bounds(once[0]);
+      if (!bounds) return std::nullopt;
+      std::optional<detail::ComposedColumn> c = composer->compose(once[0], *bounds);
+      if (!c) return std::nullopt;
+      return std::vector<detail::RankTiming>{c->timing};
+    }
+    std::vector<const std::vector<double>*> seconds;
+    for (const std::vector<double>& program : once)
+      seconds.push_back(&program);
+    std::optional<std::vector<detail::ComposedColumn>> c = composer->compose(seconds);
     if (!c) return std::nullopt;
-    return c->timing;
+    std::vector<detail::RankTiming> timings;
+    for (const detail::ComposedColumn& program : *c)
+      timings.push_back(program.timing);
+    return timings;
   }
   std::unique_ptr<detail::LayerComposer> composer;  // prepared at the first placement
   bool composer_prepared = false;
@@ -460,8 +477,9 @@ std::vector<double> CostModel::step_lower_bounds_ms(const std::vector<BoundedPla
     // list of durations per unrolled op: the bound is taken for most candidates of a search).
     // The flow sets are of ranks, the plan maps them to its GPUs.
     const std::vector<std::vector<double>> once = template_op_durations(*plan, column->step, column->programs);
-    if (const std::optional<detail::RankTiming> timing = column->composed(once[0], options_.composed_layers)) {
-      bounds.push_back(summarize_timings(*plan, {*timing}, nullptr).step_ms);
+    if (const std::optional<std::vector<detail::RankTiming>> timings =
+            column->composed(once, options_.composed_layers)) {
+      bounds.push_back(summarize_timings(*plan, *timings, nullptr).step_ms);
       continue;
     }
     detail::TimelineShape::RunOptions options;

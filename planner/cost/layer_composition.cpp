@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <unordered_map>
 #include <utility>
 
@@ -46,9 +47,14 @@ struct Layout {
   // whether it always did.
   template <typename Visit>
   bool each_op(int layers, Visit&& visit) const {
+    return each_op_in(layers, [&](uint32_t op, Section) { return visit(op); });
+  }
+  // The same with the section of each op: `visit(template op, section)`.
+  template <typename Visit>
+  bool each_op_in(int layers, Visit&& visit) const {
     auto instance = [&](Section k) {
       for (size_t j = 0; j < count[k]; ++j)
-        if (!visit(begin[k] + uint32_t(j))) return false;
+        if (!visit(begin[k] + uint32_t(j), k)) return false;
       return true;
     };
     bool ok = instance(kPrologue);
@@ -68,49 +74,92 @@ struct Layout {
 
 // Whether every section's main ops hold as many sends as receives of each tag, so that the k-th
 // send of a tag and its k-th receive (pair_symmetric) are always in one instance of one section.
+// Pipeline stage messages meet their real other end, on another stage: none may sit in a layer.
 bool messages_pair_within_sections(const RankProgram& program, const Layout& layout) {
   for (size_t k = 0; k < kSections; ++k) {
     std::unordered_map<int32_t, int> balance;
     for (size_t j = 0; j < layout.count[k]; ++j) {
       const Op& op = program.ops[layout.begin[k] + j];
-      if (is_message(op)) balance[op.tag] += op.kind == OpKind::Send ? 1 : -1;
+      if (!is_message(op)) continue;
+      if (is_stage_message(op)) {
+        if (k == kForward || k == kBackward) return false;
+        continue;
+      }
+      balance[op.tag] += op.kind == OpKind::Send ? 1 : -1;
     }
     if (std::any_of(balance.begin(), balance.end(), [](const auto& b) { return b.second != 0; })) return false;
   }
   return true;
 }
 
-// What each op of a flat step waits for before it starts, as a lone column's timeline runs it: its
-// stream predecessor and its dependencies, and for a message end those of its other end (the k-th
-// send of a tag meets the k-th receive of it).
+// A program of the column: its template and layout, and where its ops begin in the runs of K and
+// of K + 1 layers, which time the column's programs one after another.
+struct Member {
+  const StepTemplate* step;
+  Layout layout;
+  size_t at = 0, at1 = 0;
+};
+
+// What each op of the column's runs waits for before it starts, as a sampled column's timeline
+// runs it: its stream predecessor and its dependencies, and for a message end those of its other
+// end (the k-th send of a tag meets the k-th receive of it on the same program; a pipeline stage
+// message meets its real other end, the k-th of the same source, destination and tag). Ops are
+// numbered through the programs one after another.
 struct Waits {
   std::vector<uint32_t> begin;  // by op, and one past the last: its slice of `ops`
   std::vector<int32_t> ops;
 };
 
-Waits waits_of(const RankProgram& program, const FlatStep& flat) {
-  const size_t n = flat.size();
+Waits waits_of(const std::vector<Member>& members, const std::vector<const FlatStep*>& flats) {
+  size_t n = 0;
+  for (const FlatStep* flat : flats)
+    n += flat->size();
   std::vector<int32_t> stream_previous(n, -1), partner(n, -1);
-  std::array<int32_t, kNumStreams> last;
-  last.fill(-1);
-  std::unordered_map<int32_t, std::array<std::vector<int32_t>, 2>> ends;  // by tag: sends, receives
-  for (size_t i = 0; i < n; ++i) {
-    const Op& op = program.ops[flat.origin[i]];
-    stream_previous[i] = std::exchange(last[size_t(op.stream)], int32_t(i));
-    if (is_message(op)) ends[op.tag][op.kind == OpKind::Send ? 0 : 1].push_back(int32_t(i));
-  }
-  for (const auto& [tag, sides] : ends)
+  std::map<std::array<int32_t, 3>, std::array<std::vector<int32_t>, 2>> stage_ends;  // sends, receives
+  auto pair_up = [&](const std::array<std::vector<int32_t>, 2>& sides) {
     for (size_t k = 0; k < std::min(sides[0].size(), sides[1].size()); ++k) {
       partner[size_t(sides[0][k])] = sides[1][k];
       partner[size_t(sides[1][k])] = sides[0][k];
     }
+  };
+  for (size_t m = 0; m < members.size(); ++m) {
+    const RankProgram& program = members[m].step->program;
+    const FlatStep& flat = *flats[m];
+    std::array<int32_t, kNumStreams> last;
+    last.fill(-1);
+    std::unordered_map<int32_t, std::array<std::vector<int32_t>, 2>> ends;  // by tag: sends, receives
+    for (size_t i = 0; i < flat.size(); ++i) {
+      const Op& op = program.ops[flat.origin[i]];
+      const auto at = int32_t(members[m].at + i);
+      stream_previous[size_t(at)] = std::exchange(last[size_t(op.stream)], at);
+      if (!is_message(op)) continue;
+      const int side = op.kind == OpKind::Send ? 0 : 1;
+      if (is_stage_message(op))
+        stage_ends[side == 0 ? std::array{program.rank, op.peer, op.tag} : std::array{op.peer, program.rank, op.tag}]
+                  [size_t(side)]
+                      .push_back(at);
+      else
+        ends[op.tag][size_t(side)].push_back(at);
+    }
+    for (const auto& [tag, sides] : ends)
+      pair_up(sides);
+  }
+  for (const auto& [key, sides] : stage_ends)
+    pair_up(sides);
   Waits w;
   w.begin.reserve(n + 1);
   w.begin.push_back(0);
   auto own = [&](size_t i, size_t self) {
     if (stream_previous[i] >= 0 && size_t(stream_previous[i]) != self) w.ops.push_back(stream_previous[i]);
-    for (uint32_t d = flat.dep_begin[i]; d < flat.dep_begin[i + 1]; ++d)
-      if (size_t(flat.deps[d]) != self) w.ops.push_back(flat.deps[d]);
+    size_t m = 0;
+    while (m + 1 < members.size() && members[m + 1].at <= i)
+      ++m;
+    const FlatStep& flat = *flats[m];
+    const size_t local = i - members[m].at;
+    for (uint32_t d = flat.dep_begin[local]; d < flat.dep_begin[local + 1]; ++d) {
+      const size_t dep = members[m].at + size_t(flat.deps[d]);
+      if (dep != self) w.ops.push_back(int32_t(dep));
+    }
   };
   for (size_t i = 0; i < n; ++i) {
     own(i, i);
@@ -120,110 +169,171 @@ Waits waits_of(const RankProgram& program, const FlatStep& flat) {
   return w;
 }
 
-// The step unrolled to some layers and its timeline, timed alone.
+// The column unrolled to some layers and its timeline, its programs timed together; its ends run
+// through the programs one after another.
 struct LayerRun {
-  std::shared_ptr<const FlatStep> flat;
+  std::vector<std::shared_ptr<const FlatStep>> flats;  // by program
   std::unique_ptr<TimelineShape> shape;
 
-  LayerRun(const StepTemplate& step, int layers) : flat(std::make_shared<const FlatStep>(unroll_flat(step, layers))) {
-    shape = std::make_unique<TimelineShape>(std::vector<ProgramView>{ProgramView(step.program, *flat)},
-                                            PairMode::Symmetric, nullptr);
+  LayerRun(const std::vector<Member>& members, int layers) {
+    std::vector<ProgramView> views;
+    for (const Member& m : members) {
+      flats.push_back(std::make_shared<const FlatStep>(unroll_flat(*m.step, layers)));
+      views.emplace_back(m.step->program, *flats.back());
+    }
+    shape = std::make_unique<TimelineShape>(std::move(views), PairMode::Symmetric, nullptr);
   }
   // Every op's end; none when a meeting is called off.
-  std::optional<std::vector<double>> ends(const std::vector<double>& once) const {
+  std::optional<std::vector<double>> ends(const std::vector<const std::vector<double>*>& once) const {
     TimelineShape::RunOptions options;
     options.by_template_op = true;
     size_t called_off = 0;
     options.called_off = &called_off;
-    options.ends_of = [](const std::vector<RankTiming>&) { return size_t(0); };
+    std::vector<std::vector<double>> durations;
+    for (const std::vector<double>* seconds : once)
+      durations.push_back(*seconds);
     std::vector<std::vector<double>> ends;
-    shape->run({once}, &ends, options);
+    shape->run(durations, &ends, options);
     if (called_off > 0) return std::nullopt;
-    return std::move(ends[0]);
+    if (ends.size() == 1) return std::move(ends[0]);
+    std::vector<double> all;
+    for (const std::vector<double>& program : ends)
+      all.insert(all.end(), program.begin(), program.end());
+    return all;
   }
 };
 
 constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
 
 // The K-layer run, what its ops wait for, and how the L-layer step moves each op against it.
-// Every op ends `shift[op]` later per layer added to both the forward and the backward (by
-// position from the end for what follows the forward), or, in a regime, each layer `rate[op]`
-// after the one before.
+// Every op ends `shift[op]` later per layer added to every forward and backward (by position from
+// the start of its section), or, in a regime, each layer `rate[op]` after the one before. What an
+// op of another section waits for is a layer's copy counted from the end of its section (the
+// backward's m-th runs after the forward's m-th from the end; the head follows the last): those
+// move by `shift_from_end[op]` per layer added.
 class Composer {
  public:
-  Composer(const Layout& layout, int K, const std::vector<double>& ends, const std::vector<double>& more_ends,
-           const Waits& waits, const std::vector<uint32_t>& origin, const std::vector<double>& once)
-      : layout_(layout),
+  Composer(const std::vector<Member>& members, int K, const std::vector<double>& ends,
+           const std::vector<double>& more_ends, const Waits& waits, std::vector<double> seconds,
+           const std::vector<uint8_t>& section)
+      : members_(members),
         K_(K),
         e_(ends),
         e1_(more_ends),
-        once_(once),
+        seconds_(std::move(seconds)),
+        section_(section),
         waits_(waits),
-        origin_(origin),
         shift_(e_.size(), kUnknown),
-        rate_(e_.size(), kUnknown) {
+        shift_from_end_(e_.size(), kUnknown),
+        rate_(e_.size(), kUnknown),
+        steady_(members.size()) {
     tolerance_ = 1e-10 * std::max(1e-3, *std::max_element(e1_.begin(), e1_.end()));
   }
 
   bool regimes() {
-    if (!forward_regime()) return false;
-    for (size_t i = 0; i < layout_.count[kPrologue]; ++i)
-      shift_[i] = 0;
-    // The head, and then every backward run whose forward layer is in the regime, move by what
-    // adding a layer moved them (`junction`); the backward's regime starts at one of those.
-    if (!observe(layout_.head(K_), layout_.head(K_ + 1), layout_.head_ops())) return false;
-    const int last = std::min(K_ - 2, K_ - 1 - (steady_forward_ - 1));
-    for (int m = 0; m <= last; ++m) {
-      if (!observe(layout_.backward(K_, m), layout_.backward(K_ + 1, m), layout_.backward_ops())) return false;
-      if (m >= 1 && backward_regime(m)) {
-        steady_backward_ = m;
-        break;
-      }
-    }
-    if (steady_backward_ < 0) return false;
-    // The last backward layer (the tail's) moves by its regime's start plus one rate per layer.
-    const size_t b0 = layout_.backward(K_, K_ - 1), at = layout_.backward(K_, steady_backward_);
-    for (size_t j = 0; j < layout_.backward_ops(); ++j)
-      shift_[b0 + j] = shift_[at + j] + rate_[at + j];
-    return observe(layout_.tail(K_), layout_.tail(K_ + 1), layout_.tail_ops()) && junctions_hold();
+    for (size_t m = 0; m < members_.size(); ++m)
+      if (!member_regimes(m)) return false;
+    return junctions_hold();
   }
 
-  // Every op's end with L layers.
-  std::vector<double> compose(int L) const {
-    std::vector<double> ends(layout_.size(L));
-    const double added = double(L - K_);
-    std::copy(e_.begin(), e_.begin() + std::ptrdiff_t(layout_.forward(K_)), ends.begin());
-    const size_t f = layout_.forward_ops(), b = layout_.backward_ops(), last = layout_.forward(K_ - 1);
-    for (int l = K_; l < L; ++l)
-      for (size_t j = 0; j < f; ++j)
-        ends[layout_.forward(l) + j] = e_[last + j] + double(l - K_ + 1) * rate_[last + j];
-    auto moved = [&](size_t from, size_t to, size_t n) {
-      for (size_t j = 0; j < n; ++j)
-        ends[to + j] = e_[from + j] + added * shift_[from + j];
-    };
-    moved(layout_.head(K_), layout_.head(L), layout_.head_ops());
-    for (int m = 0; m <= steady_backward_; ++m)
-      moved(layout_.backward(K_, m), layout_.backward(L, m), b);
-    const size_t at = layout_.backward(K_, steady_backward_);
-    for (int m = steady_backward_ + 1; m < L; ++m)
-      for (size_t j = 0; j < b; ++j)
-        ends[layout_.backward(L, m) + j] =
-            e_[at + j] + added * shift_[at + j] + double(m - steady_backward_) * rate_[at + j];
-    moved(layout_.tail(K_), layout_.tail(L), layout_.tail_ops());
+  // Every op's end with L layers, by program.
+  std::vector<std::vector<double>> compose(int L) const {
+    std::vector<std::vector<double>> ends;
+    for (size_t m = 0; m < members_.size(); ++m)
+      ends.push_back(compose_member(m, L));
     return ends;
   }
 
   // Whether composing K + 1 layers gives the K + 1-layer run, op for op.
   bool composes_the_longer_run() const {
-    const std::vector<double> ends = compose(K_ + 1);
-    for (size_t i = 0; i < ends.size(); ++i)
-      if (!(std::abs(ends[i] - e1_[i]) <= tolerance_)) return false;
+    for (size_t m = 0; m < members_.size(); ++m) {
+      const std::vector<double> ends = compose_member(m, K_ + 1);
+      for (size_t i = 0; i < ends.size(); ++i)
+        if (!(std::abs(ends[i] - e1_[members_[m].at1 + i]) <= tolerance_)) return false;
+    }
     return true;
   }
 
  private:
+  // Where a program's layers settle: its forward's first regime layer (a moved forward's first
+  // regime copy, observed before), its backward's first regime run.
+  struct Steady {
+    bool moved = false;  // its prologue moves when layers are added (a later pipeline stage's)
+    int forward = -1, backward = -1;
+  };
+
   bool near(double a, double b) const { return std::abs(a - b) <= tolerance_; }
-  double start(size_t op) const { return e_[op] - once_[origin_[op]]; }
+  double start(size_t op) const { return e_[op] - seconds_[op]; }
+
+  bool member_regimes(size_t m) {
+    const Member& p = members_[m];
+    const Layout& layout = p.layout;
+    Steady& steady = steady_[m];
+    if (!observe(p.at, p.at1, layout.count[kPrologue])) return false;
+    for (size_t i = 0; i < layout.count[kPrologue]; ++i)
+      steady.moved = steady.moved || shift_[p.at + i] > tolerance_;
+    if (!(steady.moved ? moved_forward_regime(m) : forward_regime(m))) return false;
+    // The head, and then every backward run whose forward layer is in the regime, move by what
+    // adding a layer moved them; the backward's regime starts at one of those.
+    if (!observe(p.at + layout.head(K_), p.at1 + layout.head(K_ + 1), layout.head_ops())) return false;
+    const int last = std::min(K_ - 2, K_ - 1 - (steady.forward - 1));
+    for (int r = 0; r <= last; ++r) {
+      if (!observe(p.at + layout.backward(K_, r), p.at1 + layout.backward(K_ + 1, r), layout.backward_ops()))
+        return false;
+      if (r >= 1 && backward_regime(m, r)) {
+        steady.backward = r;
+        break;
+      }
+    }
+    if (steady.backward < 0) return false;
+    // The runs from the one before the regime on, counted from the end (the tail waits for the
+    // last), move by the regime's start's shift plus one rate per layer.
+    moved_from_end(p.at + layout.backward(K_, 0), p.at + layout.backward(K_, steady.backward - 1),
+                   p.at + layout.backward(K_, steady.backward), p.at + layout.backward(K_, K_), layout.backward_ops(),
+                   true);
+    return observe(p.at + layout.tail(K_), p.at1 + layout.tail(K_ + 1), layout.tail_ops());
+  }
+
+  // Every op's end with L layers, of program m.
+  std::vector<double> compose_member(size_t m, int L) const {
+    const Member& p = members_[m];
+    const Layout& layout = p.layout;
+    const Steady& steady = steady_[m];
+    std::vector<double> ends(layout.size(L));
+    const double added = double(L - K_);
+    const size_t f = layout.forward_ops(), b = layout.backward_ops();
+    auto moved = [&](size_t from, size_t to, size_t n) {
+      for (size_t j = 0; j < n; ++j)
+        ends[to + j] = e_[p.at + from + j] + added * shift_[p.at + from + j];
+    };
+    if (steady.moved) {  // the prologue and the forward's first layers moved, the later ones in the regime
+      moved(0, 0, layout.count[kPrologue]);
+      for (int l = 0; l <= steady.forward; ++l)
+        moved(layout.forward(l), layout.forward(l), f);
+      const size_t at = p.at + layout.forward(steady.forward);
+      for (int l = steady.forward + 1; l < L; ++l)
+        for (size_t j = 0; j < f; ++j)
+          ends[layout.forward(l) + j] =
+              e_[at + j] + added * shift_[at + j] + double(l - steady.forward) * rate_[at + j];
+    } else {
+      std::copy(e_.begin() + std::ptrdiff_t(p.at), e_.begin() + std::ptrdiff_t(p.at + layout.forward(K_)),
+                ends.begin());
+      const size_t last = p.at + layout.forward(K_ - 1);
+      for (int l = K_; l < L; ++l)
+        for (size_t j = 0; j < f; ++j)
+          ends[layout.forward(l) + j] = e_[last + j] + double(l - K_ + 1) * rate_[last + j];
+    }
+    moved(layout.head(K_), layout.head(L), layout.head_ops());
+    const size_t at = p.at + layout.backward(K_, steady.backward);
+    for (int r = 0; r <= steady.backward; ++r)
+      moved(layout.backward(K_, r), layout.backward(L, r), b);
+    for (int r = steady.backward + 1; r < L; ++r)
+      for (size_t j = 0; j < b; ++j)
+        ends[layout.backward(L, r) + j] =
+            e_[at + j] + added * shift_[at + j] + double(r - steady.backward) * rate_[at + j];
+    moved(layout.tail(K_), layout.tail(L), layout.tail_ops());
+    return ends;
+  }
 
   // A regime of layers from `at` (a forward layer, or a backward run) on, whose ops each end
   // `rate` after their copy in the layer before (`previous`). It holds for good when no op waits
@@ -254,46 +364,86 @@ class Composer {
     return true;
   }
 
-  // The forward's regime: the first layer from which it holds, given that some does by the last
-  // layer but one. Layers from the one before it on move by their rate per added layer.
-  bool forward_regime() {
-    const size_t f = layout_.forward_ops();
+  // Whether the copies of layers or runs after `at` (n ops each, `count` of them from `at` on)
+  // each end the regime's rate after the one before: the run shows it, the rule proves it.
+  bool keeps_rate(size_t at, size_t n, int count) {
+    for (int c = 1; c < count; ++c)
+      for (size_t j = 0; j < n; ++j) {
+        const size_t o = at + size_t(c) * n + j;
+        rate_[o] = e_[o] - e_[o - n];
+        if (!near(rate_[o], rate_[at + j])) return false;
+      }
+    return true;
+  }
+
+  // A section's copies from `first` on (n ops each, where the regime starts at `at`, one copy
+  // later, and goes on to `end`), counted from the section's end, move by the regime's first copy's
+  // shift (`observed`; none in a forward whose first layers do not move) plus one rate per layer
+  // added. Copies before those are not known so counted: nothing of another section may wait for
+  // them.
+  void moved_from_end(size_t begin, size_t first, size_t at, size_t end, size_t n, bool observed) {
+    std::fill(shift_from_end_.begin() + std::ptrdiff_t(begin), shift_from_end_.begin() + std::ptrdiff_t(first),
+              kUnknown);
+    for (size_t o = first; o < end; ++o) {
+      const size_t j = (o - first) % n;
+      shift_from_end_[o] = (observed ? shift_[at + j] : 0.0) + rate_[at + j];
+    }
+  }
+
+  // The forward's regime when the prologue does not move (its first K layers are the longer
+  // run's): the first layer from which it holds, given that some does by the last layer but one.
+  bool forward_regime(size_t m) {
+    const Member& p = members_[m];
+    const Layout& layout = p.layout;
+    const size_t f = layout.forward_ops();
     for (int l = 1; l + 1 < K_; ++l) {
-      if (!regime(layout_.forward(l - 1), layout_.forward(l), f, layout_.forward(0), layout_.forward(K_), false))
+      if (!regime(p.at + layout.forward(l - 1), p.at + layout.forward(l), f, p.at + layout.forward(0),
+                  p.at + layout.forward(K_), false))
         continue;
-      // The later layers' rates: each is the regime's (the run shows it, the rule proves it).
-      for (int m = l + 1; m < K_; ++m)
-        for (size_t j = 0; j < f; ++j) {
-          rate_[layout_.forward(m) + j] = e_[layout_.forward(m) + j] - e_[layout_.forward(m - 1) + j];
-          if (!near(rate_[layout_.forward(m) + j], rate_[layout_.forward(l) + j])) return false;
-        }
-      steady_forward_ = l;
-      for (int m = l - 1; m < K_; ++m)
-        for (size_t j = 0; j < f; ++j)
-          shift_[layout_.forward(m) + j] = rate_[layout_.forward(l) + j];
+      if (!keeps_rate(p.at + layout.forward(l), f, K_ - l)) return false;
+      steady_[m].forward = l;
+      moved_from_end(p.at + layout.forward(0), p.at + layout.forward(l - 1), p.at + layout.forward(l),
+                     p.at + layout.forward(K_), f, false);
       return true;
     }
     return false;
   }
 
-  // The backward's regime from run m on; its ops before run m were observed.
-  bool backward_regime(int m) {
-    const size_t b = layout_.backward_ops();
-    const size_t begin = layout_.backward(K_, 0), end = layout_.backward(K_, K_);
-    if (!regime(layout_.backward(K_, m - 1), layout_.backward(K_, m), b, begin, end, true)) return false;
-    for (int r = m + 1; r < K_; ++r)
-      for (size_t j = 0; j < b; ++j) {
-        const double rate = e_[layout_.backward(K_, r) + j] - e_[layout_.backward(K_, r - 1) + j];
-        if (!near(rate, rate_[layout_.backward(K_, m) + j])) return false;
-      }
-    return true;
+  // The forward's regime when the prologue moves (a later stage's, which waits for the stage
+  // before): its layers are observed to move, as a backward's runs are, until the regime starts.
+  bool moved_forward_regime(size_t m) {
+    const Member& p = members_[m];
+    const Layout& layout = p.layout;
+    const size_t f = layout.forward_ops();
+    for (int l = 0; l + 1 < K_; ++l) {
+      if (!observe(p.at + layout.forward(l), p.at1 + layout.forward(l), f)) return false;
+      if (l == 0 || !regime(p.at + layout.forward(l - 1), p.at + layout.forward(l), f, p.at + layout.forward(0),
+                            p.at + layout.forward(K_), true))
+        continue;
+      if (!keeps_rate(p.at + layout.forward(l), f, K_ - l)) return false;
+      steady_[m].forward = l;
+      moved_from_end(p.at + layout.forward(0), p.at + layout.forward(l - 1), p.at + layout.forward(l),
+                     p.at + layout.forward(K_), f, true);
+      return true;
+    }
+    return false;
+  }
+
+  // The backward's regime from run r on; its ops before run r were observed.
+  bool backward_regime(size_t m, int r) {
+    const Member& p = members_[m];
+    const Layout& layout = p.layout;
+    const size_t b = layout.backward_ops();
+    const size_t begin = p.at + layout.backward(K_, 0), end = p.at + layout.backward(K_, K_);
+    if (!regime(p.at + layout.backward(K_, r - 1), p.at + layout.backward(K_, r), b, begin, end, true)) return false;
+    return keeps_rate(p.at + layout.backward(K_, r), b, K_ - r);
   }
 
   // Ops [at, at + n) of the K-layer run move by what they moved by in the K + 1-layer run (ops
   // [at1, at1 + n)).
   bool observe(size_t at, size_t at1, size_t n) {
     for (size_t j = 0; j < n; ++j) {
-      shift_[at + j] = e1_[at1 + j] - e_[at + j];
+      shift_[at + j] = shift_from_end_[at + j] = e1_[at1 + j] - e_[at + j];
       if (!(shift_[at + j] >= -tolerance_)) return false;
       junctions_.push_back(at + j);
     }
@@ -302,26 +452,33 @@ class Composer {
 
   // Each op observed moves, per layer added, by at least what any op it waits for moves: then the
   // op it waits for last in the K + 1-layer run moves by as much as it does, and keeps being the
-  // one it waits for last however many layers are added (the others fall behind or keep pace).
+  // one it waits for last however many layers are added (the others fall behind or keep pace). An
+  // op of the same layer section moves as counted from the section's start, any other as counted
+  // from its end.
   bool junctions_hold() const {
     for (const size_t o : junctions_)
       for (uint32_t w = waits_.begin[o]; w < waits_.begin[o + 1]; ++w) {
-        const double moved = shift_[size_t(waits_.ops[w])];
+        const auto p = size_t(waits_.ops[w]);
+        const bool same_layers = section_[p] == section_[o] && layer_section(section_[p]);
+        const double moved = same_layers ? shift_[p] : shift_from_end_[p];
         if (!(moved <= shift_[o] + tolerance_)) return false;  // also when it is not known
       }
     return true;
   }
+  static bool layer_section(uint8_t section) {
+    return section % kSections == kForward || section % kSections == kBackward;
+  }
 
-  const Layout& layout_;
+  const std::vector<Member>& members_;
   int K_;
   const std::vector<double>&e_, &e1_;
-  const std::vector<double>& once_;
+  std::vector<double> seconds_;          // by op of the K-layer run
+  const std::vector<uint8_t>& section_;  // by op of the K-layer run: program · kSections + section
   const Waits& waits_;
-  const std::vector<uint32_t>& origin_;  // by op of the K-layer run: its template op
-  std::vector<double> shift_, rate_;
+  std::vector<double> shift_, shift_from_end_, rate_;
   std::vector<size_t> junctions_;
   double tolerance_ = 0;
-  int steady_forward_ = -1, steady_backward_ = -1;
+  std::vector<Steady> steady_;  // by program
 };
 
 }  // namespace
@@ -329,85 +486,165 @@ class Composer {
 // Runs of K and K + 1 layers, made when first needed.
 struct Attempt {
   int K = 0;
+  std::vector<Member> members;  // with their places in these runs
   std::unique_ptr<LayerRun> run, more;
-  Waits waits;  // of the K-layer run
+  Waits waits;                   // of the K-layer run
+  std::vector<uint8_t> section;  // of the K-layer run: by op, program · kSections + section
 };
 
 struct LayerComposer::Impl {
-  const StepTemplate& step;
-  Layout layout;
+  std::vector<Member> members;
   std::vector<Attempt> attempts;  // K, then 2K where the layers allow
+  int layers = 0;
 
   // The attempt's runs, made the first time; false when they are not the layout.
-  bool ready(Attempt& a) const {
+  bool ready(Attempt& a) {
     if (a.run) return true;
-    a.run = std::make_unique<LayerRun>(step, a.K);
-    a.more = std::make_unique<LayerRun>(step, a.K + 1);
-    if (!layout.lays_out(*a.run->flat, a.K) || !layout.lays_out(*a.more->flat, a.K + 1)) return false;
-    a.waits = waits_of(step.program, *a.run->flat);
+    a.members = members;
+    size_t at = 0, at1 = 0;
+    for (Member& m : a.members) {
+      m.at = at, m.at1 = at1;
+      at += m.layout.size(a.K), at1 += m.layout.size(a.K + 1);
+    }
+    a.run = std::make_unique<LayerRun>(a.members, a.K);
+    a.more = std::make_unique<LayerRun>(a.members, a.K + 1);
+    std::vector<const FlatStep*> flats;
+    for (size_t m = 0; m < a.members.size(); ++m) {
+      const Layout& layout = a.members[m].layout;
+      if (!layout.lays_out(*a.run->flats[m], a.K) || !layout.lays_out(*a.more->flats[m], a.K + 1)) return false;
+      flats.push_back(a.run->flats[m].get());
+      layout.each_op_in(a.K, [&](uint32_t, Section k) {
+        a.section.push_back(uint8_t(m * kSections + k));
+        return true;
+      });
+    }
+    a.waits = waits_of(a.members, flats);
     return true;
   }
-  std::optional<std::vector<double>> compose(Attempt& a, const std::vector<double>& once) const {
+  std::optional<std::vector<std::vector<double>>> compose(Attempt& a,
+                                                          const std::vector<const std::vector<double>*>& once) {
     if (!ready(a)) return std::nullopt;
     const std::optional<std::vector<double>> ends = a.run->ends(once);
     if (!ends) return std::nullopt;
     const std::optional<std::vector<double>> more_ends = a.more->ends(once);
     if (!more_ends) return std::nullopt;
-    Composer composer(layout, a.K, *ends, *more_ends, a.waits, a.run->flat->origin, once);
+    std::vector<double> seconds;
+    seconds.reserve(ends->size());
+    for (size_t m = 0; m < members.size(); ++m)
+      for (const uint32_t op : a.run->flats[m]->origin)
+        seconds.push_back((*once[m])[op]);
+    Composer composer(a.members, a.K, *ends, *more_ends, a.waits, std::move(seconds), a.section);
     if (!composer.regimes() || !composer.composes_the_longer_run()) return std::nullopt;
-    return composer.compose(step.layers);
+    return composer.compose(layers);
+  }
+  std::optional<std::vector<std::vector<double>>> compose(const std::vector<const std::vector<double>*>& once) {
+    for (Attempt& a : attempts)
+      if (std::optional<std::vector<std::vector<double>>> ends = compose(a, once)) return ends;
+    return std::nullopt;
+  }
+  // A program's timing read off its composed ends; its compute as `bounds` sums it.
+  RankTiming timing(size_t m, const std::vector<double>& ends, double compute_forward_s,
+                    double compute_backward_s) const {
+    RankTiming t;
+    t.compute_forward_s = compute_forward_s;
+    t.compute_backward_s = compute_backward_s;
+    const std::vector<Op>& ops = members[m].step->program.ops;
+    size_t i = 0;
+    members[m].layout.each_op(layers, [&](uint32_t op) {
+      const double end = ends[i++];
+      if (ops[op].phase == Phase::Forward) t.forward_end_s = std::max(t.forward_end_s, end);
+      t.end_s = std::max(t.end_s, end);
+      return true;
+    });
+    return t;
+  }
+  // Program m's compute-stream time per phase, summed over every layer in the order a run adds it.
+  std::pair<double, double> compute(size_t m, const std::vector<double>& once) const {
+    double forward = 0, backward = 0;
+    const std::vector<Op>& ops = members[m].step->program.ops;
+    members[m].layout.each_op(layers, [&](uint32_t op) {
+      if (ops[op].stream == Stream::Compute) (ops[op].phase == Phase::Forward ? forward : backward) += once[op];
+      return true;
+    });
+    return {forward, backward};
   }
 };
 
 LayerComposer::LayerComposer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LayerComposer::~LayerComposer() = default;
 
-std::unique_ptr<LayerComposer> LayerComposer::prepare(const StepTemplate& step, const FlatStep* full,
-                                                      int timed_layers) {
-  const int K = timed_layers, L = step.layers;
-  if (K < 4 || L < K + 2 || step.microbatches != 1 || step.chunks != 1 || step.stages != 1) return nullptr;
-  Layout layout(step);
-  if (layout.forward_ops() == 0 || layout.backward_ops() == 0 || (full && !layout.lays_out(*full, L)) ||
-      !messages_pair_within_sections(step.program, layout))
-    return nullptr;
-  auto impl = std::unique_ptr<Impl>(new Impl{step, layout, {}});
+namespace {
+
+// The composer of `column` (one template, or a pipeline column's), none when its layers cannot be
+// composed from K (see prepare).
+std::unique_ptr<LayerComposer::Impl> composer_of(const std::vector<const StepTemplate*>& column, int K) {
+  if (column.empty() || K < 4) return nullptr;
+  const int L = column.front()->layers;
+  auto impl = std::make_unique<LayerComposer::Impl>();
+  impl->layers = L;
+  for (const StepTemplate* step : column) {
+    if (step->layers != L || L < K + 2 || step->microbatches != 1 || step->chunks != 1) return nullptr;
+    Layout layout(*step);
+    if (layout.forward_ops() == 0 || layout.backward_ops() == 0 ||
+        !messages_pair_within_sections(step->program, layout))
+      return nullptr;
+    impl->members.push_back(Member{step, layout});
+  }
   impl->attempts.emplace_back().K = K;
   if (L >= 2 * K + 2) impl->attempts.emplace_back().K = 2 * K;
+  return impl;
+}
+
+}  // namespace
+
+std::unique_ptr<LayerComposer> LayerComposer::prepare(const StepTemplate& step, const FlatStep* full,
+                                                      int timed_layers) {
+  if (step.stages != 1) return nullptr;
+  std::unique_ptr<Impl> impl = composer_of({&step}, timed_layers);
+  if (!impl || (full && !impl->members.front().layout.lays_out(*full, step.layers))) return nullptr;
+  return std::unique_ptr<LayerComposer>(new LayerComposer(std::move(impl)));
+}
+
+std::unique_ptr<LayerComposer> LayerComposer::prepare(const std::vector<const StepTemplate*>& column,
+                                                      int timed_layers) {
+  if (column.size() < 2) return nullptr;
+  std::unique_ptr<Impl> impl = composer_of(column, timed_layers);
+  if (!impl) return nullptr;
   return std::unique_ptr<LayerComposer>(new LayerComposer(std::move(impl)));
 }
 
 std::optional<ComposedColumn> LayerComposer::compose(const std::vector<double>& once, const LoneBounds& bounds) {
-  std::optional<ComposedColumn> out;
-  for (Attempt& a : impl_->attempts)
-    if (std::optional<std::vector<double>> ends = impl_->compose(a, once)) {
-      out.emplace();
-      out->ends = std::move(*ends);
-      break;
-    }
-  if (!out) return std::nullopt;
-  out->timing.compute_forward_s = bounds.compute_forward_s;
-  out->timing.compute_backward_s = bounds.compute_backward_s;
-  const std::vector<Op>& ops = impl_->step.program.ops;
-  size_t i = 0;
-  impl_->layout.each_op(impl_->step.layers, [&](uint32_t op) {
-    const double end = out->ends[i++];
-    if (ops[op].phase == Phase::Forward) out->timing.forward_end_s = std::max(out->timing.forward_end_s, end);
-    out->timing.end_s = std::max(out->timing.end_s, end);
-    return true;
-  });
+  std::optional<std::vector<std::vector<double>>> ends = impl_->compose({&once});
+  if (!ends) return std::nullopt;
+  ComposedColumn out;
+  out.timing = impl_->timing(0, ends->front(), bounds.compute_forward_s, bounds.compute_backward_s);
+  out.ends = std::move(ends->front());
+  return out;
+}
+
+std::optional<std::vector<ComposedColumn>> LayerComposer::compose(const std::vector<const std::vector<double>*>& once) {
+  std::optional<std::vector<std::vector<double>>> ends = impl_->compose(once);
+  if (!ends) return std::nullopt;
+  std::vector<ComposedColumn> out(ends->size());
+  for (size_t m = 0; m < out.size(); ++m) {
+    const auto [forward, backward] = impl_->compute(m, *once[m]);
+    out[m].timing = impl_->timing(m, (*ends)[m], forward, backward);
+    out[m].ends = std::move((*ends)[m]);
+  }
   return out;
 }
 
 std::optional<LoneBounds> LayerComposer::bounds(const std::vector<double>& once) {
   Attempt& a = impl_->attempts.front();
   if (!impl_->ready(a)) return std::nullopt;
+  const Member& member = impl_->members.front();
   // Whether the forward runs first is a matter of the sections, which the few layers have alike.
-  const std::optional<LoneBounds> few = lone_bounds(ProgramView(impl_->step.program, *a.run->flat), once);
+  const std::optional<LoneBounds> few = lone_bounds(ProgramView(member.step->program, *a.run->flats.front()), once);
   if (!few) return std::nullopt;
   LoneBounds b;
   double forward_s = 0;
-  const std::vector<Op>& ops = impl_->step.program.ops;
-  impl_->layout.each_op(impl_->step.layers, [&](uint32_t op) {
+  const std::vector<Op>& ops = member.step->program.ops;
+  member.layout.each_op(impl_->layers, [&](uint32_t op) {
     const double seconds = once[op];
     const bool forward = ops[op].phase == Phase::Forward;
     b.end_s += seconds;
@@ -419,9 +656,10 @@ std::optional<LoneBounds> LayerComposer::bounds(const std::vector<double>& once)
   return b;
 }
 
-std::vector<uint32_t> LayerComposer::copies() const {
-  std::vector<uint32_t> copies(impl_->step.program.ops.size(), 0);
-  impl_->layout.each_op(impl_->step.layers, [&](uint32_t op) {
+std::vector<uint32_t> LayerComposer::copies(size_t program) const {
+  const Member& member = impl_->members.at(program);
+  std::vector<uint32_t> copies(member.step->program.ops.size(), 0);
+  member.layout.each_op(impl_->layers, [&](uint32_t op) {
     ++copies[op];
     return true;
   });
@@ -429,7 +667,7 @@ std::vector<uint32_t> LayerComposer::copies() const {
 }
 
 std::shared_ptr<const FlatStep> LayerComposer::few_layers() const {
-  return impl_->attempts.front().run ? impl_->attempts.front().run->flat : nullptr;
+  return impl_->attempts.front().run ? impl_->attempts.front().run->flats.front() : nullptr;
 }
 
 std::optional<ComposedColumn> compose_layers(const StepTemplate& step, const FlatStep& full,

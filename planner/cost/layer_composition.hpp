@@ -18,6 +18,13 @@
 // last stays last however many layers are added) and that composing K + 1 layers gives the second
 // run, and writes the L-layer step's op ends from the K-layer one's. The figures equal those of
 // timing all L layers up to rounding (each end is a sum of durations added in another order).
+//
+// A pipeline column of one micro-batch (its stages' programs, timed together with the stage
+// messages met by their real other ends) is the same system with a forward and a backward run per
+// stage: a later stage's prologue waits for the stage before it, so adding a layer moves its
+// forward too. Such a forward is read like a backward: the moves of its first layers are observed
+// in the longer run until its regime starts, and moved layers must keep the op each one waits for
+// last. Every stage gets a layer at once; the stages must have as many layers each.
 #pragma once
 
 #include <memory>
@@ -38,13 +45,19 @@ struct ComposedColumn {
 // (the unrolled orders of K and K + 1 layers, their timelines and what each op waits for, made
 // when first needed) and composed for any op durations: the placements of one plan time the same
 // column with different durations. K is `timed_layers`, then twice that where the layers allow,
-// when the first runs have not reached the regimes. Not for several threads at once.
+// when the first runs have not reached the regimes. Not for several threads at once. A lone
+// column's composer serves one program, a pipeline column's each of its stages.
 class LayerComposer {
  public:
   // None when `step` has several micro-batches, chunks or stages, fewer than timed_layers + 2
   // layers, or message ends that pair across sections, or when `full` (its unrolled order of
   // every layer, when at hand) is not laid out as one micro-batch's sections.
   static std::unique_ptr<LayerComposer> prepare(const StepTemplate& step, const FlatStep* full, int timed_layers);
+  // A sample's pipeline column of one micro-batch, its stages' templates in `column` (two or
+  // more). None when a template has several micro-batches or chunks, the layer counts differ or
+  // are fewer than timed_layers + 2, a layer section holds a stage message, or other messages
+  // pair across sections.
+  static std::unique_ptr<LayerComposer> prepare(const std::vector<const StepTemplate*>& column, int timed_layers);
   ~LayerComposer();
   LayerComposer(const LayerComposer&) = delete;
   LayerComposer& operator=(const LayerComposer&) = delete;
@@ -54,10 +67,13 @@ class LayerComposer {
   // run calls a meeting off or the runs have not reached the regimes above: the column is then
   // timed whole.
   std::optional<ComposedColumn> compose(const std::vector<double>& once, const LoneBounds& bounds);
+  // Every program's timing (compute summed as a run of every layer sums it) and ends, in the
+  // column's order, with op i of program p lasting (*once[p])[its template op]; none as above.
+  std::optional<std::vector<ComposedColumn>> compose(const std::vector<const std::vector<double>*>& once);
   // lone_bounds of the column without its every layer unrolled: the same sums in the same order.
   std::optional<LoneBounds> bounds(const std::vector<double>& once);
   // How many copies of each template op the full unrolled order holds.
-  std::vector<uint32_t> copies() const;
+  std::vector<uint32_t> copies(size_t program = 0) const;
   // The unrolled order of the fewest layers timed (once bounds or compose ran): programs of the
   // same unrolled order time alike (times_alike) on it as they do on every layer.
   std::shared_ptr<const FlatStep> few_layers() const;

@@ -328,6 +328,42 @@ std::optional<detail::RankTiming> composed_column(const StepTemplate& step, cons
   return c->timing;
 }
 
+// A sample's pipeline column of one micro-batch (`group`, its stages' programs) composed from
+// `composed_layers` of its layers (detail::LayerComposer), without unrolling every layer: each
+// program's timing into `timings` and its copies of its template ops into `orders`; the group
+// keeps the ends of program `ends_of` (by its place in the group), or of the one that ends last.
+// None when it does not compose.
+std::optional<TimedGroup> composed_pipeline(const std::vector<StepTemplate>& templates,
+                                            const std::vector<std::vector<double>>& once,
+                                            const std::vector<size_t>& group, std::optional<size_t> ends_of,
+                                            int composed_layers, std::vector<detail::RankTiming>& timings,
+                                            UnrolledOrders& orders) {
+  if (composed_layers <= 0 || group.size() < 2) return std::nullopt;
+  std::vector<const StepTemplate*> column;
+  std::vector<const std::vector<double>*> seconds;
+  for (const size_t p : group) {
+    column.push_back(&templates[p]);
+    seconds.push_back(&once[p]);
+  }
+  const std::unique_ptr<detail::LayerComposer> composer = detail::LayerComposer::prepare(column, composed_layers);
+  if (!composer) return std::nullopt;
+  std::optional<std::vector<detail::ComposedColumn>> composed = composer->compose(seconds);
+  if (!composed) return std::nullopt;
+  TimedGroup t;
+  t.flats.resize(group.size());  // unrolled for the parts when the critical one is in it
+  t.ends.resize(group.size());
+  std::vector<detail::RankTiming> times;
+  for (size_t k = 0; k < group.size(); ++k) {
+    timings[group[k]] = (*composed)[k].timing;
+    times.push_back((*composed)[k].timing);
+    orders.set_copies(group[k], composer->copies(k));
+  }
+  const size_t kept = ends_of ? *ends_of : detail::critical_program(times);
+  t.ends[kept] = std::move((*composed)[kept].ends);
+  t.timed = t.composed = true;
+  return t;
+}
+
 // Template p's lone column priced without unrolling every layer (detail::LayerComposer): its
 // bounds and, unless they leave it out with what is `known`, its composed timing, the ends of every
 // op (in `group`, whose unrolled order is made when the parts read them) and the unrolled order of
@@ -507,6 +543,12 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
         return t;
       }
     } else {
+      if (mode == detail::PairMode::Symmetric)
+        if (std::optional<TimedGroup> c =
+                composed_pipeline(templates, once, group, ends_of, options_.composed_layers, timings, orders)) {
+          if (first) programs_timed += int(group.size()), columns_composed += int(group.size());
+          return std::move(*c);
+        }
       for (size_t p : group) {
         auto [flat, kept] = orders.of(p);
         shared = shared && kept;

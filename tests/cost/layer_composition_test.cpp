@@ -73,21 +73,25 @@ Workload composed_workload(int zero, Checkpointing checkpointing) {
   return w;
 }
 
-// Every feasible step plan of 8 GPUs on two 4-GPU nodes, each strategy under ZeRO 0 to 3.
+// Every feasible step plan of 8 GPUs on two 4-GPU nodes, each strategy under ZeRO 0 to 3, in
+// `stages` pipeline stages (of 8 / stages GPUs each; one micro-batch, so that with 16 layers each
+// of 2 stages runs 8).
 template <typename Visit>
-void for_each_plan(const Topology& topology, Visit&& visit) {
+void for_each_plan(const Topology& topology, Visit&& visit, int stages = 1) {
   const std::pair<int, Checkpointing> settings[] = {
       {0, Checkpointing::None}, {1, Checkpointing::Selective}, {2, Checkpointing::None}, {3, Checkpointing::Full}};
   for (const auto& [zero, checkpointing] : settings) {
-    const Workload w = composed_workload(zero, checkpointing);
+    Workload w = composed_workload(zero, checkpointing);
+    if (stages > 1) w.layers = 16;
     for (StrategyKind kind : all_strategies()) {
       int index = 0;
-      for (const StrategyParams& params : enumerate_params(kind, w, 8)) {
+      for (StrategyParams params : enumerate_params(kind, w, 8 / stages)) {
         ++index;
+        params.pipeline_parallel = stages;
         if (!check_feasible(kind, params, w, 8).ok) continue;
         Plan plan = make_plan(kind, params, w, topology, 8);
         plan.scope = Scope::Step;
-        SCOPED_TRACE(fmt::format("{} parameters #{} ZeRO {}", to_string(kind), index, zero));
+        SCOPED_TRACE(fmt::format("{} parameters #{} ZeRO {} P={}", to_string(kind), index, zero, stages));
         visit(plan);
       }
     }
@@ -101,6 +105,14 @@ struct DrawnColumn {
   FlatStep flat;
   std::vector<double> seconds;
 };
+
+// How many copies of each template op the column's unrolled order of every layer holds.
+std::vector<uint32_t> copies_of(const DrawnColumn& c) {
+  std::vector<uint32_t> copies(c.step.program.ops.size(), 0);
+  for (const uint32_t op : c.flat.origin)
+    ++copies[op];
+  return copies;
+}
 
 template <typename Draw>
 DrawnColumn drawn_column(const StepBuilder& builder, int rank, TokenSetPool& pool, Draw&& draw) {
@@ -141,6 +153,56 @@ TEST(LayerComposition, ComposedColumnsEndLikeTimingEveryLayer) {
   EXPECT_GT(composed, columns * 3 / 4);
 }
 
+// A sample's pipeline column of one micro-batch: both stages' programs of a sequence rank, timed
+// together (the stage messages met by their real other ends), composed from 4 and from 5 layers
+// of the 8 each stage runs: every op of both ends as timing every layer ends it, up to rounding,
+// and their compute is the run's to the bit.
+TEST(LayerComposition, PipelineColumnsEndLikeTimingEveryLayer) {
+  const Topology topology = testing::switch_nodes(2, 4);
+  std::mt19937_64 random(17);
+  std::uniform_real_distribution<double> uniform(0.0, 1e-3);
+  int columns = 0, composed = 0;
+  for_each_plan(
+      topology,
+      [&](const Plan& plan) {
+        const StepBuilder builder(plan);
+        TokenSetPool pool;
+        for (int rank : {0, 3}) {
+          SCOPED_TRACE(fmt::format("sequence rank {}", rank));
+          auto draw = [&](size_t i) { return i % 7 == 0 ? 0.0 : uniform(random); };
+          const DrawnColumn first = drawn_column(builder, rank, pool, draw);
+          const DrawnColumn second = drawn_column(builder, rank + 4, pool, draw);
+          ASSERT_EQ(first.step.layers, 8);
+          ASSERT_EQ(second.step.layers, 8);
+          detail::TimelineShape::RunOptions options;
+          options.by_template_op = true;
+          std::vector<std::vector<double>> ends;
+          const std::vector<RankTiming> run = detail::TimelineShape({ProgramView(first.step.program, first.flat),
+                                                                     ProgramView(second.step.program, second.flat)},
+                                                                    PairMode::Symmetric)
+                                                  .run({first.seconds, second.seconds}, &ends, options);
+          for (int K : {4, 5}) {
+            ++columns;
+            const std::unique_ptr<detail::LayerComposer> composer =
+                detail::LayerComposer::prepare({&first.step, &second.step}, K);
+            ASSERT_NE(composer, nullptr);
+            const std::optional<std::vector<detail::ComposedColumn>> c =
+                composer->compose({&first.seconds, &second.seconds});
+            if (!c) continue;
+            ++composed;
+            SCOPED_TRACE(fmt::format("composed from {} layers", K));
+            ASSERT_EQ(c->size(), 2u);
+            for (size_t p = 0; p < 2; ++p)
+              expect_like_the_run((*c)[p], FullRun{run[p], ends[p]});
+            EXPECT_EQ(composer->copies(1), copies_of(second));
+          }
+        }
+      },
+      2);
+  EXPECT_GT(columns, 100);
+  EXPECT_GT(composed, columns * 3 / 4);
+}
+
 // What a column composed without unrolling every layer reads off its template: its bounds (the
 // sums of lone_bounds, in the same order, and its forward's bound) and the copies of each template
 // op, as the unrolled order of every layer gives them.
@@ -154,7 +216,8 @@ TEST(LayerComposition, BoundsAndCopiesWithoutUnrollingAreThoseOfEveryLayer) {
     TokenSetPool pool;
     for (int rank : {0, 6}) {
       SCOPED_TRACE(fmt::format("rank {}", rank));
-      const auto [step, flat, seconds] = drawn_column(builder, rank, pool, [&](size_t) { return uniform(random); });
+      const DrawnColumn column = drawn_column(builder, rank, pool, [&](size_t) { return uniform(random); });
+      const auto& [step, flat, seconds] = column;
       const std::optional<detail::LoneBounds> expected = detail::lone_bounds(ProgramView(step.program, flat), seconds);
       ASSERT_TRUE(expected.has_value());
       const std::unique_ptr<detail::LayerComposer> composer = detail::LayerComposer::prepare(step, nullptr, 4);
@@ -165,10 +228,7 @@ TEST(LayerComposition, BoundsAndCopiesWithoutUnrollingAreThoseOfEveryLayer) {
       EXPECT_EQ(bounds->forward_end_s, expected->forward_end_s);
       EXPECT_EQ(bounds->compute_forward_s, expected->compute_forward_s);
       EXPECT_EQ(bounds->compute_backward_s, expected->compute_backward_s);
-      std::vector<uint32_t> copies(step.program.ops.size(), 0);
-      for (const uint32_t op : flat.origin)
-        ++copies[op];
-      EXPECT_EQ(composer->copies(), copies);
+      EXPECT_EQ(composer->copies(), copies_of(column));
       forward_first += expected->forward_end_s < expected->end_s;
       ++columns;
     }
@@ -239,10 +299,11 @@ void expect_near(double composed, double every_layer, double step_ms, const char
   EXPECT_NEAR(composed, every_layer, 1e-9 * step_ms) << what;
 }
 
-// The cost model on a sample of 4 of the 8 ranks (lone columns): the step, its parts and the timed
-// bound composed equal those of timing every layer, and a bound that is the step there is the step
-// composed, to the bit (the search prunes a candidate whose bound reaches the best step).
-TEST(LayerComposition, SampledStepsPriceAndBoundAsTimingEveryLayer) {
+// The cost model on a sample of 4 of the 8 ranks (lone columns, or with 2 pipeline stages two
+// pipeline columns of one micro-batch): the step, its parts and the timed bound composed equal
+// those of timing every layer, and a bound that is the step there is the step composed, to the
+// bit (the search prunes a candidate whose bound reaches the best step).
+void expect_priced_and_bounded_as_every_layer(int stages) {
   const Topology topology = testing::switch_nodes(2, 4, 450);
   CostOptions composing, every_layer;
   composing.max_timed_ranks = every_layer.max_timed_ranks = 4;
@@ -250,34 +311,45 @@ TEST(LayerComposition, SampledStepsPriceAndBoundAsTimingEveryLayer) {
   const CostModel fast(topology, Calibration::defaults(), composing);
   const CostModel reference(topology, Calibration::defaults(), every_layer);
   int plans = 0, bound_is_step = 0, composed = 0;
-  for_each_plan(topology, [&](const Plan& plan) {
-    const CostBreakdown a = fast.evaluate_step(plan), b = reference.evaluate_step(plan);
-    expect_near(a.step_ms, b.step_ms, b.step_ms, "step_ms");
-    expect_near(a.forward_ms, b.forward_ms, b.step_ms, "forward_ms");
-    expect_near(a.compute_ms, b.compute_ms, b.step_ms, "compute_ms");
-    expect_near(a.exposed_comm_ms, b.exposed_comm_ms, b.step_ms, "exposed_comm_ms");
-    expect_near(a.parts.compute_ms, b.parts.compute_ms, b.step_ms, "parts.compute_ms");
-    expect_near(a.parts.imbalance_ms, b.parts.imbalance_ms, b.step_ms, "parts.imbalance_ms");
-    expect_near(a.parts.idle_ms, b.parts.idle_ms, b.step_ms, "parts.idle_ms");
-    expect_near(a.parts.hidden_ms, b.parts.hidden_ms, b.step_ms, "parts.hidden_ms");
-    for (int t = 0; t < kNumCommTiers; ++t)
-      expect_near(a.parts.exposed_ms[t], b.parts.exposed_ms[t], b.step_ms, "parts.exposed_ms");
-    EXPECT_EQ(b.columns_composed, 0);
-    composed += a.columns_composed > 0;
-    EXPECT_EQ(a.volume.p2p_forward, b.volume.p2p_forward);
-    EXPECT_EQ(a.volume.collective_backward, b.volume.collective_backward);
-    const double bound = fast.step_lower_bound_ms(plan), reference_bound = reference.step_lower_bound_ms(plan);
-    expect_near(bound, reference_bound, b.step_ms, "step_lower_bound_ms");
-    EXPECT_LE(bound, a.step_ms);
-    if (reference_bound == b.step_ms) {
-      ++bound_is_step;
-      EXPECT_EQ(bound, a.step_ms);
-    }
-    ++plans;
-  });
-  EXPECT_GT(plans, 40);
+  for_each_plan(
+      topology,
+      [&](const Plan& plan) {
+        const CostBreakdown a = fast.evaluate_step(plan), b = reference.evaluate_step(plan);
+        expect_near(a.step_ms, b.step_ms, b.step_ms, "step_ms");
+        expect_near(a.forward_ms, b.forward_ms, b.step_ms, "forward_ms");
+        expect_near(a.compute_ms, b.compute_ms, b.step_ms, "compute_ms");
+        expect_near(a.exposed_comm_ms, b.exposed_comm_ms, b.step_ms, "exposed_comm_ms");
+        expect_near(a.parts.compute_ms, b.parts.compute_ms, b.step_ms, "parts.compute_ms");
+        expect_near(a.parts.imbalance_ms, b.parts.imbalance_ms, b.step_ms, "parts.imbalance_ms");
+        expect_near(a.parts.idle_ms, b.parts.idle_ms, b.step_ms, "parts.idle_ms");
+        expect_near(a.parts.hidden_ms, b.parts.hidden_ms, b.step_ms, "parts.hidden_ms");
+        for (int t = 0; t < kNumCommTiers; ++t)
+          expect_near(a.parts.exposed_ms[t], b.parts.exposed_ms[t], b.step_ms, "parts.exposed_ms");
+        EXPECT_EQ(b.columns_composed, 0);
+        composed += a.columns_composed > 0;
+        EXPECT_EQ(a.volume.p2p_forward, b.volume.p2p_forward);
+        EXPECT_EQ(a.volume.collective_backward, b.volume.collective_backward);
+        const double bound = fast.step_lower_bound_ms(plan), reference_bound = reference.step_lower_bound_ms(plan);
+        expect_near(bound, reference_bound, b.step_ms, "step_lower_bound_ms");
+        EXPECT_LE(bound, a.step_ms);
+        if (reference_bound == b.step_ms) {
+          ++bound_is_step;
+          EXPECT_EQ(bound, a.step_ms);
+        }
+        ++plans;
+      },
+      stages);
+  EXPECT_GT(plans, stages > 1 ? 30 : 40);
   EXPECT_GT(composed, plans * 3 / 4);
   EXPECT_GT(bound_is_step, plans / 4);
+}
+
+TEST(LayerComposition, SampledStepsPriceAndBoundAsTimingEveryLayer) {
+  expect_priced_and_bounded_as_every_layer(1);
+}
+
+TEST(LayerComposition, SampledPipelineStepsPriceAndBoundAsTimingEveryLayer) {
+  expect_priced_and_bounded_as_every_layer(2);
 }
 
 }  // namespace

@@ -125,8 +125,9 @@ struct CostBreakdown {
   // timed, one per class of ranks that run alike (CostOptions::time_rank_classes); with a sample,
   // its programs less those timed alike with one before. Shows what a pricing cost.
   int programs_timed = 0;
-  // Step scope, a sample: of programs_timed, the lone columns composed from a few of their layers
-  // (CostOptions::composed_layers) instead of run over every layer.
+  // Step scope, a sample: of programs_timed, those composed from a few of their layers
+  // (CostOptions::composed_layers) instead of run over every layer: lone columns, and the stages
+  // of pipeline columns of one micro-batch.
   int columns_composed = 0;
   StepParts parts;  // where step_ms goes (sums to it)
   // Step scope: schedule_hash of the timed ranks' attention programs the step was built from (0
