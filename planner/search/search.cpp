@@ -612,6 +612,13 @@ struct Searcher {
       for (Work* item : batch) {
         Work& w = *item;
         const bool built = guarded(w, [&] {
+          if (!w.step_memory && !options.exact_rejected_memory) {
+            const MemoryEstimate least = step_memory(w.candidate.plan, AttentionFootprint{});
+            if (least.total_GiB > budget_GiB) {  // rejected by fits() without its programs built
+              w.step_memory = least;
+              return;
+            }
+          }
           MemoryEstimate memory;
           w.estimate = model.step_compute_bound_ms(w.candidate.plan, &w.busiest_rank, w.step_memory ? nullptr : &memory,
                                                    budget_GiB, &memo);

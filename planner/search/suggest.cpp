@@ -48,7 +48,8 @@ struct Trial {
     // suggestion names the best plan alone, which pricing one step at a time finds the same.
     options.mode = SearchMode::Heuristic;
     options.priced_top = 1;
-    options.strategy_bests = false;  // no explanation of a trial
+    options.strategy_bests = false;         // no explanation of a trial
+    options.exact_rejected_memory = false;  // nor a list of what it rejects
     options.progress = trial_progress(options.progress);
     try {
       validate(workload, flags);

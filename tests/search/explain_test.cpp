@@ -312,6 +312,42 @@ Workload llama(int64_t seq) {
   return w;
 }
 
+// A trial rejects a candidate whose model state alone exceeds the budget without building its
+// programs: on searches where nothing fits (or only some candidates do), the best plan and the
+// candidates that fit are those of exact rejections, and each rejected candidate reports at most
+// its step's memory.
+TEST_F(Suggestions, TrialsRejectOnTheModelStateAloneWhatExactMemoryRejects) {
+  int checked = 0, by_model_state = 0;
+  struct Case {
+    const char* model;
+    int zero;
+    int64_t seq;
+  };
+  for (const auto& [model, zero, seq] : {Case{"llama-3-70b", 0, 8192}, Case{"llama-3-70b", 1, 32768},
+                                         Case{"llama-3-70b", 3, 131072}, Case{"llama-3-8b", 0, 131072}}) {
+    Workload w = load_workload(model);
+    w.zero_stage = zero;
+    w.seq = seq;
+    SCOPED_TRACE(fmt::format("{} ZeRO {} seq {}", model, zero, seq));
+    SearchOptions exact = options(8, {1, 2}), fast = exact;
+    fast.exact_rejected_memory = false;
+    const SearchResult a = search_plans(topology_, w, model_, fast), b = search_plans(topology_, w, model_, exact);
+    ASSERT_EQ(a.best, b.best);
+    if (b.best >= 0) EXPECT_EQ(a.candidates[size_t(a.best)].cost.step_ms, b.candidates[size_t(b.best)].cost.step_ms);
+    ASSERT_EQ(a.candidates.size(), b.candidates.size());
+    for (size_t i = 0; i < a.candidates.size(); ++i) {
+      const Candidate &x = a.candidates[i], &y = b.candidates[i];
+      EXPECT_EQ(x.feasible, y.feasible);
+      if (x.feasible || !y.cost.memory.total_GiB) continue;
+      EXPECT_LE(x.cost.memory.total_GiB, y.cost.memory.total_GiB);
+      by_model_state += x.cost.memory.total_GiB < y.cost.memory.total_GiB;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 20);
+  EXPECT_GT(by_model_state, checked / 4);
+}
+
 TEST_F(Suggestions, HigherZeroStage) {
   Workload w = llama(4096);
   w.zero_stage = 0;

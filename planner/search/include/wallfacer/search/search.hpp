@@ -63,6 +63,12 @@ struct SearchOptions {
   // is priced, the one pricing every candidate would find (what an explanation compares the winner
   // with: complete_strategy_bests then has nothing left to price).
   bool strategy_bests = false;
+  // Whole step: the memory a candidate rejected for it reports is its step's, its attention
+  // programs built for their footprint. False rejects a candidate whose memory without those
+  // programs (its model state, step_memory with an empty footprint: a lower bound) exceeds the
+  // budget as it is, reporting that lower bound: a suggestion's trial needs only whether some
+  // candidate fits and the best that does, which are the same.
+  bool exact_rejected_memory = true;
   // Threads the search bounds and prices candidates on: independent bounds one candidate per
   // thread, and the candidates it will price next priced ahead; what is bounded, priced and
   // pruned, and the ranking, do not depend on the count (docs/cost-model.md).
