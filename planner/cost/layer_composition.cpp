@@ -272,7 +272,7 @@ class Composer {
     if (!observe(p.at, p.at1, layout.count[kPrologue])) return false;
     for (size_t i = 0; i < layout.count[kPrologue]; ++i)
       steady.moved = steady.moved || shift_[p.at + i] > tolerance_;
-    if (!(steady.moved ? moved_forward_regime(m) : forward_regime(m))) return false;
+    if (!forward_regime(m, steady.moved)) return false;
     // The head, and then every backward run whose forward layer is in the regime, move by what
     // adding a layer moved them; the backward's regime starts at one of those.
     if (!observe(p.at + layout.head(K_), p.at1 + layout.head(K_ + 1), layout.head_ops())) return false;
@@ -390,40 +390,23 @@ class Composer {
     }
   }
 
-  // The forward's regime when the prologue does not move (its first K layers are the longer
-  // run's): the first layer from which it holds, given that some does by the last layer but one.
-  bool forward_regime(size_t m) {
+  // The forward's regime: the first layer from which it holds, given that some does by the last
+  // layer but one. When the prologue does not move, the first K layers are the longer run's; when
+  // it moves (a later stage's, which waits for the stage before), its layers are observed to move,
+  // as a backward's runs are, until the regime starts.
+  bool forward_regime(size_t m, bool moved) {
     const Member& p = members_[m];
     const Layout& layout = p.layout;
     const size_t f = layout.forward_ops();
-    for (int l = 1; l + 1 < K_; ++l) {
-      if (!regime(p.at + layout.forward(l - 1), p.at + layout.forward(l), f, p.at + layout.forward(0),
-                  p.at + layout.forward(K_), false))
-        continue;
-      if (!keeps_rate(p.at + layout.forward(l), f, K_ - l)) return false;
-      steady_[m].forward = l;
-      moved_from_end(p.at + layout.forward(0), p.at + layout.forward(l - 1), p.at + layout.forward(l),
-                     p.at + layout.forward(K_), f, false);
-      return true;
-    }
-    return false;
-  }
-
-  // The forward's regime when the prologue moves (a later stage's, which waits for the stage
-  // before): its layers are observed to move, as a backward's runs are, until the regime starts.
-  bool moved_forward_regime(size_t m) {
-    const Member& p = members_[m];
-    const Layout& layout = p.layout;
-    const size_t f = layout.forward_ops();
-    for (int l = 0; l + 1 < K_; ++l) {
-      if (!observe(p.at + layout.forward(l), p.at1 + layout.forward(l), f)) return false;
+    for (int l = moved ? 0 : 1; l + 1 < K_; ++l) {
+      if (moved && !observe(p.at + layout.forward(l), p.at1 + layout.forward(l), f)) return false;
       if (l == 0 || !regime(p.at + layout.forward(l - 1), p.at + layout.forward(l), f, p.at + layout.forward(0),
-                            p.at + layout.forward(K_), true))
+                            p.at + layout.forward(K_), moved))
         continue;
       if (!keeps_rate(p.at + layout.forward(l), f, K_ - l)) return false;
       steady_[m].forward = l;
       moved_from_end(p.at + layout.forward(0), p.at + layout.forward(l - 1), p.at + layout.forward(l),
-                     p.at + layout.forward(K_), f, true);
+                     p.at + layout.forward(K_), f, moved);
       return true;
     }
     return false;
