@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -469,7 +471,8 @@ class Composer {
 // Runs of K and K + 1 layers, made when first needed.
 struct Attempt {
   int K = 0;
-  std::vector<Member> members;  // with their places in these runs
+  std::optional<bool> laid_out;  // once made: whether the runs are the layout
+  std::vector<Member> members;   // with their places in these runs
   std::unique_ptr<LayerRun> run, more;
   Waits waits;                   // of the K-layer run
   std::vector<uint8_t> section;  // of the K-layer run: by op, program · kSections + section
@@ -479,10 +482,17 @@ struct LayerComposer::Impl {
   std::vector<Member> members;
   std::vector<Attempt> attempts;  // K, then 2K where the layers allow
   int layers = 0;
+  std::mutex making;  // columns sharing the composer may ask for an attempt's runs at once
 
   // The attempt's runs, made the first time; false when they are not the layout.
   bool ready(Attempt& a) {
-    if (a.run) return true;
+    const std::lock_guard lock(making);
+    if (!a.laid_out) a.laid_out = make(a);
+    return *a.laid_out;
+  }
+  // Unrolls and lays out the attempt's runs and what each op waits for; false when the runs are
+  // not the layout.
+  bool make(Attempt& a) {
     a.members = members;
     size_t at = 0, at1 = 0;
     for (Member& m : a.members) {
@@ -650,7 +660,56 @@ std::vector<uint32_t> LayerComposer::copies(size_t program) const {
 }
 
 std::shared_ptr<const FlatStep> LayerComposer::few_layers() const {
-  return impl_->attempts.front().run ? impl_->attempts.front().run->flats.front() : nullptr;
+  const Attempt& a = impl_->attempts.front();
+  return a.laid_out.value_or(false) ? a.run->flats.front() : nullptr;
+}
+
+namespace {
+
+// The place in the column of the program of `rank`, or -1.
+int place_of(const std::vector<int>& ranks, int rank) {
+  const auto at = std::find(ranks.begin(), ranks.end(), rank);
+  return at == ranks.end() ? -1 : int(at - ranks.begin());
+}
+
+// Whether the ops of `a` (in a column of `a_ranks`) and of `b` (in `b_ranks`), of one unrolled
+// order, are alike in all a sampled column's timeline and the composition read of them.
+bool ops_alike(const RankProgram& a, const std::vector<int>& a_ranks, const RankProgram& b,
+               const std::vector<int>& b_ranks) {
+  std::unordered_map<int32_t, int32_t> group_to, group_from;  // a's collective groups <-> b's
+  auto group = [](const RankProgram& p, const Op& op) {
+    return is_collective_stream(op.stream) && op.coll >= 0 ? p.collectives[size_t(op.coll)].group : -1;
+  };
+  for (size_t i = 0; i < a.ops.size(); ++i) {
+    const Op &x = a.ops[i], &y = b.ops[i];
+    if (x.stream != y.stream || x.phase != y.phase || x.kind != y.kind) return false;
+    const int32_t gx = group(a, x), gy = group(b, y);
+    if ((gx < 0) != (gy < 0)) return false;
+    if (gx >= 0 &&
+        (group_to.try_emplace(gx, gy).first->second != gy || group_from.try_emplace(gy, gx).first->second != gx))
+      return false;
+    if (!is_message(x)) continue;
+    if (x.tag != y.tag || is_stage_message(x) != is_stage_message(y)) return false;
+    if (is_stage_message(x) && place_of(a_ranks, x.peer) != place_of(b_ranks, y.peer)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool LayerComposer::serves(const std::vector<const StepTemplate*>& column) const {
+  const std::vector<Member>& members = impl_->members;
+  if (column.size() != members.size()) return false;
+  std::vector<int> own, other;
+  for (size_t m = 0; m < column.size(); ++m) {
+    own.push_back(members[m].step->program.rank);
+    other.push_back(column[m]->program.rank);
+  }
+  for (size_t m = 0; m < column.size(); ++m) {
+    const StepTemplate &a = *members[m].step, &b = *column[m];
+    if (&a != &b && !(same_unrolled_order(a, b) && ops_alike(a.program, own, b.program, other))) return false;
+  }
+  return true;
 }
 
 std::optional<ComposedColumn> compose_layers(const StepTemplate& step, const FlatStep& full,

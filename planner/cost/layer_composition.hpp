@@ -45,8 +45,9 @@ struct ComposedColumn {
 // (the unrolled orders of K and K + 1 layers, their timelines and what each op waits for, made
 // when first needed) and composed for any op durations: the placements of one plan time the same
 // column with different durations. K is `timed_layers`, then twice that where the layers allow,
-// when the first runs have not reached the regimes. Not for several threads at once. A lone
-// column's composer serves one program, a pipeline column's each of its stages.
+// when the first runs have not reached the regimes. Several threads may compose at once (the
+// runs are made under a lock). A lone column's composer serves one program, a pipeline column's
+// each of its stages.
 class LayerComposer {
  public:
   // None when `step` has several micro-batches, chunks or stages, fewer than timed_layers + 2
@@ -77,6 +78,13 @@ class LayerComposer {
   // The unrolled order of the fewest layers timed (once bounds or compose ran): programs of the
   // same unrolled order time alike (times_alike) on it as they do on every layer.
   std::shared_ptr<const FlatStep> few_layers() const;
+  // Whether this composer, prepared for its own column, composes `column` (as many programs) as
+  // one prepared for it would, for any durations: each program has the unrolled order of the one
+  // in its place (same_unrolled_order) and ops alike in all that the runs and the composition read
+  // of them (stream, phase and kind; a message's tag; a stage message's other end in the same place
+  // of the column; collectives on groups in the same pattern, for the folding). A sample's columns
+  // mostly unroll alike and differ in their durations alone: they share one composer's runs.
+  bool serves(const std::vector<const StepTemplate*>& column) const;
 
   struct Impl;
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -312,6 +313,38 @@ struct LoneColumn {
   TimedGroup group;
 };
 
+// The composers one pricing has prepared, shared by the columns each serves
+// (detail::LayerComposer::serves): a sample's columns mostly unroll alike and differ in their
+// durations alone (at 1,024 GPUs, the 32 two-stage columns of a zigzag ring all do), so the runs of
+// a few layers, their timelines and what each op waits for are made once, not once a column. The
+// latest few are kept (each holds two runs of a column); columns timed ahead on lent threads ask
+// too. With `share` false every column gets its own.
+class SharedComposers {
+ public:
+  SharedComposers(int timed_layers, bool share) : timed_layers_(timed_layers), share_(share) {}
+  // A composer of `column` (one template, or a pipeline column's), none when it cannot be composed.
+  std::shared_ptr<detail::LayerComposer> of(const std::vector<const StepTemplate*>& column) {
+    const std::lock_guard lock(mutex_);
+    if (share_)
+      for (const std::shared_ptr<detail::LayerComposer>& kept : kept_)
+        if (kept->serves(column)) return kept;
+    std::shared_ptr<detail::LayerComposer> made =
+        column.size() == 1 ? detail::LayerComposer::prepare(*column.front(), nullptr, timed_layers_)
+                           : detail::LayerComposer::prepare(column, timed_layers_);
+    if (!made || !share_) return made;
+    if (kept_.size() == kKept) kept_.erase(kept_.begin());
+    kept_.push_back(made);
+    return made;
+  }
+
+ private:
+  static constexpr size_t kKept = 4;
+  const int timed_layers_;
+  const bool share_;
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<detail::LayerComposer>> kept_;  // the latest made last
+};
+
 // Template p's lone column (its unrolled order the group's only flat step) composed from
 // `composed_layers` of its layers (detail::compose_layers): its timing, with the ends of every op
 // in the group. None when it is not composed (composed_layers 0, or layers that do not repeat).
@@ -336,8 +369,8 @@ std::optional<detail::RankTiming> composed_column(const StepTemplate& step, cons
 std::optional<TimedGroup> composed_pipeline(const std::vector<StepTemplate>& templates,
                                             const std::vector<std::vector<double>>& once,
                                             const std::vector<size_t>& group, std::optional<size_t> ends_of,
-                                            int composed_layers, std::vector<detail::RankTiming>& timings,
-                                            UnrolledOrders& orders) {
+                                            int composed_layers, SharedComposers& composers,
+                                            std::vector<detail::RankTiming>& timings, UnrolledOrders& orders) {
   if (composed_layers <= 0 || group.size() < 2) return std::nullopt;
   std::vector<const StepTemplate*> column;
   std::vector<const std::vector<double>*> seconds;
@@ -345,7 +378,7 @@ std::optional<TimedGroup> composed_pipeline(const std::vector<StepTemplate>& tem
     column.push_back(&templates[p]);
     seconds.push_back(&once[p]);
   }
-  const std::unique_ptr<detail::LayerComposer> composer = detail::LayerComposer::prepare(column, composed_layers);
+  const std::shared_ptr<detail::LayerComposer> composer = composers.of(column);
   if (!composer) return std::nullopt;
   std::optional<std::vector<detail::ComposedColumn>> composed = composer->compose(seconds);
   if (!composed) return std::nullopt;
@@ -379,10 +412,9 @@ struct ComposedLone {
 
 std::optional<ComposedLone> compose_without_unrolling(const StepTemplate& step, const std::vector<double>& once,
                                                       size_t p, UnrolledOrders& orders, const TimedSoFar& known,
-                                                      int composed_layers) {
+                                                      int composed_layers, SharedComposers& composers) {
   if (composed_layers <= 0) return std::nullopt;
-  const std::unique_ptr<detail::LayerComposer> composer =
-      detail::LayerComposer::prepare(step, nullptr, composed_layers);
+  const std::shared_ptr<detail::LayerComposer> composer = composers.of({&step});
   if (!composer) return std::nullopt;
   ComposedLone c;
   c.bounds = composer->bounds(once);
@@ -406,10 +438,11 @@ std::optional<ComposedLone> compose_without_unrolling(const StepTemplate& step, 
 // Template p's column timed alone with its own unrolled order, as the pricing times a column
 // whose order no earlier column has (no order library: nothing timed before shares its order).
 LoneColumn time_lone_column(const std::vector<StepTemplate>& templates, const std::vector<double>& once, size_t p,
-                            UnrolledOrders& orders, const TimedSoFar& known, int composed_layers) {
+                            UnrolledOrders& orders, const TimedSoFar& known, int composed_layers,
+                            SharedComposers& composers) {
   LoneColumn c;
   std::optional<ComposedLone> composed =
-      compose_without_unrolling(templates[p], once, p, orders, known, composed_layers);
+      compose_without_unrolling(templates[p], once, p, orders, known, composed_layers, composers);
   if (composed && !composed->failed) {
     c.bounds = composed->bounds;
     c.timing = composed->timing;
@@ -475,6 +508,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   // Their waiting structure too, shared by the groups (each group is a shape of its own).
   auto library = std::make_unique<detail::OrderLibrary>();
   LoneColumns lone(templates, once);
+  SharedComposers composers(options_.composed_layers, options_.share_composers);
   double latest_end = 0, latest_forward = 0;  // among the programs timed so far
   int programs_timed = 0;                     // by the groups' first timings
   int columns_composed = 0;                   // of those, lone columns composed from a few layers
@@ -489,7 +523,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       return TimedGroup{};
     }
     std::optional<ComposedLone> c = compose_without_unrolling(
-        templates[p], once[p], p, orders, TimedSoFar{latest_end, latest_forward}, options_.composed_layers);
+        templates[p], once[p], p, orders, TimedSoFar{latest_end, latest_forward}, options_.composed_layers, composers);
     compose = !c;
     if (c && c->left_out) {
       timings[p] = *LoneColumns::left_out(c->bounds, latest_end, latest_forward);
@@ -544,8 +578,8 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       }
     } else {
       if (mode == detail::PairMode::Symmetric)
-        if (std::optional<TimedGroup> c =
-                composed_pipeline(templates, once, group, ends_of, options_.composed_layers, timings, orders)) {
+        if (std::optional<TimedGroup> c = composed_pipeline(templates, once, group, ends_of, options_.composed_layers,
+                                                            composers, timings, orders)) {
           if (first) programs_timed += int(group.size()), columns_composed += int(group.size());
           return std::move(*c);
         }
@@ -598,7 +632,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   if (!may_time_ahead.empty())
     ahead.emplace(may_time_ahead, kColumnsAhead, [&](size_t v, const TimedSoFar& known) {
       const size_t p = groups[visit[v]][0];
-      return time_lone_column(templates, once[p], p, orders, known, options_.composed_layers);
+      return time_lone_column(templates, once[p], p, orders, known, options_.composed_layers, composers);
     });
   auto take_ahead = [&](size_t v) {
     const size_t p = groups[visit[v]][0];

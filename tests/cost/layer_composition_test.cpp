@@ -294,6 +294,115 @@ TEST(LayerComposition, ColumnsWhoseLayersSettleLaterThanTheRunsAreTimedWhole) {
   EXPECT_GT(refused, slowed / 2);
 }
 
+// Columns served by another column's composer (LayerComposer::serves): composed to the bit as by
+// a composer prepared for them, lone columns and two-stage pipeline columns alike; and a column
+// whose template differs in what the runs read (a message's tag, an op's stream) is not served.
+TEST(LayerComposition, ASharedComposerComposesTheColumnsItServesAsTheirOwn) {
+  const Topology topology = testing::switch_nodes(2, 4);
+  std::mt19937_64 random(23);
+  std::uniform_real_distribution<double> uniform(0.0, 1e-3);
+  auto draw = [&](size_t i) { return i % 5 == 0 ? 0.0 : uniform(random); };
+  int served = 0, refused = 0, altered = 0;
+  for (int stages : {1, 2}) {
+    const int per_stage = 8 / stages;
+    for_each_plan(
+        topology,
+        [&](const Plan& plan) {
+          const StepBuilder builder(plan);
+          TokenSetPool pool;
+          auto column_of = [&](int stage_rank) {
+            std::vector<DrawnColumn> column;
+            for (int stage = 0; stage < stages; ++stage)
+              column.push_back(drawn_column(builder, stage_rank + stage * per_stage, pool, draw));
+            return column;
+          };
+          auto pointers = [](const std::vector<DrawnColumn>& column) {
+            std::vector<const StepTemplate*> steps;
+            std::vector<const std::vector<double>*> seconds;
+            for (const DrawnColumn& c : column) {
+              steps.push_back(&c.step);
+              seconds.push_back(&c.seconds);
+            }
+            return std::pair(steps, seconds);
+          };
+          auto prepare = [&](const std::vector<const StepTemplate*>& steps) {
+            return steps.size() == 1 ? detail::LayerComposer::prepare(*steps.front(), nullptr, 4)
+                                     : detail::LayerComposer::prepare(steps, 4);
+          };
+          const std::vector<DrawnColumn> first = column_of(0);
+          const std::unique_ptr<detail::LayerComposer> shared = prepare(pointers(first).first);
+          ASSERT_NE(shared, nullptr);
+          EXPECT_TRUE(shared->serves(pointers(first).first));
+          for (int stage_rank = 1; stage_rank < per_stage; ++stage_rank) {
+            SCOPED_TRACE(fmt::format("stage rank {}", stage_rank));
+            const std::vector<DrawnColumn> column = column_of(stage_rank);
+            const auto [steps, seconds] = pointers(column);
+            if (!shared->serves(steps)) {
+              ++refused;
+              continue;
+            }
+            ++served;
+            const std::unique_ptr<detail::LayerComposer> own = prepare(steps);
+            ASSERT_NE(own, nullptr);
+            const auto a = shared->compose(seconds), b = own->compose(seconds);
+            ASSERT_EQ(a.has_value(), b.has_value());
+            for (size_t p = 0; a && p < a->size(); ++p) {
+              EXPECT_EQ((*a)[p].ends, (*b)[p].ends);
+              EXPECT_EQ((*a)[p].timing.end_s, (*b)[p].timing.end_s);
+              EXPECT_EQ((*a)[p].timing.forward_end_s, (*b)[p].timing.forward_end_s);
+              EXPECT_EQ((*a)[p].timing.compute_backward_s, (*b)[p].timing.compute_backward_s);
+              EXPECT_EQ(shared->copies(p), own->copies(p));
+            }
+            if (stages == 1) EXPECT_EQ(shared->bounds(column[0].seconds)->end_s, own->bounds(column[0].seconds)->end_s);
+            // The same column with one message's tag, or one op's stream, changed is not served.
+            std::vector<DrawnColumn> tagged = column, streamed = column;
+            RankProgram& program = tagged.back().step.program;
+            const auto message = std::find_if(program.ops.begin(), program.ops.end(), [](const Op& op) {
+              return detail::is_message(op) && !is_stage_message(op);
+            });
+            if (message != program.ops.end()) {
+              message->tag += 1000;
+              EXPECT_FALSE(shared->serves(pointers(tagged).first));
+              ++altered;
+            }
+            Op& last = streamed.back().step.program.ops.back();
+            last.stream = last.stream == Stream::Compute ? Stream::Collective : Stream::Compute;
+            EXPECT_FALSE(shared->serves(pointers(streamed).first));
+          }
+        },
+        stages);
+  }
+  EXPECT_GT(served, 100);
+  EXPECT_GT(altered, 50);
+  EXPECT_GT(refused, 0);  // a causal ring's ranks run different orders
+}
+
+// The cost model prices a sample's steps alike, to the bit, whether its columns share composers
+// (CostOptions::share_composers) or each prepares its own.
+TEST(LayerComposition, SampledStepsPriceAlikeWithComposersSharedOrNot) {
+  const Topology topology = testing::switch_nodes(2, 4, 450);
+  CostOptions shared, own;
+  shared.max_timed_ranks = own.max_timed_ranks = 4;
+  own.share_composers = false;
+  const CostModel a_model(topology, Calibration::defaults(), shared), b_model(topology, Calibration::defaults(), own);
+  int plans = 0;
+  for (int stages : {1, 2})
+    for_each_plan(
+        topology,
+        [&](const Plan& plan) {
+          const CostBreakdown a = a_model.evaluate_step(plan), b = b_model.evaluate_step(plan);
+          EXPECT_EQ(a.step_ms, b.step_ms);
+          EXPECT_EQ(a.forward_ms, b.forward_ms);
+          EXPECT_EQ(a.parts.idle_ms, b.parts.idle_ms);
+          EXPECT_EQ(a.parts.hidden_ms, b.parts.hidden_ms);
+          EXPECT_EQ(a.parts.exposed_total_ms(), b.parts.exposed_total_ms());
+          EXPECT_EQ(a.columns_composed, b.columns_composed);
+          plans += a.columns_composed > 0;
+        },
+        stages);
+  EXPECT_GT(plans, 60);
+}
+
 // Within 1e-9 of the step: the parts are cut at op ends, each of them rounded its own way.
 void expect_near(double composed, double every_layer, double step_ms, const char* what) {
   EXPECT_NEAR(composed, every_layer, 1e-9 * step_ms) << what;

@@ -76,6 +76,11 @@ struct CostOptions {
   // layers do not is timed whole. Equal up to rounding; 0 times every layer, the reference the
   // tests compare it with.
   int composed_layers = 4;
+  // Whole step, composed columns (composed_layers): a pricing prepares the runs of a few layers
+  // once for the columns that unroll alike and differ in their durations alone
+  // (detail::LayerComposer::serves), as most of a sample's do. Exact; false prepares each
+  // column's own, the reference the tests compare it with.
+  bool share_composers = true;
 };
 
 // Where a transfer runs, by the slowest kind of link on its way: NVLink or NVSwitch inside a node,
