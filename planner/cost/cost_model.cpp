@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <set>
 
@@ -428,6 +429,24 @@ std::vector<std::vector<double>> CostModel::template_op_durations(
   for (size_t p = 0; p < templates.size(); ++p)
     duration[p] = pricer.durations(*templates[p]);
   return duration;
+}
+
+std::vector<double> CostModel::template_sync_seconds(const Plan& plan, const Schedule& step,
+                                                     const std::vector<const RankProgram*>& templates,
+                                                     const std::vector<std::vector<uint32_t>>& copies) const {
+  detail::NetworkPricer network(topology_, plan, step.flow_sets, tree_prices_.get(), flow_prices_.get());
+  OpPricer pricer{step, network, ComputeTimer(topology_.gpu(), calibration_, plan.workload)};
+  std::vector<double> longest(templates.size(), 0.0);
+  for (size_t p = 0; p < templates.size(); ++p) {
+    std::array<double, kNumStreams> by_stream{};
+    for (size_t i = 0; i < templates[p]->ops.size(); ++i) {
+      const Op& op = templates[p]->ops[i];
+      if ((op.label == StepOp::GradSync || op.label == StepOp::ParamGather) && copies[p][i] > 0)
+        by_stream[size_t(op.stream)] += copies[p][i] * pricer.seconds(op, *templates[p]);
+    }
+    longest[p] = *std::max_element(by_stream.begin(), by_stream.end());
+  }
+  return longest;
 }
 
 CostBreakdown CostModel::time_schedule(const Plan& plan, const detail::TimelineShape& shape,

@@ -409,16 +409,7 @@ struct BoundColumn {
   // from `layers` of its layers, as the step's pricing composes it (so that a bound that is the
   // step is the step to the bit); none when the column is not sampled or its layers do not repeat.
   std::optional<std::vector<detail::RankTiming>> composed(const std::vector<std::vector<double>>& once, int layers) {
-    if (!busiest.sampled || layers <= 0) return std::nullopt;
-    if (!composer_prepared) {
-      std::vector<const StepTemplate*> column;
-      for (const StepTemplate& t : templates)
-        column.push_back(&t);
-      composer = column.size() == 1 ? detail::LayerComposer::prepare(templates[0], nullptr, layers)
-                                    : detail::LayerComposer::prepare(column, layers);
-    }
-    composer_prepared = true;
-    if (!composer) return std::nullopt;
+    if (!busiest.sampled || layers <= 0 || !prepare(layers)) return std::nullopt;
     if (templates.size() == 1) {
       const std::optional<detail::LoneBounds> bounds = composer->bounds(once[0]);
       if (!bounds) return std::nullopt;
@@ -436,11 +427,34 @@ struct BoundColumn {
       timings.push_back(program.timing);
     return timings;
   }
+  // How many copies of each template op the column's step holds, read off the composer without
+  // unrolling every layer; none when its layers cannot be composed.
+  std::optional<std::vector<std::vector<uint32_t>>> copies(int layers) {
+    if (!prepare(layers)) return std::nullopt;
+    std::vector<std::vector<uint32_t>> copies;
+    for (size_t p = 0; p < templates.size(); ++p)
+      copies.push_back(composer->copies(p));
+    return copies;
+  }
+  // The column's composer, prepared the first time (none when its layers cannot be composed).
+  detail::LayerComposer* prepare(int layers) {
+    if (!composer_prepared) {
+      std::vector<const StepTemplate*> column;
+      for (const StepTemplate& t : templates)
+        column.push_back(&t);
+      composer = column.size() == 1 ? detail::LayerComposer::prepare(templates[0], nullptr, layers)
+                                    : detail::LayerComposer::prepare(column, layers);
+    }
+    composer_prepared = true;
+    return composer.get();
+  }
   std::unique_ptr<detail::LayerComposer> composer;  // prepared at the first placement
   bool composer_prepared = false;
 };
 
-std::unique_ptr<BoundColumn> bound_column(const Plan& plan, BoundRank busiest) {
+// The busiest column's step templates; with `attention` ComputeOnly, the attention programs hold
+// their compute alone (the synchronisation bound reads the other streams of the step).
+std::unique_ptr<BoundColumn> bound_column(const Plan& plan, BoundRank busiest, BuildMode attention = BuildMode::Full) {
   auto column = std::make_unique<BoundColumn>();
   column->plan = placement_free(plan);
   column->busiest = busiest;
@@ -450,8 +464,14 @@ std::unique_ptr<BoundColumn> bound_column(const Plan& plan, BoundRank busiest) {
   column->step.flow_sets = builder.flow_sets();
   const int Pp = plan.params.pipeline_parallel, W = plan.num_ranks() / Pp;
   column->templates.reserve(size_t(Pp));
-  for (int p = 0; p < Pp; ++p)
-    column->templates.push_back(builder.build_template(p * W + rank % W, column->step.tokens));
+  for (int p = 0; p < Pp; ++p) {
+    const int stage_rank = p * W + rank % W;
+    column->templates.push_back(
+        attention == BuildMode::Full
+            ? builder.build_template(stage_rank, column->step.tokens)
+            : builder.build_template(builder.build_attention(stage_rank, column->step.tokens, attention),
+                                     column->step.tokens));
+  }
   for (const StepTemplate& t : column->templates)
     column->programs.push_back(&t.program);
   return column;
@@ -461,6 +481,28 @@ std::unique_ptr<BoundColumn> bound_column(const Plan& plan, BoundRank busiest) {
 
 double CostModel::step_lower_bound_ms(const Plan& plan, BoundRank busiest) const {
   return step_lower_bounds_ms({{&plan, busiest}}).front();
+}
+
+std::vector<double> CostModel::step_sync_bounds_ms(const std::vector<BoundedPlan>& plans) const {
+  // Sums of up to millions of copies, each rounded its own way, against a run's chain of ends.
+  constexpr double kMargin = 1e-9;
+  std::vector<double> bounds;
+  std::unique_ptr<BoundColumn> column;  // the last one built
+  std::optional<std::vector<std::vector<uint32_t>>> copies;
+  for (auto [plan, busiest] : plans) {
+    WF_ASSERT(plan->scope == Scope::Step, "step_sync_bounds_ms needs a plan of step scope");
+    if (busiest.rank < 0) step_compute_bound_ms(*plan, &busiest);
+    if (!column || !column->serves(*plan, busiest)) {
+      column = bound_column(*plan, busiest, BuildMode::ComputeOnly);
+      copies = column->copies(std::max(4, options_.composed_layers));
+    }
+    double longest = 0;
+    if (copies)
+      for (const double seconds : template_sync_seconds(*plan, column->step, column->programs, *copies))
+        longest = std::max(longest, seconds);
+    bounds.push_back(longest * 1e3 * (1 - kMargin));
+  }
+  return bounds;
 }
 
 std::vector<double> CostModel::step_lower_bounds_ms(const std::vector<BoundedPlan>& plans) const {

@@ -7,13 +7,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <future>
 #include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
 #include <queue>
-#include <set>
 #include <thread>
 
 #include <wallfacer/core/errors.hpp>
@@ -43,8 +43,9 @@ struct Work {
   Schedule schedule;       // timed ranks built so far
   double lower_bound = 0;  // step time of the first timed rank, best over orders
   bool bounded = false;
-  double estimate = 0;     // closed-form screen, rescaled per strategy
-  BoundRank busiest_rank;  // whole step: the timed rank with the most compute (its bound's rank)
+  double estimate = 0;      // closed-form screen, rescaled per strategy
+  BoundRank busiest_rank;   // whole step: the timed rank with the most compute (its bound's rank)
+  bool sync_bound = false;  // whole step: the estimate is its synchronisation stream's bound
   // Whole step: the step memory of the chosen ZeRO stage and checkpointing mode, when
   // choose_memory_settings computed it (what evaluate_step would report, from the same model).
   std::optional<MemoryEstimate> step_memory;
@@ -553,42 +554,6 @@ struct Searcher {
     c.reason = std::move(reason);
   }
 
-  // Speculation for StepJobs: the candidates the queue holds next that the best step so far
-  // does not prune, in the order the search will take them, while threads are free: the timed
-  // bound of one still keyed by its compute bound, the step of one keyed by its timed bound. A
-  // step is priced ahead only when its bound is within kPriceAheadReach of the first timed bound
-  // in line (`timed`, the one being priced, or infinity): a step is seldom that far above its
-  // bound, so a candidate further out would most likely be pruned by the step priced first
-  // (at 16,384 GPUs the runner-up's bound is 3.6 times the best step), and its price, the
-  // costliest job, would only slow the one the search waits for. Except a step that will be priced
-  // whatever the others cost: with strategy_bests, the first in line of a strategy none of whose
-  // candidates is priced or being decided on (`deciding`, the strategy of the one the search
-  // holds), which would otherwise wait for every other step (docs/cost-model.md).
-  static constexpr double kPriceAheadReach = 1.5;
-  static constexpr double kNoStop = std::numeric_limits<double>::infinity();
-  template <typename Queue, typename Threshold>
-  static void work_ahead(detail::StepJobs& jobs, const Queue& queued, const std::vector<Work*>& feasible,
-                         const Threshold& threshold, double timed, StrategyKind deciding) {
-    if (jobs.busy()) return;  // one thread, or all of them working: no copy of the queue
-    Queue queue = queued;
-    std::set<StrategyKind> met = {deciding};  // strategies with a candidate ahead in line
-    while (!queue.empty() && !jobs.busy()) {
-      const Queued q = queue.top();
-      queue.pop();
-      const Work& w = *feasible[q.order];
-      const bool first_of_strategy = met.insert(w.candidate.plan.strategy).second;
-      const std::optional<double> stop = threshold(w);
-      if (stop && detail::beyond(q, *stop)) continue;  // pruned now, whatever is priced before it
-      if (!q.timed) {
-        jobs.bound_ahead(q.order);
-        continue;
-      }
-      timed = std::min(timed, q.key);
-      if (q.key <= timed * kPriceAheadReach || (!stop && first_of_strategy))
-        jobs.price_ahead(q.order, w.candidate.plan);
-    }
-  }
-
   // The compute bounds (and the memory where it is not known yet; a candidate whose memory cannot
   // fit is not bounded) are independent of each other: one candidate per thread at a time, the
   // largest first (by the ops of its timed attention programs, which its step templates build
@@ -629,9 +594,34 @@ struct Searcher {
         if (options.progress && std::this_thread::get_id() == caller)
           options.progress("bounds", reported = now, largest_first.size());
       }
+      raise_to_sync_bounds(batch);
     });
     if (options.progress && reported < largest_first.size())
       options.progress("bounds", largest_first.size(), largest_first.size());
+  }
+
+  // Raises one plan's placements' compute bounds to their synchronisation's where longer (keyed by
+  // compute, the communication-bound ones, under ZeRO 3 most, were timed before the best step was
+  // known). A column the builders refuse is left to the timed bound, which rejects it.
+  void raise_to_sync_bounds(const std::vector<Work*>& batch) {
+    std::vector<Work*> raised;
+    std::vector<CostModel::BoundedPlan> plans;
+    for (Work* w : batch)
+      if (w->candidate.feasible && std::isfinite(w->estimate) && w->step_memory &&
+          w->step_memory->total_GiB <= budget_GiB) {
+        raised.push_back(w);
+        plans.emplace_back(&w->candidate.plan, w->busiest_rank);
+      }
+    std::vector<double> sync;
+    try {
+      if (!plans.empty()) sync = model.step_sync_bounds_ms(plans);
+    } catch (const InputError&) {
+      return;
+    } catch (const ScheduleError&) {
+      return;
+    }
+    for (size_t k = 0; k < sync.size(); ++k)
+      if (sync[k] > raised[k]->estimate) raised[k]->estimate = sync[k], raised[k]->sync_bound = true;
   }
 
   void price_steps() {
@@ -691,23 +681,26 @@ struct Searcher {
       const std::optional<double> stop = threshold(w);
       if (stop && detail::beyond(q, *stop)) {
         if (options.progress) options.progress("steps", done++, feasible.size());
-        prune_step(w, q.key, detail::pruned_reason(q, pipelined));
+        prune_step(w, q.key, detail::pruned_reason(q, pipelined, w.sync_bound));
         continue;
       }
       if (!q.timed) {
-        auto more_ahead = [&] { work_ahead(jobs, queue, feasible, threshold, kNoStop, c.plan.strategy); };
+        auto more_ahead = [&] {
+          detail::work_ahead(jobs, queue, feasible, threshold, detail::kNoStop, c.plan.strategy);
+        };
         jobs.bound_ahead(q.order);
         more_ahead();
         queue.push({std::max(q.key, jobs.bound(q.order, more_ahead)), q.order, true});
         continue;
       }
       if (options.progress) options.progress("steps", done++, feasible.size());
-      auto more_ahead = [&] { work_ahead(jobs, queue, feasible, threshold, q.key, c.plan.strategy); };
+      auto more_ahead = [&] { detail::work_ahead(jobs, queue, feasible, threshold, q.key, c.plan.strategy); };
       jobs.price_ahead(q.order, c.plan);
       more_ahead();
       // Its sampled columns, timed one by one, may rise above the step to beat before the last.
       c.cost = jobs.price(q.order, c.plan, more_ahead);
-      if (const std::optional<detail::ColumnsAbove> above = detail::columns_above(c.cost, stop.value_or(kNoStop))) {
+      if (const std::optional<detail::ColumnsAbove> above =
+              detail::columns_above(c.cost, stop.value_or(detail::kNoStop))) {
         prune_step(w, above->latest_ms, detail::pruned_reason(*above, pipelined));
         continue;
       }
@@ -721,7 +714,7 @@ struct Searcher {
       if (int(top.size()) > std::max(1, options.priced_top)) top.pop();
       if (int(top.size()) == std::max(1, options.priced_top)) best = top.top();
       for (const StrategyKind strategy : all_strategies())
-        jobs.set_stop(strategy, threshold_of(strategy).value_or(kNoStop));
+        jobs.set_stop(strategy, threshold_of(strategy).value_or(detail::kNoStop));
     }
   }
 

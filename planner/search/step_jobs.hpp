@@ -17,6 +17,7 @@
 #include <wallfacer/plan/plan.hpp>
 #include "parallel.hpp"
 #include "placement_batches.hpp"
+#include "step_queue.hpp"
 
 namespace wallfacer::detail {
 
@@ -187,5 +188,42 @@ class StepJobs {
   }
   WorkerThreads workers_;  // last: destroyed first, finishing the jobs that use the members above
 };
+
+// Speculation for StepJobs: the candidates the queue holds next that the best step so far
+// does not prune, in the order the search will take them, while threads are free: the timed
+// bound of one still keyed by its compute bound, the step of one keyed by its timed bound. A
+// step is priced ahead only when its bound is within kPriceAheadReach of the first timed bound
+// in line (`timed`, the one being priced, or infinity): a step is seldom that far above its
+// bound, so a candidate further out would most likely be pruned by the step priced first
+// (at 16,384 GPUs the runner-up's bound is 3.6 times the best step), and its price, the
+// costliest job, would only slow the one the search waits for. Except a step that will be priced
+// whatever the others cost: with strategy_bests, the first in line of a strategy none of whose
+// candidates is priced or being decided on (`deciding`, the strategy of the one the search
+// holds), which would otherwise wait for every other step (docs/cost-model.md).
+inline constexpr double kPriceAheadReach = 1.5;
+inline constexpr double kNoStop = std::numeric_limits<double>::infinity();  // no step to beat
+// `feasible[q.order]` is the candidate of queue entry q (its `candidate.plan`), `threshold(it)`
+// the step it must beat, if any.
+template <typename Queue, typename Item, typename Threshold>
+void work_ahead(StepJobs& jobs, const Queue& queued, const std::vector<Item*>& feasible, const Threshold& threshold,
+                double timed, StrategyKind deciding) {
+  if (jobs.busy()) return;  // one thread, or all of them working: no copy of the queue
+  Queue queue = queued;
+  std::set<StrategyKind> met = {deciding};  // strategies with a candidate ahead in line
+  while (!queue.empty() && !jobs.busy()) {
+    const QueuedStep q = queue.top();
+    queue.pop();
+    const Item& w = *feasible[q.order];
+    const bool first_of_strategy = met.insert(w.candidate.plan.strategy).second;
+    const std::optional<double> stop = threshold(w);
+    if (stop && beyond(q, *stop)) continue;  // pruned now, whatever is priced before it
+    if (!q.timed) {
+      jobs.bound_ahead(q.order);
+      continue;
+    }
+    timed = std::min(timed, q.key);
+    if (q.key <= timed * kPriceAheadReach || (!stop && first_of_strategy)) jobs.price_ahead(q.order, w.candidate.plan);
+  }
+}
 
 }  // namespace wallfacer::detail

@@ -44,8 +44,11 @@ inline std::optional<ColumnsAbove> columns_above(const CostBreakdown& cost, doub
 }
 
 // The reason a pruned candidate is listed with, at its key.
-inline std::string pruned_reason(const QueuedStep& q, bool pipelined) {
-  if (!q.timed) return fmt::format("compute alone takes {:.3f} ms, above the best step", q.key);
+// `synchronisation`: an untimed key is the synchronisation stream's bound, not the compute's.
+inline std::string pruned_reason(const QueuedStep& q, bool pipelined, bool synchronisation) {
+  if (!q.timed)
+    return fmt::format("{} alone takes {:.3f} ms, above the best step",
+                       synchronisation ? "its gradient and weight synchronisation" : "compute", q.key);
   return fmt::format("{} alone takes {:.3f} ms, above the best step",
                      pipelined ? "the pipeline column of its busiest rank" : "its busiest rank", q.key);
 }

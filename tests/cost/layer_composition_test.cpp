@@ -403,6 +403,38 @@ TEST(LayerComposition, SampledStepsPriceAlikeWithComposersSharedOrNot) {
   EXPECT_GT(plans, 60);
 }
 
+// The synchronisation stream's bound (CostModel::step_sync_bounds_ms) of every sampled plan, lone
+// columns and two-stage pipeline columns, ZeRO 0 to 3: never above the timed bound; under ZeRO 3
+// never zero where the columns compose (the weight gathers run on that stream); and where compute
+// is negligible and the gathers cross a 100 Gb/s NIC, most of the timed bound.
+TEST(LayerComposition, SyncStreamBoundsStayBelowTheTimedBoundAndCarryZero3Steps) {
+  int plans = 0, zero3 = 0, carried = 0;
+  for (const bool fast_compute : {false, true}) {
+    const Topology topology = testing::switch_nodes(2, 4, 450, fast_compute);
+    CostOptions sampled;
+    sampled.max_timed_ranks = 4;
+    const CostModel model(topology, Calibration::defaults(), sampled);
+    for (int stages : {1, 2})
+      for_each_plan(
+          topology,
+          [&](const Plan& plan) {
+            const double timed = model.step_lower_bound_ms(plan);
+            const double sync = model.step_sync_bounds_ms({{&plan, BoundRank{}}}).front();
+            EXPECT_LE(sync, timed);
+            ++plans;
+            // Columns whose layers cannot be composed get no bound (their copies would need every
+            // layer unrolled): the pricing composes none of them either.
+            if (plan.workload.zero_stage != 3 || model.evaluate_step(plan).columns_composed == 0) return;
+            ++zero3;
+            EXPECT_GT(sync, 0);
+            carried += fast_compute && sync > 0.5 * timed;
+          },
+          stages);
+  }
+  EXPECT_GT(plans, 150);
+  EXPECT_GT(carried, zero3 / 4);
+}
+
 // Within 1e-9 of the step: the parts are cut at op ends, each of them rounded its own way.
 void expect_near(double composed, double every_layer, double step_ms, const char* what) {
   EXPECT_NEAR(composed, every_layer, 1e-9 * step_ms) << what;

@@ -10,6 +10,7 @@
 #include <regex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <wallfacer/core/errors.hpp>
@@ -403,13 +404,19 @@ TEST(StepSearch, BoundsNeverPruneTheBestStep) {
 // candidate priced, memory checked) finds no step below a pruned candidate's bound, and each
 // strategy's best step among those the search priced is its best of all; on three threads the
 // same candidates are priced and pruned, for the same reasons. On 32 GPUs sampled at 8 ranks,
-// some pricings stop at a column past the step to beat (CostModel::evaluate_step).
+// some pricings stop at a column past the step to beat (CostModel::evaluate_step); under ZeRO 3
+// some candidates are pruned on their synchronisation stream's bound before any timing.
 TEST(StepSearch, SampledBoundsAndStrategyBestsAgreeWithPricingEveryCandidate) {
-  int timed_pruned = 0, columns_pruned = 0;
-  for (const auto& [nodes, sample] : {std::pair{2, 4}, std::pair{4, 8}}) {
-    SCOPED_TRACE(fmt::format("{} nodes, {} ranks timed", nodes, sample));
+  int timed_pruned = 0, columns_pruned = 0, sync_pruned = 0;
+  for (const auto& [nodes, sample, zero] : {std::tuple{2, 4, 1}, std::tuple{4, 8, 1}, std::tuple{4, 8, 3}}) {
+    SCOPED_TRACE(fmt::format("{} nodes, {} ranks timed, ZeRO {}", nodes, sample, zero));
     const Topology topology = Topology::load("dgx-h100", nodes);
-    const Workload w = small_step_workload();
+    Workload w = small_step_workload();
+    w.zero_stage = zero;
+    if (zero == 3) {  // enough layers for the columns to compose (their copies counted), tokens
+      w.layers = 8;   // few enough for the weight gathers to outlast the compute of some layouts
+      w.seq = 8192;
+    }
     CostOptions sampled;
     sampled.max_timed_ranks = sample;
     const CostModel model(topology, Calibration::defaults(), sampled);
@@ -428,6 +435,7 @@ TEST(StepSearch, SampledBoundsAndStrategyBestsAgreeWithPricingEveryCandidate) {
       if (c.pruned) {
         EXPECT_LE(c.cost.step_ms, full.step_ms * (1 + 1e-12)) << c.describe_params() << ": " << c.reason;
         timed_pruned += c.reason.find("alone takes") != std::string::npos;
+        sync_pruned += c.reason.find("synchronisation alone takes") != std::string::npos;
         // Pruned while its columns were timed: the latest end of its first columns, as the whole
         // pricing times them, short of the last.
         if (c.reason.find("of its timed") != std::string::npos) {
@@ -455,6 +463,7 @@ TEST(StepSearch, SampledBoundsAndStrategyBestsAgreeWithPricingEveryCandidate) {
   }
   EXPECT_GT(timed_pruned, 0);
   EXPECT_GT(columns_pruned, 0);
+  EXPECT_GT(sync_pruned, 0);
 }
 
 // Steps priced ahead on other threads change nothing the search reports: the same candidates in

@@ -293,6 +293,16 @@ class CostModel {
   // templates, unrolled orders and timeline; only their ops are priced for each.
   using BoundedPlan = std::pair<const Plan*, BoundRank>;
   std::vector<double> step_lower_bounds_ms(const std::vector<BoundedPlan>& plans) const;
+  // A lower bound of step_lower_bound_ms (of each plan, in their order) taken without timing: the
+  // data-parallel synchronisation of the same column, every unrolled copy of its ops (gradient
+  // buckets; under ZeRO 3 the weight gathers too) priced as the step prices them and summed on
+  // the stream that runs them (its own, or LSS's collective stream), the longest of the column's
+  // programs, less a margin for adding them in another order than a run does. A stream runs one
+  // op at a time, so no program ends before they have run; under ZeRO 3 on many GPUs they hold
+  // most of a communication-bound candidate's step, ten times its compute bound.
+  // 0 for a column whose layers cannot be composed (docs/cost-model.md: its copies would need
+  // every layer unrolled). Plans that differ only in their placement share the column's templates.
+  std::vector<double> step_sync_bounds_ms(const std::vector<BoundedPlan>& plans) const;
   const Topology& topology() const { return topology_; }
   const Calibration& calibration() const { return calibration_; }
   const CostOptions& options() const { return options_; }
@@ -343,6 +353,12 @@ class CostModel {
   // tokens: what each of their unrolled copies lasts.
   std::vector<std::vector<double>> template_op_durations(const Plan& plan, const Schedule& step,
                                                          const std::vector<const RankProgram*>& templates) const;
+  // Of each template, the seconds its gradient and weight synchronisation ops (GradSync,
+  // ParamGather) last together on the stream where they last longest, each op as often as
+  // `copies[template][op]`, priced as template_op_durations prices them.
+  std::vector<double> template_sync_seconds(const Plan& plan, const Schedule& step,
+                                            const std::vector<const RankProgram*>& templates,
+                                            const std::vector<std::vector<uint32_t>>& copies) const;
 
   const Topology& topology_;
   Calibration calibration_;
