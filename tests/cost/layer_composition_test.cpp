@@ -296,13 +296,14 @@ TEST(LayerComposition, ColumnsWhoseLayersSettleLaterThanTheRunsAreTimedWhole) {
 
 // Columns served by another column's composer (LayerComposer::serves): composed to the bit as by
 // a composer prepared for them, lone columns and two-stage pipeline columns alike; and a column
-// whose template differs in what the runs read (a message's tag, an op's stream) is not served.
+// whose template differs in what the runs read (a message's tag, an op's stream, a stage message's
+// other end) is not served.
 TEST(LayerComposition, ASharedComposerComposesTheColumnsItServesAsTheirOwn) {
   const Topology topology = testing::switch_nodes(2, 4);
   std::mt19937_64 random(23);
   std::uniform_real_distribution<double> uniform(0.0, 1e-3);
   auto draw = [&](size_t i) { return i % 5 == 0 ? 0.0 : uniform(random); };
-  int served = 0, refused = 0, altered = 0;
+  int served = 0, refused = 0, altered = 0, rerouted_columns = 0;
   for (int stages : {1, 2}) {
     const int per_stage = 8 / stages;
     for_each_plan(
@@ -368,12 +369,22 @@ TEST(LayerComposition, ASharedComposerComposesTheColumnsItServesAsTheirOwn) {
             Op& last = streamed.back().step.program.ops.back();
             last.stream = last.stream == Stream::Compute ? Stream::Collective : Stream::Compute;
             EXPECT_FALSE(shared->serves(pointers(streamed).first));
+            // Nor one whose stage message meets a program outside the column.
+            std::vector<DrawnColumn> rerouted = column;
+            std::vector<Op>& ops = rerouted.front().step.program.ops;
+            const auto stage = std::find_if(ops.begin(), ops.end(), [](const Op& op) { return is_stage_message(op); });
+            if (stage != ops.end()) {
+              stage->peer = 1000;
+              EXPECT_FALSE(shared->serves(pointers(rerouted).first));
+              ++rerouted_columns;
+            }
           }
         },
         stages);
   }
   EXPECT_GT(served, 100);
   EXPECT_GT(altered, 50);
+  EXPECT_GT(rerouted_columns, 20);
   EXPECT_GT(refused, 0);  // a causal ring's ranks run different orders
 }
 
