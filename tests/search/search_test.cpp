@@ -413,8 +413,10 @@ TEST(StepSearch, SampledBoundsAndStrategyBestsAgreeWithPricingEveryCandidate) {
     const Topology topology = Topology::load("dgx-h100", nodes);
     Workload w = small_step_workload();
     w.zero_stage = zero;
-    if (zero == 3) {  // enough layers for the columns to compose (their copies counted), tokens
-      w.layers = 8;   // few enough for the weight gathers to outlast the compute of some layouts
+    // Under ZeRO 3: enough layers for the columns to compose (the synchronisation bound counts
+    // their copies), and few enough tokens for the weight gathers to outlast some layouts' compute.
+    if (zero == 3) {
+      w.layers = 8;
       w.seq = 8192;
     }
     CostOptions sampled;
