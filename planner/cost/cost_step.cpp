@@ -442,8 +442,7 @@ struct BoundColumn {
       std::vector<const StepTemplate*> column;
       for (const StepTemplate& t : templates)
         column.push_back(&t);
-      composer = column.size() == 1 ? detail::LayerComposer::prepare(templates[0], nullptr, layers)
-                                    : detail::LayerComposer::prepare(column, layers);
+      composer = detail::LayerComposer::prepare(column, layers);
     }
     composer_prepared = true;
     return composer.get();

@@ -600,7 +600,7 @@ std::unique_ptr<LayerComposer> LayerComposer::prepare(const StepTemplate& step, 
 
 std::unique_ptr<LayerComposer> LayerComposer::prepare(const std::vector<const StepTemplate*>& column,
                                                       int timed_layers) {
-  if (column.size() < 2) return nullptr;
+  if (column.size() == 1) return prepare(*column.front(), nullptr, timed_layers);
   std::unique_ptr<Impl> impl = composer_of(column, timed_layers);
   if (!impl) return nullptr;
   return std::unique_ptr<LayerComposer>(new LayerComposer(std::move(impl)));

@@ -54,10 +54,10 @@ class LayerComposer {
   // layers, or message ends that pair across sections, or when `full` (its unrolled order of
   // every layer, when at hand) is not laid out as one micro-batch's sections.
   static std::unique_ptr<LayerComposer> prepare(const StepTemplate& step, const FlatStep* full, int timed_layers);
-  // A sample's pipeline column of one micro-batch, its stages' templates in `column` (two or
-  // more). None when a template has several micro-batches or chunks, the layer counts differ or
-  // are fewer than timed_layers + 2, a layer section holds a stage message, or other messages
-  // pair across sections.
+  // A sample's pipeline column of one micro-batch, its stages' templates in `column` (one
+  // template: its lone column, as prepare(step, nullptr, timed_layers)). None when a template has
+  // several micro-batches or chunks, the layer counts differ or are fewer than timed_layers + 2, a
+  // layer section holds a stage message, or other messages pair across sections.
   static std::unique_ptr<LayerComposer> prepare(const std::vector<const StepTemplate*>& column, int timed_layers);
   ~LayerComposer();
   LayerComposer(const LayerComposer&) = delete;

@@ -329,9 +329,7 @@ class SharedComposers {
     if (share_)
       for (const std::shared_ptr<detail::LayerComposer>& kept : kept_)
         if (kept->serves(column)) return kept;
-    std::shared_ptr<detail::LayerComposer> made =
-        column.size() == 1 ? detail::LayerComposer::prepare(*column.front(), nullptr, timed_layers_)
-                           : detail::LayerComposer::prepare(column, timed_layers_);
+    std::shared_ptr<detail::LayerComposer> made = detail::LayerComposer::prepare(column, timed_layers_);
     if (!made || !share_) return made;
     if (kept_.size() == kKept) kept_.erase(kept_.begin());
     kept_.push_back(made);

@@ -327,8 +327,7 @@ TEST(LayerComposition, ASharedComposerComposesTheColumnsItServesAsTheirOwn) {
             return std::pair(steps, seconds);
           };
           auto prepare = [&](const std::vector<const StepTemplate*>& steps) {
-            return steps.size() == 1 ? detail::LayerComposer::prepare(*steps.front(), nullptr, 4)
-                                     : detail::LayerComposer::prepare(steps, 4);
+            return detail::LayerComposer::prepare(steps, 4);
           };
           const std::vector<DrawnColumn> first = column_of(0);
           const std::unique_ptr<detail::LayerComposer> shared = prepare(pointers(first).first);
@@ -354,7 +353,9 @@ TEST(LayerComposition, ASharedComposerComposesTheColumnsItServesAsTheirOwn) {
               EXPECT_EQ((*a)[p].timing.compute_backward_s, (*b)[p].timing.compute_backward_s);
               EXPECT_EQ(shared->copies(p), own->copies(p));
             }
-            if (stages == 1) EXPECT_EQ(shared->bounds(column[0].seconds)->end_s, own->bounds(column[0].seconds)->end_s);
+            if (stages == 1) {
+              EXPECT_EQ(shared->bounds(column[0].seconds)->end_s, own->bounds(column[0].seconds)->end_s);
+            }
             // The same column with one message's tag, or one op's stream, changed is not served.
             std::vector<DrawnColumn> tagged = column, streamed = column;
             RankProgram& program = tagged.back().step.program;
