@@ -4,13 +4,16 @@
 namespace wallfacer::detail {
 namespace {
 
-// FNV-1a over 64-bit words, from a given offset basis: two bases give two independent hashes.
+// A 64-bit hash of words: each word is spread by a multiply and folded in with the splitmix64
+// finaliser. Two seeds give two hashes that agree by chance with probability about 2^-128.
 class Words {
  public:
-  explicit Words(uint64_t basis) : hash_(basis) {}
+  explicit Words(uint64_t seed) : hash_(seed) {}
   void add(int64_t value) {
-    for (int i = 0; i < 8; ++i)
-      hash_ = (hash_ ^ ((uint64_t(value) >> (8 * i)) & 0xff)) * 1099511628211ull;
+    uint64_t h = hash_ + uint64_t(value) * 0x9e3779b97f4a7c15ull;
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    hash_ = h ^ (h >> 31);
   }
   uint64_t value() const { return hash_; }
 
@@ -18,20 +21,23 @@ class Words {
   uint64_t hash_;
 };
 
-uint64_t layout_hash(const Plan& plan, uint64_t basis) {
-  Words h(basis);
-  h.add(int64_t(plan.ranks.size()));
+// The ranks' nodes and the groups, kinds, all-reduce algorithms and members, a word at a time.
+std::pair<uint64_t, uint64_t> layout_hash(const Plan& plan) {
+  Words a(14695981039346656037ull), b(0x84222325cbf29ce4ull);
+  auto add = [&](int64_t value) {
+    a.add(value);
+    b.add(value ^ 0x5bd1e9955bd1e995ll);
+  };
+  add(int64_t(plan.ranks.size()));
   for (const RankSlot& slot : plan.ranks)
-    h.add(slot.node);
-  h.add(int64_t(plan.groups.size()));
+    add(slot.node);
+  add(int64_t(plan.groups.size()));
   for (const CommGroup& group : plan.groups) {
-    h.add(int64_t(group.kind));
-    h.add(int64_t(group.all_reduce));
-    h.add(int64_t(group.ranks.size()));
+    add((int64_t(group.kind) << 40) ^ (int64_t(group.all_reduce) << 32) ^ int64_t(group.ranks.size()));
     for (int r : group.ranks)
-      h.add(r);
+      add(r);
   }
-  return h.value();
+  return {a.value(), b.value()};
 }
 
 }  // namespace
@@ -41,10 +47,7 @@ bool FootprintCache::Key::operator==(const Key& other) const {
 }
 
 FootprintCache::Key FootprintCache::key_of(const Plan& plan) {
-  Key key{plan.strategy,
-          plan.params,
-          plan.workload,
-          {layout_hash(plan, 14695981039346656037ull), layout_hash(plan, 0x84222325cbf29ce4ull)}};
+  Key key{plan.strategy, plan.params, plan.workload, layout_hash(plan)};
   key.workload.zero_stage = 0;
   key.workload.checkpointing = Checkpointing::None;
   return key;
