@@ -12,6 +12,8 @@
 #include <mutex>
 #include <numeric>
 #include <thread>
+#include <unordered_map>
+#include <utility>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
@@ -148,30 +150,84 @@ std::vector<CommGroup> make_groups(StrategyKind strategy, const StrategyParams& 
 
 namespace detail {
 
+namespace {
+
+struct GroupsKey {
+  bool lifted = false;
+  StrategyKind strategy = StrategyKind::Ring;
+  StrategyParams params;
+  int ranks = 0;
+  bool operator==(const GroupsKey&) const = default;
+};
+
+uint64_t hash_of(const GroupsKey& k) {
+  uint64_t h = 0;
+  for (int64_t word : {int64_t(k.lifted), int64_t(k.strategy), int64_t(k.ranks), int64_t(k.params.sequence_parallel),
+                       int64_t(k.params.data_parallel), int64_t(k.params.tensor_parallel),
+                       int64_t(k.params.pipeline_parallel), int64_t(k.params.virtual_stages),
+                       int64_t(team_size(k.params)), int64_t(ulysses_degree(k.params)), int64_t(window_size(k.params))})
+    h = (h ^ uint64_t(word)) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull;
+  return h ^ (h >> 29);
+}
+
+// The groups made so far in this process, up to a budget of members: a search, and the trials of
+// the suggestions after it, make the plans of the same candidates again and again. Past the
+// budget the store starts afresh (groups are a function of their key: only time is lost).
+class GroupStore {
+ public:
+  std::shared_ptr<const std::vector<CommGroup>> find(const GroupsKey& key, uint64_t hash) const {
+    const std::lock_guard lock(mutex_);
+    const auto [first, last] = entries_.equal_range(hash);
+    for (auto it = first; it != last; ++it)
+      if (it->second.first == key) return it->second.second;
+    return nullptr;
+  }
+  void add(const GroupsKey& key, uint64_t hash, std::shared_ptr<const std::vector<CommGroup>> groups) {
+    size_t members = groups->size();
+    for (const CommGroup& g : *groups)
+      members += g.ranks.size();
+    if (members > kMembers) return;
+    const std::lock_guard lock(mutex_);
+    if (members_ + members > kMembers) entries_.clear(), members_ = 0;
+    entries_.emplace(hash, std::pair(key, std::move(groups)));
+    members_ += members;
+  }
+
+ private:
+  static constexpr size_t kMembers = size_t(1) << 22;  // ranks listed, over all groups kept: about 16 MiB
+  mutable std::mutex mutex_;
+  std::unordered_multimap<uint64_t, std::pair<GroupsKey, std::shared_ptr<const std::vector<CommGroup>>>> entries_;
+  size_t members_ = 0;
+};
+
+}  // namespace
+
 // Every schedule builder checks its plan's groups against the strategy's, a tensor-parallel one
 // each slice's too (the same groups), and a search makes several builders per candidate: making
 // the groups again, names and all, was 7 % of a 512-GPU search. The last few asked are kept per
-// thread (no lock; each thread makes its own).
+// thread (no lock), in front of a store that the threads share.
 std::shared_ptr<const std::vector<CommGroup>> remembered_groups(bool lifted, StrategyKind strategy,
                                                                 const StrategyParams& params, int ranks) {
   struct Entry {
-    bool lifted = false;
-    StrategyKind strategy = StrategyKind::Ring;
-    StrategyParams params;
-    int ranks = 0;
+    GroupsKey key;
     std::shared_ptr<const std::vector<CommGroup>> groups;
   };
+  static GroupStore store;
   constexpr size_t kKept = 8;
   thread_local std::array<Entry, kKept> kept;
   thread_local size_t next = 0;
+  const GroupsKey key{lifted, strategy, params, ranks};
   for (const Entry& e : kept)
-    if (e.groups && e.lifted == lifted && e.strategy == strategy && e.ranks == ranks && e.params == params)
-      return e.groups;
-  Entry& e = kept[next++ % kKept];
-  e = Entry{lifted, strategy, params, ranks,
-            std::make_shared<const std::vector<CommGroup>>(lifted ? make_groups(strategy, params, ranks)
-                                                                  : impl_of(strategy).groups(params, ranks))};
-  return e.groups;
+    if (e.groups && e.key == key) return e.groups;
+  const uint64_t hash = hash_of(key);
+  std::shared_ptr<const std::vector<CommGroup>> groups = store.find(key, hash);
+  if (!groups) {
+    groups = std::make_shared<const std::vector<CommGroup>>(lifted ? make_groups(strategy, params, ranks)
+                                                                   : impl_of(strategy).groups(params, ranks));
+    store.add(key, hash, groups);
+  }
+  kept[next++ % kKept] = Entry{key, groups};
+  return groups;
 }
 
 }  // namespace detail
@@ -198,7 +254,7 @@ Plan make_plan(StrategyKind strategy, const StrategyParams& params, const Worklo
   plan.workload = workload;
   plan.strategy = strategy;
   plan.params = params;
-  plan.groups = make_groups(strategy, params, ranks);
+  plan.groups = *detail::remembered_groups(true, strategy, params, ranks);  // a search makes many plans alike
   const int Pp = params.pipeline_parallel;
   const std::vector<int> positions =
       detail::lift_stage_positions(make_stage_positions(strategy, detail::stage_params(params), ranks / Pp), Pp);

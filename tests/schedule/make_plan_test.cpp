@@ -1,4 +1,5 @@
 // make_plan on a real topology preset: rank slots, placements and the plan-to-schedule path.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <wallfacer/core/errors.hpp>
@@ -60,6 +61,35 @@ TEST(MakePlan, RejectsInfeasibleAndOversizedRequests) {
   const Workload w = testing::small_workload(64, 8, 8, true);
   EXPECT_THROW(make_plan(StrategyKind::Ring, testing::seq_params(16), w, topo, 16), InputError);
   EXPECT_THROW(make_plan(StrategyKind::Ulysses, testing::seq_params(3), w, topo, 3), InputError);
+}
+
+// make_plan takes its groups from a store the whole process shares (a search makes the plans of
+// the same candidates again in every trial of its suggestions); it finds groups by a hash of the
+// key and must compare keys in full (a placement is not hashed). Every parameter set
+// of every strategy, with tensor and pipeline parallelism around it, planned twice in turn (the
+// second time from the store) has the groups that make_groups makes for it alone.
+TEST(MakePlan, PlansMadeAgainHaveTheirOwnStrategysGroups) {
+  const Topology topo = Topology::load("dgx-h100", 2);
+  const Workload w = testing::small_workload(256, 8, 8, true, 4);
+  int plans = 0;
+  for (int pass = 0; pass < 2; ++pass)
+    testing::for_each_split_plan(w, 16, {{1, 1}, {2, 1}, {1, 2}, {2, 2}}, [&](const Plan& hand, const testing::Split&) {
+      const StrategyParams& q = hand.params;
+      SCOPED_TRACE(fmt::format("pass {} {} S={} D={} T={} P={} C={} u={} w={} placement {}", pass,
+                               to_string(hand.strategy), q.sequence_parallel, q.data_parallel, q.tensor_parallel,
+                               q.pipeline_parallel, team_size(q), ulysses_degree(q), window_size(q),
+                               int(placement_of(q))));
+      const Plan plan = make_plan(hand.strategy, hand.params, w, topo, 16);
+      const std::vector<CommGroup> expected = make_groups(hand.strategy, hand.params, 16);
+      ASSERT_EQ(plan.groups.size(), expected.size());
+      for (size_t g = 0; g < expected.size(); ++g) {
+        EXPECT_EQ(plan.groups[g].name, expected[g].name);
+        EXPECT_EQ(plan.groups[g].kind, expected[g].kind);
+        EXPECT_EQ(plan.groups[g].ranks, expected[g].ranks);
+      }
+      plans += pass;
+    });
+  EXPECT_GT(plans, 40);
 }
 
 }  // namespace
