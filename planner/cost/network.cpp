@@ -48,6 +48,33 @@ void ContentionCounter::remove(int src_gpu, int dst_gpu) {
     --count_[size_t(topology_.resource_of(hop))];
 }
 
+double ContentionCounter::resources_of(int src_gpu, int dst_gpu, std::vector<ResourceId>& ids) const {
+  if (src_gpu == dst_gpu) return 0;
+  const Route& route = topology_.route(src_gpu, dst_gpu);
+  for (const Hop& hop : route.hops)
+    ids.push_back(topology_.resource_of(hop));
+  return route.latency_us;
+}
+
+void ContentionCounter::add(std::span<const ResourceId> ids) {
+  for (const ResourceId id : ids)
+    if (count_[size_t(id)]++ == 0) touched_.push_back(id);
+}
+
+void ContentionCounter::remove(std::span<const ResourceId> ids) {
+  for (const ResourceId id : ids)
+    --count_[size_t(id)];
+}
+
+FlowPrice ContentionCounter::price(std::span<const ResourceId> ids, double latency_us) const {
+  FlowPrice price{kInf, latency_us};
+  for (const ResourceId id : ids) {
+    const double share = topology_.resource_bandwidth_GBps(id) / std::max(count_[size_t(id)], 1);
+    price.bandwidth_GBps = std::min(price.bandwidth_GBps, share);
+  }
+  return price;
+}
+
 void ContentionCounter::clear() {
   for (int64_t id : touched_)
     count_[size_t(id)] = 0;
@@ -304,40 +331,57 @@ NetworkPricer::Pattern& NetworkPricer::pattern(GroupKind kind, const std::vector
 // Small patterns: every group priced against every flow of its kind that can run at the same time.
 void NetworkPricer::price_pattern(Pattern& p) {
   const GroupKind kind = p.kind;
-  // A rank runs one collective at a time, so another group's flows that start at one of this
-  // group's members are not concurrent with it (e.g. two groups over the same ranks).
-  auto for_each_flow = [&](int g, auto&& visit) {
-    const std::vector<int>& members = plan_.groups[size_t(g)].ranks;
-    if (members.size() < 2) return;
-    for (int k = 0; k < int(members.size()); ++k)
-      for_each_successor(p, g, k, [&](int l) { visit(members[size_t(k)], members[size_t(l)]); });
+  // Every flow of the kind, its route's resources looked up once: (group, source rank, latency,
+  // its resources in `ids` from `first` up to the next flow's). A flow within one GPU has none.
+  struct Flow {
+    int group;
+    int from;
+    double latency_us;
+    bool local;
+    size_t first;
   };
-  // Every flow of the kind counted once; each group then takes out, while it is priced, the other
-  // groups' flows that start at one of its members. (Counting them again per group made a
-  // search at 4,096 GPUs spend seconds here: 128 groups x 4,096 flows per pattern.)
-  std::unordered_map<int, std::vector<std::pair<int, int>>> flows_from;  // rank -> (group, peer)
+  std::vector<Flow> flows;
+  std::vector<ResourceId> ids;
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
-    if (plan_.groups[g].kind != kind) continue;
-    for_each_flow(int(g), [&](int a, int b) {
-      counter_.add(gpu_of(a), gpu_of(b));
-      flows_from[a].emplace_back(int(g), b);
-    });
+    const std::vector<int>& members = plan_.groups[g].ranks;
+    if (plan_.groups[g].kind != kind || members.size() < 2) continue;
+    for (int k = 0; k < int(members.size()); ++k)
+      for_each_successor(p, int(g), k, [&](int l) {
+        const int a = members[size_t(k)], b = members[size_t(l)];
+        const size_t first = ids.size();
+        const double latency = counter_.resources_of(gpu_of(a), gpu_of(b), ids);
+        flows.push_back({int(g), a, latency, gpu_of(a) == gpu_of(b), first});
+      });
   }
+  auto resources = [&](size_t f) {
+    const size_t last = f + 1 < flows.size() ? flows[f + 1].first : ids.size();
+    return std::span<const ResourceId>(ids.data() + flows[f].first, last - flows[f].first);
+  };
+  // A rank runs one collective at a time, so another group's flows that start at one of this
+  // group's members are not concurrent with it (e.g. two groups over the same ranks). Every flow
+  // of the kind counted once; each group then takes out, while it is priced, the other groups'
+  // flows that start at one of its members. (Counting them again per group made a search at 4,096
+  // GPUs spend seconds here: 128 groups x 4,096 flows per pattern.)
+  std::unordered_map<int, std::vector<size_t>> flows_from;  // rank -> its flows
+  for (size_t f = 0; f < flows.size(); ++f) {
+    counter_.add(resources(f));
+    flows_from[flows[f].from].push_back(f);
+  }
+  size_t own = 0;  // the group's flows are consecutive, in group order
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     if (plan_.groups[g].kind != kind) continue;
     auto for_each_foreign_flow = [&](auto&& visit) {
       for (int a : plan_.groups[g].ranks)
         if (auto it = flows_from.find(a); it != flows_from.end())
-          for (const auto& [other, b] : it->second)
-            if (other != int(g)) visit(a, b);
+          for (size_t f : it->second)
+            if (flows[f].group != int(g)) visit(f);
     };
-    for_each_foreign_flow([&](int a, int b) { counter_.remove(gpu_of(a), gpu_of(b)); });
+    for_each_foreign_flow([&](size_t f) { counter_.remove(resources(f)); });
     GroupPrice price;
-    for_each_flow(int(g), [&](int a, int b) {
-      if (gpu_of(a) != gpu_of(b)) price.add(counter_.price(gpu_of(a), gpu_of(b)));
-    });
+    for (; own < flows.size() && flows[own].group == int(g); ++own)
+      if (!flows[own].local) price.add(counter_.price(resources(own), flows[own].latency_us));
     p.prices.emplace(int(g), price);
-    for_each_foreign_flow([&](int a, int b) { counter_.add(gpu_of(a), gpu_of(b)); });
+    for_each_foreign_flow([&](size_t f) { counter_.add(resources(f)); });
   }
   counter_.clear();
 }

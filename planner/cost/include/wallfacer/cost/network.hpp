@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -57,6 +58,12 @@ class ContentionCounter {
   void remove(int src_gpu, int dst_gpu);
   // Price of a flow between two GPUs given the flows added since the last clear().
   FlowPrice price(int src_gpu, int dst_gpu) const;
+  // The same on a flow's resources looked up once (resources_of): a pattern counts, takes back
+  // and prices each of its flows several times.
+  double resources_of(int src_gpu, int dst_gpu, std::vector<ResourceId>& ids) const;  // appends; the latency
+  void add(std::span<const ResourceId> ids);
+  void remove(std::span<const ResourceId> ids);
+  FlowPrice price(std::span<const ResourceId> ids, double latency_us) const;
   void clear();
 
  private:
