@@ -484,11 +484,10 @@ double NetworkPricer::collective_seconds(OpKind kind, int group, int64_t bytes) 
   return steps * price.slowest_seconds(double(bytes) / (steps * channels));
 }
 
-void NetworkPricer::add_load(std::vector<ResourceLoad>& loads, int src_gpu, int dst_gpu, double first_s,
-                             double bytes) const {
-  if (src_gpu == dst_gpu) return;
-  for (const Hop& hop : topology_.route(src_gpu, dst_gpu).hops) {
-    const auto id = size_t(topology_.resource_of(hop));
+void NetworkPricer::add_load(std::vector<ResourceLoad>& loads, std::span<const ResourceId> resources, double first_s,
+                             double bytes) {
+  for (const ResourceId resource : resources) {
+    const auto id = size_t(resource);
     if (loads.size() <= id) loads.resize(id + 1);
     loads[id].first_s = std::min(loads[id].first_s, first_s);
     loads[id].bytes += bytes;
@@ -528,15 +527,29 @@ double NetworkPricer::tree_all_reduce_seconds(int group, int64_t buffer_bytes) {
   // whole load bounds the end from below: the end of its earliest transfer's latency, plus every
   // byte that crosses it at its bandwidth.
   std::vector<ResourceLoad> loads;
+  std::vector<ResourceId> ids;  // a round's transfers' resources, each route looked up once
+  std::vector<size_t> first;    // by transfer of the round: where its resources start in `ids`
+  std::vector<double> latency_us;
   for (size_t begin = 0; begin < transfers.size();) {
     size_t end = begin;
     while (end < transfers.size() && transfers[end].round == transfers[begin].round)
       ++end;
+    ids.clear();
+    first.clear();
+    latency_us.clear();
+    for (size_t i = begin; i < end; ++i) {
+      first.push_back(ids.size());
+      latency_us.push_back(counter_.resources_of(gpu(transfers[i].from), gpu(transfers[i].to), ids));
+    }
+    first.push_back(ids.size());
+    auto resources = [&](size_t i) {
+      return std::span<const ResourceId>(ids.data() + first[i - begin], first[i - begin + 1] - first[i - begin]);
+    };
     for (size_t i = begin; i < end; ++i)
-      counter_.add(gpu(transfers[i].from), gpu(transfers[i].to));
+      counter_.add(resources(i));
     for (size_t i = begin; i < end; ++i) {
       const TreeTransfer& t = transfers[i];
-      const FlowPrice flow = counter_.price(gpu(t.from), gpu(t.to));
+      const FlowPrice flow = counter_.price(resources(i), latency_us[i - begin]);
       const double latency_s = flow.latency_us * 1e-6;
       double& sender = send_free[size_t(t.from)];
       if (sender < 0) sender = std::max(critical_s - latency_s, 0.0);
@@ -544,7 +557,7 @@ double NetworkPricer::tree_all_reduce_seconds(int group, int64_t buffer_bytes) {
       const double finish = start + latency_s + (flow.bandwidth_GBps < kInf ? bytes / (flow.bandwidth_GBps * 1e9) : 0);
       sender = recv_free[size_t(t.to)] = finish;
       end_s = std::max(end_s, finish);
-      add_load(loads, gpu(t.from), gpu(t.to), start + latency_s, bytes);
+      add_load(loads, resources(i), start + latency_s, bytes);
     }
     counter_.clear();
     begin = end;

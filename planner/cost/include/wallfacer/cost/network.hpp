@@ -190,7 +190,8 @@ class NetworkPricer {
     double first_s = std::numeric_limits<double>::infinity();
     double bytes = 0;
   };
-  void add_load(std::vector<ResourceLoad>& loads, int src_gpu, int dst_gpu, double first_s, double bytes) const;
+  static void add_load(std::vector<ResourceLoad>& loads, std::span<const ResourceId> resources, double first_s,
+                       double bytes);
   std::unordered_map<int, SetIndex> sets_;
   struct LastFlow {
     int flow_set = -2, src = -1, dst = -1;
