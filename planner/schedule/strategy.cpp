@@ -170,7 +170,7 @@ uint64_t hash_of(const GroupsKey& k) {
   return h ^ (h >> 29);
 }
 
-// The groups made so far in this process, up to a budget of members: a search, and the trials of
+// The groups made so far in this process, up to a budget of bytes: a search, and the trials of
 // the suggestions after it, make the plans of the same candidates again and again. Past the
 // budget the store starts afresh (groups are a function of their key: only time is lost).
 class GroupStore {
@@ -183,21 +183,21 @@ class GroupStore {
     return nullptr;
   }
   void add(const GroupsKey& key, uint64_t hash, std::shared_ptr<const std::vector<CommGroup>> groups) {
-    size_t members = groups->size();
+    size_t bytes = sizeof(*groups) + groups->capacity() * sizeof(CommGroup);
     for (const CommGroup& g : *groups)
-      members += g.ranks.size();
-    if (members > kMembers) return;
+      bytes += g.name.capacity() + g.ranks.capacity() * sizeof(int);
+    if (bytes > kBytes) return;
     const std::lock_guard lock(mutex_);
-    if (members_ + members > kMembers) entries_.clear(), members_ = 0;
+    if (bytes_ + bytes > kBytes) entries_.clear(), bytes_ = 0;
     entries_.emplace(hash, std::pair(key, std::move(groups)));
-    members_ += members;
+    bytes_ += bytes;
   }
 
  private:
-  static constexpr size_t kMembers = size_t(1) << 22;  // ranks listed, over all groups kept: about 16 MiB
+  static constexpr size_t kBytes = size_t(64) << 20;  // of the groups kept, names and members included
   mutable std::mutex mutex_;
   std::unordered_multimap<uint64_t, std::pair<GroupsKey, std::shared_ptr<const std::vector<CommGroup>>>> entries_;
-  size_t members_ = 0;
+  size_t bytes_ = 0;
 };
 
 }  // namespace
