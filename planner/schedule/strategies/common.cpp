@@ -438,6 +438,7 @@ std::vector<int32_t> ProgramBuilder::add_blocks(OpKind kind, const int32_t (&buf
     return ops;
   }
   // Group query ranges by the key ranges they see; fully dead range pairs never enter a block.
+  if (k.size() <= 64) return add_grouped_blocks(kind, bufs, q, k, heads, step, deps);
   std::vector<std::vector<int>> patterns;  // live key-range indices per group
   std::vector<TokenSet> group_q;
   std::vector<bool> group_full;
@@ -467,6 +468,48 @@ std::vector<int32_t> ProgramBuilder::add_blocks(OpKind kind, const int32_t (&buf
       keys.push_back(k[size_t(j)]);
     ops.push_back(
         add_block(kind, bufs, group_q[g], keys, group_full[g] ? Mask::None : Mask::Causal, heads, step, deps));
+  }
+  return ops;
+}
+
+// add_blocks' grouping with a group's live key ranges as the bits of one word (up to 64 key ranges,
+// as every strategy has), in the scratch kept between calls: the same groups, in the same order.
+std::vector<int32_t> ProgramBuilder::add_grouped_blocks(OpKind kind, const int32_t (&bufs)[4], const TokenSet& q,
+                                                        const TokenSet& k, HeadRange heads, int step,
+                                                        const std::vector<int32_t>& deps) {
+  std::vector<uint64_t>& live_of = scratch_live_;
+  std::vector<TokenSet>& queries = scratch_queries_;
+  std::vector<char>& full_of = scratch_full_;
+  live_of.clear();
+  full_of.clear();
+  for (const auto& qr : q) {
+    uint64_t live = 0;
+    bool full = true;
+    for (size_t j = 0; j < k.size(); ++j) {
+      if (k[j].begin >= qr.end) continue;         // every key above every query: dead
+      if (k[j].end > qr.begin + 1) full = false;  // some key above the first query: needs the mask
+      live |= uint64_t(1) << j;
+    }
+    if (live == 0) continue;
+    const auto g = size_t(std::find(live_of.begin(), live_of.end(), live) - live_of.begin());
+    if (g == live_of.size()) {
+      live_of.push_back(live);
+      full_of.push_back(full);
+      if (queries.size() <= g) queries.emplace_back();
+      queries[g].assign(1, qr);
+    } else {
+      queries[g].push_back(qr);
+      full_of[g] = full_of[g] && full;
+    }
+  }
+  std::vector<int32_t> ops;
+  ops.reserve(live_of.size());
+  for (size_t g = 0; g < live_of.size(); ++g) {
+    scratch_keys_.clear();
+    for (uint64_t bits = live_of[g]; bits != 0; bits &= bits - 1)
+      scratch_keys_.push_back(k[size_t(std::countr_zero(bits))]);
+    ops.push_back(
+        add_block(kind, bufs, queries[g], scratch_keys_, full_of[g] ? Mask::None : Mask::Causal, heads, step, deps));
   }
   return ops;
 }

@@ -241,6 +241,8 @@ class ProgramBuilder {
                     HeadRange heads, int step, const std::vector<int32_t>& deps);
   std::vector<int32_t> add_blocks(OpKind kind, const int32_t (&bufs)[4], const TokenSet& q, const TokenSet& k,
                                   HeadRange heads, int step, const std::vector<int32_t>& deps);
+  std::vector<int32_t> add_grouped_blocks(OpKind kind, const int32_t (&bufs)[4], const TokenSet& q, const TokenSet& k,
+                                          HeadRange heads, int step, const std::vector<int32_t>& deps);
   int member_of(int32_t group) const;
 
   // Per (buffer, field): last writer and latest reader per stream since that write.
@@ -260,6 +262,12 @@ class ProgramBuilder {
   std::vector<std::vector<FieldState>> state_;  // [buffer][field]
   OpPerStream last_of_stream_ = no_op_on_any_stream();
   std::vector<int32_t> scratch_deps_;
+  // add_blocks' groups of query ranges, kept between calls: by group, its live key ranges (a bit
+  // each), its query ranges, whether no key is above its first query, and the keys of one group.
+  std::vector<uint64_t> scratch_live_;
+  std::vector<TokenSet> scratch_queries_;
+  std::vector<char> scratch_full_;
+  TokenSet scratch_keys_;
 };
 
 // Schedule dims of a workload (batch = the whole batch).
