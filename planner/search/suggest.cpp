@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <utility>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
@@ -41,9 +42,15 @@ struct Trial {
   const Topology& topology;
   const CostModel& model;
   std::vector<Suggestion> found;
+  // A change every trial makes on top of its own (flags, description), none when empty.
+  std::pair<std::string, std::string> prefix;
 
   // Plans with the changed inputs; records the suggestion when a candidate is feasible.
   bool attempt(const Workload& workload, SearchOptions options, std::string flags, std::string change) {
+    if (!prefix.first.empty()) {
+      flags = flags.empty() ? prefix.first : prefix.first + " " + flags;
+      change = change.empty() ? prefix.second : prefix.second + ", and " + change;
+    }
     // Feasibility does not depend on how hard the search looks for the best order, and a
     // suggestion names the best plan alone, which pricing one step at a time finds the same.
     options.mode = SearchMode::Heuristic;
@@ -110,9 +117,23 @@ std::vector<int64_t> nearby_lengths(int64_t seq, int ranks, bool down) {
 
 }  // namespace
 
-std::vector<Suggestion> suggest_fixes(const Topology& topology, const Workload& workload, const CostModel& model,
+std::vector<Suggestion> suggest_fixes(const Topology& topology, const Workload& asked, const CostModel& model,
                                       const SearchOptions& options) {
   Trial trial{topology, model, {}};
+  // A dtype the GPU cannot run rejects every candidate, whatever else changes: the nearest dtype
+  // it runs is tried alone, and when that is not enough every other change is tried on top of it.
+  Workload workload = asked;
+  if (!dtype_issue(topology.gpu(), asked.dtype).empty()) {
+    std::optional<DType> runs;
+    for (DType dtype : {DType::FP16, DType::FP32})
+      if (!runs && dtype_issue(topology.gpu(), dtype).empty()) runs = dtype;
+    if (!runs) return {};
+    workload.dtype = *runs;
+    trial.prefix = {fmt::format("--dtype {}", to_string(*runs)),
+                    fmt::format("{} instead of {}, which the {} cannot run", to_string(*runs), to_string(asked.dtype),
+                                topology.gpu().name)};
+    if (trial.attempt(workload, options, "", "")) return trial.found;
+  }
   const int ranks = options.ranks > 0 ? options.ranks : topology.num_gpus();
   const bool step = options.scope == Scope::Step;
 

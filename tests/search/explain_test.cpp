@@ -464,5 +464,47 @@ TEST_F(Suggestions, SeveralChangesTogetherWhenNoneAloneFits) {
   EXPECT_TRUE(feasible(w, o));
 }
 
+// A V100 has no bf16 tensor cores: every candidate of a bf16 workload is rejected whatever else
+// changes, and the suggestion is the dtype it runs, alone when that is enough, otherwise under
+// every other change tried (here a higher ZeRO stage): each suggestion plans a feasible step and
+// the change before it does not.
+TEST(SuggestionsOnAV100, TheDtypeItRunsAloneOrUnderTheOtherChanges) {
+  const Topology v100 = Topology::load("dgx-1v", 1);
+  const CostModel model(v100, Calibration::defaults());
+  SearchOptions o;
+  o.scope = Scope::Step;
+  o.ranks = 8;
+  o.mode = SearchMode::Heuristic;
+  o.tensor_degrees = {1};
+  auto feasible = [&](const Workload& w) { return search_plans(v100, w, model, o).best >= 0; };
+  Workload w = llama(4096);
+  w.zero_stage = 3;
+  ASSERT_EQ(w.dtype, DType::BF16);
+  ASSERT_FALSE(feasible(w));
+  std::vector<Suggestion> list = suggest_fixes(v100, w, model, o);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].flags, "--dtype fp16");
+  EXPECT_NE(list[0].change.find("V100"), std::string::npos) << list[0].change;
+  Workload fp16 = w;
+  fp16.dtype = DType::FP16;
+  EXPECT_TRUE(feasible(fp16));
+
+  w.zero_stage = 0;  // 16 bytes of model state per parameter on every GPU: fp16 alone is not enough
+  fp16.zero_stage = 0;
+  ASSERT_FALSE(feasible(fp16));
+  list = suggest_fixes(v100, w, model, o);
+  ASSERT_FALSE(list.empty());
+  int stage = -1;
+  for (const Suggestion& s : list) {
+    EXPECT_EQ(s.flags.rfind("--dtype fp16 ", 0), 0u) << s.flags;
+    if (s.flags.rfind("--dtype fp16 --zero-stage ", 0) == 0) stage = std::stoi(s.flags.substr(26));
+  }
+  ASSERT_GT(stage, 0);
+  fp16.zero_stage = stage;
+  EXPECT_TRUE(feasible(fp16));
+  fp16.zero_stage = stage - 1;
+  EXPECT_FALSE(feasible(fp16));
+}
+
 }  // namespace
 }  // namespace wallfacer
