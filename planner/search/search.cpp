@@ -20,6 +20,7 @@
 #include <wallfacer/core/log.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include <wallfacer/topology/topology.hpp>
+#include "fixed_degrees.hpp"
 #include "orders.hpp"
 #include "parallel.hpp"
 #include "placement_batches.hpp"
@@ -330,6 +331,26 @@ struct Searcher {
 
   void bound_all() {
     on_threads(all_work(), [&](Work& w) { bound(w); });
+  }
+
+  // Whether no candidate's step fits the memory budget under any GPU order: node-local orders keep
+  // every rank on its node, so the memory is the same under each (its attention footprint is
+  // remembered for the bounds after). The memory without the attention buffers is tried first.
+  bool none_fits_memory() {
+    std::atomic<bool> fits{false};
+    on_threads(all_work(), [&](Work& w) {
+      if (fits || !w.priced) return;
+      try {
+        Plan plan = identity_plan(w.candidate);
+        plan.scope = Scope::Step;
+        if (step_memory(plan, AttentionFootprint{}).total_GiB <= budget_GiB &&
+            step_memory(plan, model.memory_footprint(plan)).total_GiB <= budget_GiB)
+          fits = true;
+      } catch (const InputError&) {  // place_all rejects it with its reason
+      } catch (const ScheduleError&) {
+      }
+    });
+    return !fits;
   }
 
   // A whole-step search under one node-local order has no order to choose by the attention
@@ -741,29 +762,6 @@ struct Searcher {
 
 }  // namespace
 
-namespace {
-
-// A single tensor or pipeline degree asked for that cannot split the GPUs (or the layers) leaves
-// nothing to search: say so rather than list no candidate.
-void check_fixed_degrees(const SearchOptions& options, const Workload& workload, int ranks) {
-  if (options.tensor_degrees.size() == 1 && ranks % options.tensor_degrees.front() != 0)
-    throw InputError(
-        "--tp", 0,
-        fmt::format("tensor parallel degree {} does not divide the {} GPUs", options.tensor_degrees.front(), ranks));
-  if (options.pipeline_degrees.size() != 1) return;
-  const int Pp = options.pipeline_degrees.front();
-  const int T = options.tensor_degrees.size() == 1 ? options.tensor_degrees.front() : 1;
-  if (ranks % (T * Pp) != 0)
-    throw InputError("--pp", 0,
-                     fmt::format("{} pipeline stages{} do not divide the {} GPUs", Pp,
-                                 T > 1 ? fmt::format(" of {} tensor slices", T) : "", ranks));
-  if (workload.layers % Pp != 0)
-    throw InputError("--pp", 0,
-                     fmt::format("{} pipeline stages do not divide the model's {} layers", Pp, workload.layers));
-}
-
-}  // namespace
-
 SearchResult search_plans(const Topology& topology, const Workload& workload, const CostModel& model,
                           const SearchOptions& options) {
   const int ranks = options.ranks > 0 ? options.ranks : topology.num_gpus();
@@ -774,7 +772,7 @@ SearchResult search_plans(const Topology& topology, const Workload& workload, co
   const SearchMode mode = options.mode != SearchMode::Auto       ? options.mode
                           : ranks <= options.exhaustive_max_gpus ? SearchMode::Exhaustive
                                                                  : SearchMode::Heuristic;
-  check_fixed_degrees(options, workload, ranks);
+  detail::check_fixed_degrees(options, workload, ranks);
   Searcher s{topology, workload, model, options, ranks, mode, detail::NodeOrders(topology, ranks), {}, 0, {}};
   s.orders = choose_orders(s.node_orders, mode, options);
   s.budget_GiB = options.memory_budget_fraction * topology.gpu().memory_GiB;
@@ -782,7 +780,10 @@ SearchResult search_plans(const Topology& topology, const Workload& workload, co
   WF_LOG_INFO(kLog, "{} candidates, {} node-local orders, {} mode", s.work.size(), s.orders.size(),
               mode == SearchMode::Exhaustive ? "exhaustive" : "heuristic");
   const bool screening = mode == SearchMode::Heuristic && ranks > options.screen_above_gpus;
-  if (options.scope == Scope::Step && !screening && s.orders.size() == 1) {
+  // Where no step fits, no order is chosen for any: the steps are rejected on their memory alone.
+  const bool settings_fixed = options.zero_stages.empty() && options.checkpointing_modes.empty();
+  if (options.scope == Scope::Step && !screening &&
+      (s.orders.size() == 1 || (settings_fixed && s.none_fits_memory()))) {
     s.place_all();
   } else {
     if (mode == SearchMode::Heuristic) {

@@ -506,5 +506,45 @@ TEST(SuggestionsOnAV100, TheDtypeItRunsAloneOrUnderTheOtherChanges) {
   EXPECT_FALSE(feasible(fp16));
 }
 
+// On PCIe nodes the GPU order inside a node matters, and a whole-step search picks each step's
+// order by its attention layer. Where no step fits the memory under any order (node-local orders
+// keep every rank on its node, so the memory is the same under each), no order is chosen: every
+// candidate is rejected with its exact memory (its attention programs' footprint), in the first
+// order. Where one fits, the orders are searched as before.
+TEST(NothingFitsOnPcie, NoGpuOrderIsSearchedAndEachRejectionHasItsExactMemory) {
+  const Topology pcie = Topology::load("pcie-8gpu", 1);
+  const CostModel model(pcie, Calibration::defaults());
+  SearchOptions o;
+  o.scope = Scope::Step;
+  o.mode = SearchMode::Exhaustive;
+  Workload w = load_workload("llama-3-70b");
+  w.seq = 65536;
+  const SearchResult none = search_plans(pcie, w, model, o);
+  ASSERT_LT(none.best, 0);
+  int rejected = 0;
+  for (const Candidate& c : none.candidates) {
+    if (c.plan.ranks.empty()) continue;
+    SCOPED_TRACE(c.describe_params());
+    EXPECT_EQ(c.describe_placement().find("order="), std::string::npos);
+    EXPECT_NE(c.reason.find("GiB budget"), std::string::npos) << c.reason;
+    EXPECT_EQ(c.cost.memory.total_GiB, step_memory(c.plan, model.memory_footprint(c.plan)).total_GiB);
+    ++rejected;
+  }
+  EXPECT_GT(rejected, 5);
+  // On four nodes three pipelined steps fit: the orders are searched, and rejected candidates
+  // show the order their attention layer ran best in.
+  const Topology four = Topology::load("pcie-8gpu", 4);
+  const CostModel four_model(four, Calibration::defaults());
+  o.mode = SearchMode::Heuristic;
+  o.tensor_degrees = {1, 2, 4, 8};
+  o.pipeline_degrees = {1, 2, 4};
+  const SearchResult some = search_plans(four, w, four_model, o);
+  ASSERT_GE(some.best, 0);
+  int ordered = 0;
+  for (const Candidate& c : some.candidates)
+    ordered += c.describe_placement().find("order=") != std::string::npos;
+  EXPECT_GT(ordered, 0) << "no candidate got another order than the first: were the orders searched?";
+}
+
 }  // namespace
 }  // namespace wallfacer
