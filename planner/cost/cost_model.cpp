@@ -89,7 +89,11 @@ std::string calibration_gap(const Calibration& calibration, const GpuModel& gpu,
   const bool attention =
       calibration.curve(gpu.name, KernelOp::AttnFwd, workload.dtype, workload.head_dim, peak).is_fallback() ||
       calibration.curve(gpu.name, KernelOp::AttnBwd, workload.dtype, workload.head_dim, peak).is_fallback();
-  const std::string peak_text = fmt::format("the {:.0f} TFLOP/s {} peak", peak, to_string(workload.dtype));
+  // The peak kernel_peak_tflops took: a GPU without bf16 (a V100) is priced at its fp16 peak.
+  const bool own = (workload.dtype == DType::BF16 && gpu.peak_bf16_tflops > 0) ||
+                   (workload.dtype == DType::FP32 && gpu.peak_fp32_tflops > 0) || workload.dtype == DType::FP16;
+  const char* peak_dtype = own ? to_string(workload.dtype) : gpu.peak_fp16_tflops > 0 ? "fp16" : "bf16";
+  const std::string peak_text = fmt::format("the {:.0f} TFLOP/s {} peak", peak, peak_dtype);
   if (attention)
     gaps.push_back(
         fmt::format("attention kernels at {:.0f} % of {}", 100 * calibration.fallback_efficiency(), peak_text));

@@ -1,4 +1,5 @@
 // Calibration: sourced defaults, log2 interpolation, fallbacks and the YAML override's errors.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -186,6 +187,21 @@ TEST(Calibration, AFileKernelWithoutCausalPointsPricesCausalBlocksOnItsOwnCurve)
   // Other GPUs keep theirs.
   EXPECT_DOUBLE_EQ(c.curve("A100", KernelOp::AttnFwd, DType::BF16, 128, 312, true).tflops(4096, 4096),
                    d.curve("A100", KernelOp::AttnFwd, DType::BF16, 128, 312, true).tflops(4096, 4096));
+}
+
+// A GPU without bf16 tensor cores (a V100) prices a bf16 workload at its fp16 peak, and the
+// warning about its missing calibration names that peak, not a bf16 one it does not have.
+TEST(Calibration, AGapNamesThePeakItPricesAt) {
+  const Topology v100 = Topology::load("dgx-1v", 1);
+  ASSERT_LE(v100.gpu().peak_bf16_tflops, 0);
+  Workload w = load_workload("llama-3-8b");
+  ASSERT_EQ(w.dtype, DType::BF16);
+  const std::string gap = calibration_gap(Calibration::defaults(), v100.gpu(), w, true);
+  EXPECT_NE(gap.find(fmt::format("the {:.0f} TFLOP/s fp16 peak", v100.gpu().peak_fp16_tflops)), std::string::npos)
+      << gap;
+  EXPECT_EQ(gap.find("bf16 peak"), std::string::npos) << gap;
+  w.dtype = DType::FP16;
+  EXPECT_EQ(calibration_gap(Calibration::defaults(), v100.gpu(), w, true), gap);
 }
 
 // The CPU topology and its measured calibration (docs/calibration.md, "A CPU"): fp32 work is priced
