@@ -67,10 +67,26 @@ void add_unique(std::vector<int>& list, std::set<int>& seen, int rank, int ranks
 
 }  // namespace
 
+namespace {
+
+// The dtype whose peak kernel_peak_tflops takes.
+DType kernel_peak_dtype(const GpuModel& gpu, DType dtype) {
+  if (dtype == DType::BF16 && gpu.peak_bf16_tflops > 0) return DType::BF16;
+  if (dtype == DType::FP32 && gpu.peak_fp32_tflops > 0) return DType::FP32;
+  return gpu.peak_fp16_tflops > 0 ? DType::FP16 : DType::BF16;
+}
+
+}  // namespace
+
 double kernel_peak_tflops(const GpuModel& gpu, DType dtype) {
-  if (dtype == DType::BF16 && gpu.peak_bf16_tflops > 0) return gpu.peak_bf16_tflops;
-  if (dtype == DType::FP32 && gpu.peak_fp32_tflops > 0) return gpu.peak_fp32_tflops;
-  return gpu.peak_fp16_tflops > 0 ? gpu.peak_fp16_tflops : gpu.peak_bf16_tflops;
+  switch (kernel_peak_dtype(gpu, dtype)) {
+    case DType::BF16:
+      return gpu.peak_bf16_tflops;
+    case DType::FP32:
+      return gpu.peak_fp32_tflops;
+    default:
+      return gpu.peak_fp16_tflops;
+  }
 }
 
 std::string dtype_issue(const GpuModel& gpu, DType dtype) {
@@ -89,11 +105,9 @@ std::string calibration_gap(const Calibration& calibration, const GpuModel& gpu,
   const bool attention =
       calibration.curve(gpu.name, KernelOp::AttnFwd, workload.dtype, workload.head_dim, peak).is_fallback() ||
       calibration.curve(gpu.name, KernelOp::AttnBwd, workload.dtype, workload.head_dim, peak).is_fallback();
-  // The peak kernel_peak_tflops took: a GPU without bf16 (a V100) is priced at its fp16 peak.
-  const bool own = (workload.dtype == DType::BF16 && gpu.peak_bf16_tflops > 0) ||
-                   (workload.dtype == DType::FP32 && gpu.peak_fp32_tflops > 0) || workload.dtype == DType::FP16;
-  const char* peak_dtype = own ? to_string(workload.dtype) : gpu.peak_fp16_tflops > 0 ? "fp16" : "bf16";
-  const std::string peak_text = fmt::format("the {:.0f} TFLOP/s {} peak", peak, peak_dtype);
+  // A GPU without bf16 (a V100) is priced at its fp16 peak: the text names the peak taken.
+  const std::string peak_text =
+      fmt::format("the {:.0f} TFLOP/s {} peak", peak, to_string(kernel_peak_dtype(gpu, workload.dtype)));
   if (attention)
     gaps.push_back(
         fmt::format("attention kernels at {:.0f} % of {}", 100 * calibration.fallback_efficiency(), peak_text));

@@ -38,8 +38,6 @@ Schedule without_gradient_all_reduce(Schedule& schedule) {
     RankProgram& p = out.ranks.emplace_back(program);  // all but the ops and their dependencies
     program.ops = std::move(ops);
     program.deps = std::move(all_deps);
-    p.ops.clear();
-    p.deps.clear();
     p.ops.reserve(program.ops.size());
     p.deps.reserve(program.deps.size());
     std::vector<int32_t> at(program.ops.size(), -1);
