@@ -151,17 +151,22 @@ TEST(SimulatorSemantics, MessagesPostedInDifferentOrdersAreAScheduleError) {
 
 // An error thrown and caught inside a rank actor is the deepest its stack gets. A guard page
 // turns an overflow into a crash, so passing here holds the default 32 KiB stacks to a 4x margin.
+// The smallest stack allowed (4 KiB) overflows on some hosts and not on others (on hosts with
+// AVX-512, not on an AMD EPYC host without it; the dynamic linker saves the vector registers on
+// the stack when it first binds a function). There the error must come back either way, as the
+// schedule's error or as the crash of the simulation's process naming its signal, never as a
+// success.
 // AddressSanitizer's builds give every actor at least 1 MiB whatever the option says (its red
 // zones make frames several times larger; simgrid_adapter.cpp): no stack overflows there, and the
 // test checks only that the error comes back as a ScheduleError.
 TEST(SimulatorSemantics, AnErrorInsideAnActorFitsInAQuarterOfTheDefaultStack) {
-  const int overflows_KiB = 4;
+  const int smallest_KiB = 4;
 #if defined(__SANITIZE_ADDRESS__)
   const int fits_KiB = SimOptions{}.actor_stack_KiB;
   const std::vector<int> sizes_KiB = {fits_KiB};
 #else
   const int fits_KiB = SimOptions{}.actor_stack_KiB / 4;
-  const std::vector<int> sizes_KiB = {fits_KiB, overflows_KiB};
+  const std::vector<int> sizes_KiB = {fits_KiB, smallest_KiB};
 #endif
   Star star;
   Schedule s = test::empty_schedule(2);
@@ -175,11 +180,10 @@ TEST(SimulatorSemantics, AnErrorInsideAnActorFitsInAQuarterOfTheDefaultStack) {
       simulate_schedule(star.plan, star.topology, s, options);
       ADD_FAILURE() << KiB << " KiB: expected an error";
     } catch (const ScheduleError& e) {
-      EXPECT_EQ(KiB, fits_KiB) << e.what();
       EXPECT_NE(std::string(e.what()).find("different orders"), std::string::npos) << e.what();
     } catch (const std::exception& e) {
       // Too small a stack hits the guard page: the simulation's process crashes and says so.
-      EXPECT_EQ(KiB, overflows_KiB) << e.what();
+      EXPECT_EQ(KiB, smallest_KiB) << e.what();
       EXPECT_NE(std::string(e.what()).find("signal"), std::string::npos) << e.what();
     }
   }
