@@ -1,11 +1,15 @@
 // Node-local GPU orders for the topology scheduler (orders.hpp).
 #include "orders.hpp"
+#include "parallel.hpp"
 
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <set>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 
@@ -70,7 +74,6 @@ NodeOrders::NodeOrders(const Topology& topology, int ranks) : topology_(topology
   const int g = gpus_per_node_;
   class_.assign(size_t(std::max(g, 0)), 0);
   std::iota(class_.begin(), class_.end(), 0);
-  symmetries_ = {identity()};
   if (!applicable_) return;
   UnionFind twins(g);
   for (int a = 0; a < g; ++a)
@@ -81,7 +84,11 @@ NodeOrders::NodeOrders(const Topology& topology, int ranks) : topology_(topology
   class_size_.assign(size_t(g), 0);
   for (int c : class_)
     ++class_size_[size_t(c)];
-  find_symmetries();
+}
+
+const std::vector<std::vector<int>>& NodeOrders::symmetries() const {
+  std::call_once(symmetries_->found, [this] { symmetries_->list = find_symmetries(); });
+  return symmetries_->list;
 }
 
 bool NodeOrders::swap_is_symmetry(int a, int b) const {
@@ -138,11 +145,11 @@ bool NodeOrders::is_symmetry(const std::vector<int>& sigma) const {
   return true;
 }
 
-void NodeOrders::find_symmetries() {
-  symmetries_ = {identity()};
+std::vector<std::vector<int>> NodeOrders::find_symmetries() const {
+  std::vector<std::vector<int>> symmetries{identity()};
   // One twin class: every order is already one. Large clusters: the check is quadratic in GPUs.
-  if (!applicable_ || topology_.num_nodes() > kMaxSymmetryNodes) return;
-  if (std::count(class_size_.begin(), class_size_.end(), 0) == gpus_per_node_ - 1) return;
+  if (!applicable_ || topology_.num_nodes() > kMaxSymmetryNodes) return symmetries;
+  if (std::count(class_size_.begin(), class_size_.end(), 0) == gpus_per_node_ - 1) return symmetries;
   // Full and partial checks are bounded (nodes of many GPUs): a subset of the symmetries is still
   // exact, it only merges fewer orders.
   size_t checks = 0, steps = 0;
@@ -153,7 +160,7 @@ void NodeOrders::find_symmetries() {
     if (checks > kMaxSymmetryChecks || steps > kMaxSymmetrySteps) return;
     if (k == g) {
       ++checks;
-      if (sigma != symmetries_.front() && is_symmetry(sigma)) symmetries_.push_back(sigma);
+      if (sigma != symmetries.front() && is_symmetry(sigma)) symmetries.push_back(sigma);
       return;
     }
     for (int image = 0; image < g; ++image) {
@@ -169,6 +176,7 @@ void NodeOrders::find_symmetries() {
     sigma[size_t(k)] = -1;
   };
   extend(0, ResourceMap{});
+  return symmetries;
 }
 
 std::vector<int> NodeOrders::class_sequence(const std::vector<int>& order) const {
@@ -180,7 +188,7 @@ std::vector<int> NodeOrders::class_sequence(const std::vector<int>& order) const
 
 std::vector<int> NodeOrders::canonical(const std::vector<int>& order) const {
   std::vector<int> best, image(order.size());
-  for (const std::vector<int>& sigma : symmetries_) {
+  for (const std::vector<int>& sigma : symmetries()) {
     for (size_t pos = 0; pos < order.size(); ++pos)
       image[pos] = sigma[size_t(order[pos])];
     std::vector<int> key = class_sequence(image);
@@ -214,23 +222,27 @@ std::vector<int> NodeOrders::materialize(const std::vector<int>& class_sequence)
 
 size_t NodeOrders::count_distinct(size_t limit) const {
   if (!applicable_) return 1;
-  std::vector<int> left = class_size_;
-  size_t count = 0;
-  std::function<void(int)> walk = [&](int depth) {
-    if (count > limit) return;
-    if (depth == used_per_node_) {
-      ++count;
-      return;
-    }
-    for (int c = 0; c < gpus_per_node_; ++c)
-      if (left[size_t(c)] > 0) {
-        --left[size_t(c)];
-        walk(depth + 1);
-        ++left[size_t(c)];
+  // Sequences of used_per_node_ twin classes, each class used at most as often as it has GPUs,
+  // counted class by class: ways[j] sequences of length j so far, each interleaved with k GPUs of
+  // the next class in C(j + k, k) ways. Saturates above `limit` (a node of 16 GPUs has billions).
+  const double cap = double(limit) + 1;
+  const int used = used_per_node_;
+  std::vector<double> ways(size_t(used) + 1, 0.0);
+  ways[0] = 1;
+  for (const int size : class_size_) {
+    if (size == 0) continue;
+    std::vector<double> next(ways.size(), 0.0);
+    for (int j = 0; j <= used; ++j) {
+      if (ways[size_t(j)] == 0) continue;
+      double choose = 1;  // C(j + k, k), exact while below 2^53; above the cap it only saturates
+      for (int k = 0; k <= std::min(size, used - j); ++k) {
+        if (k > 0) choose = choose * (j + k) / k;
+        next[size_t(j + k)] = std::min(cap, next[size_t(j + k)] + ways[size_t(j)] * choose);
       }
-  };
-  walk(0);
-  return std::min(count, limit + 1);
+    }
+    ways = std::move(next);
+  }
+  return size_t(std::min(ways[size_t(used)], cap));
 }
 
 std::vector<std::vector<int>> NodeOrders::all_distinct(size_t limit) const {
@@ -238,7 +250,11 @@ std::vector<std::vector<int>> NodeOrders::all_distinct(size_t limit) const {
   if (!applicable_) return orders;
   // Orders of one class of twin orders, walked as before; of those a symmetry maps onto each
   // other, the first walked stands for them all (so ties still go to the first in this order).
-  if (count_distinct(limit * symmetries_.size()) > limit * symmetries_.size()) return {};
+  // Each class of equivalent orders holds at most one order per symmetry: more than `limit` times
+  // the most symmetries there can be, and the orders are too many whatever the symmetries are.
+  if (count_distinct(limit * kMaxSymmetries) > limit * kMaxSymmetries) return {};
+  const size_t symmetry_count = symmetries().size();
+  if (count_distinct(limit * symmetry_count) > limit * symmetry_count) return {};
   std::vector<int> identity_classes(class_.begin(), class_.begin() + used_per_node_);
   std::set<std::vector<int>> seen{canonical(identity())};
   std::vector<int> left = class_size_, sequence;
@@ -248,7 +264,7 @@ std::vector<std::vector<int>> NodeOrders::all_distinct(size_t limit) const {
     if (int(sequence.size()) == used_per_node_) {
       if (sequence == identity_classes) return;
       std::vector<int> order = materialize(sequence);
-      if (symmetries_.size() > 1 && !seen.insert(canonical(order)).second) return;
+      if (symmetry_count > 1 && !seen.insert(canonical(order)).second) return;
       orders.push_back(std::move(order));
       too_many = orders.size() > limit;
       return;
@@ -304,8 +320,31 @@ std::pair<double, double> NodeOrders::ring_score(const std::vector<int>& local_o
   return {worst * channels.count(), sum};
 }
 
-std::vector<int> NodeOrders::best_ring_order(size_t limit) const {
+// A search scores every distinct order of a node of eight GPUs in a fraction of a second (40,320
+// on a DGX-1V cluster too large for its symmetries to be looked for), and the suggestions for a
+// plan that does not fit run a dozen searches on the same cluster, some on fewer GPUs: the order
+// found is remembered by what it depends on, the topology's content (its hash, which counts the
+// nodes and so decides the symmetries), the GPUs a node uses, the nodes scored (first_nodes) and
+// the limit.
+std::vector<int> NodeOrders::best_ring_order(size_t limit, int threads) const {
   if (!applicable_) return identity();
+  using Key = std::tuple<std::string, int, size_t, size_t>;
+  static std::mutex mutex;
+  static std::map<Key, std::vector<int>> found;
+  constexpr size_t kKept = 64;
+  Key key{topology_.content_hash(), used_per_node_, first_nodes(identity()).size(), limit};
+  {
+    const std::lock_guard lock(mutex);
+    if (const auto it = found.find(key); it != found.end()) return it->second;
+  }
+  std::vector<int> order = score_ring_orders(limit, threads);
+  const std::lock_guard lock(mutex);
+  if (found.size() >= kKept) found.clear();
+  found.emplace(std::move(key), order);
+  return order;
+}
+
+std::vector<int> NodeOrders::score_ring_orders(size_t limit, int threads) const {
   std::vector<std::vector<int>> orders = all_distinct(limit);
   if (orders.empty()) {
     // Too many to score: greedy path, always to the best-connected unvisited GPU.
@@ -328,16 +367,25 @@ std::vector<int> NodeOrders::best_ring_order(size_t limit) const {
   // Among orders whose rings have the same bottleneck (often many: a ring crosses a slow link the
   // same number of times in several ways), the one a pairwise all-to-all over the same GPUs runs
   // fastest on, then the best ring sum: Ulysses and USP plans need both a good ring (their
-  // gradient all-reduce) and a good all-to-all.
+  // gradient all-reduce) and a good all-to-all. Of equal scores the first order wins. Each order
+  // is scored on its own, on the threads.
+  std::vector<std::pair<double, double>> rings(orders.size());  // ring bottleneck, ring sum
+  for_each_index(orders.size(), threads, [&](size_t i) { rings[i] = ring_score(orders[i]); });
+  double widest = -1;
+  for (const auto& ring : rings)
+    widest = std::max(widest, ring.first);
+  std::vector<size_t> widest_orders;
+  for (size_t i = 0; i < orders.size(); ++i)
+    if (rings[i].first == widest) widest_orders.push_back(i);
+  std::vector<double> all_to_all(widest_orders.size());
+  for_each_index(widest_orders.size(), threads,
+                 [&](size_t k) { all_to_all[k] = all_to_all_score(orders[widest_orders[k]]); });
   size_t best = 0;
-  std::tuple<double, double, double> best_score{-1, 0, 0};  // ring bottleneck, -all-to-all, ring sum
-  for (size_t i = 0; i < orders.size(); ++i) {
-    const auto [worst, sum] = ring_score(orders[i]);
-    if (worst < std::get<0>(best_score)) continue;
-    const std::tuple<double, double, double> score{worst, -all_to_all_score(orders[i]), sum};
-    if (score > best_score) best = i, best_score = score;
-  }
-  return orders[best];
+  for (size_t k = 1; k < widest_orders.size(); ++k)
+    if (std::pair(-all_to_all[k], rings[widest_orders[k]].second) >
+        std::pair(-all_to_all[best], rings[widest_orders[best]].second))
+      best = k;
+  return orders[widest_orders[best]];
 }
 
 double NodeOrders::all_to_all_score(const std::vector<int>& local_order) const {

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include <wallfacer/plan/plan.hpp>
@@ -35,8 +37,11 @@ class NodeOrders {
   // The order whose rings over the used GPUs (the ring channels a collective over them runs on,
   // ring_channels.hpp) have the best contended bandwidth (then the fastest pairwise all-to-all over
   // those GPUs, then the best ring sum), among the distinct orders when at most `limit` exist,
-  // else built greedily.
-  std::vector<int> best_ring_order(size_t limit) const;
+  // else built greedily. Scored on up to `threads` threads; the order found is the same on any.
+  std::vector<int> best_ring_order(size_t limit, int threads = 1) const;
+  // best_ring_order without remembering the order found (best_ring_order remembers one per
+  // topology content, GPUs used per node and nodes scored, which is all it depends on).
+  std::vector<int> score_ring_orders(size_t limit, int threads = 1) const;
   // The global GPU of each rank under a node-local order.
   std::vector<int> gpu_order(const std::vector<int>& local_order) const;
   std::vector<int> identity() const;
@@ -45,20 +50,23 @@ class NodeOrders {
   // all-reduce algorithms depend on ranks and nodes alone, which node-local orders keep.
   void place(Plan& plan, const std::vector<int>& identity_positions, const std::vector<int>& local_order) const;
   // The permutations of a node's local GPUs that are symmetries of the cluster, identity first
-  // (identity only on clusters of more than kMaxSymmetryNodes nodes).
-  const std::vector<std::vector<int>>& symmetries() const { return symmetries_; }
+  // (identity only on clusters of more than kMaxSymmetryNodes nodes). Looked for on first use:
+  // where the orders are too many to list they are not needed, and on nodes of many GPUs with
+  // many symmetries (16 GPUs under 8 PCIe switches) looking for them takes seconds.
+  const std::vector<std::vector<int>>& symmetries() const;
   // What equivalent orders have in common: the smallest twin-class sequence of the used
   // positions over every symmetry's image of `order`.
   std::vector<int> canonical(const std::vector<int>& order) const;
   static constexpr int kMaxSymmetryNodes = 8;
-  static constexpr size_t kMaxSymmetryChecks = 2048;   // complete permutations checked
-  static constexpr size_t kMaxSymmetrySteps = 100000;  // partial ones
+  static constexpr size_t kMaxSymmetryChecks = 2048;                // complete permutations checked
+  static constexpr size_t kMaxSymmetrySteps = 100000;               // partial ones
+  static constexpr size_t kMaxSymmetries = kMaxSymmetryChecks + 2;  // kept: identity, one a check
 
  private:
   bool swap_is_symmetry(int a, int b) const;
   bool extends_to_symmetry(const std::vector<int>& sigma, int k, ResourceMap& map) const;
   bool is_symmetry(const std::vector<int>& sigma) const;
-  void find_symmetries();
+  std::vector<std::vector<int>> find_symmetries() const;
   std::vector<int> class_sequence(const std::vector<int>& order) const;
   std::vector<int> materialize(const std::vector<int>& class_sequence) const;
   // Contended bandwidth of the ring channels over the first one or two nodes: (the slowest edge
@@ -76,7 +84,11 @@ class NodeOrders {
   int used_per_node_ = 0;  // positions of a node that ranks use: min(ranks, gpus per node)
   std::vector<int> class_;
   std::vector<int> class_size_;
-  std::vector<std::vector<int>> symmetries_;
+  struct Symmetries {
+    std::once_flag found;
+    std::vector<std::vector<int>> list;
+  };
+  std::shared_ptr<Symmetries> symmetries_ = std::make_shared<Symmetries>();  // shared by copies
 };
 
 }  // namespace wallfacer::detail

@@ -64,7 +64,7 @@ std::vector<std::vector<int>> choose_orders(const detail::NodeOrders& orders, Se
   }
   if (orders.count_distinct(kFewOrders) <= kFewOrders) return orders.all_distinct(kFewOrders);
   std::vector<std::vector<int>> chosen{orders.identity()};
-  auto ring = orders.best_ring_order(kScoredOrders);
+  auto ring = orders.best_ring_order(kScoredOrders, options.threads);
   if (ring != chosen.front()) chosen.push_back(ring);
   return chosen;
 }

@@ -47,6 +47,35 @@ TEST(NodeOrders, PcieSwitchPairsAreTwins) {
     EXPECT_TRUE(std::is_permutation(o.begin(), o.end(), orders.identity().begin()));
 }
 
+// count_distinct counts sequences of twin classes in closed form: against every permutation of a
+// node's GPUs, the distinct class sequences of the positions used, on nodes of several structures
+// and for every number of GPUs used; and against 16! / 2^8 for 16 GPUs under 8 PCIe switches.
+TEST(NodeOrders, DistinctOrdersAreCountedAsEveryPermutationGives) {
+  for (const char* preset : {"pcie-8gpu", "dgx-1v", "summit", "dgx-a100"}) {
+    const Topology t = Topology::load(preset, 2);
+    for (int ranks = 2; ranks <= t.gpus_per_node(); ++ranks) {
+      const detail::NodeOrders orders(t, ranks);
+      if (!orders.applicable()) continue;
+      std::vector<int> order = orders.identity();
+      std::set<std::vector<int>> sequences;
+      do {
+        std::vector<int> sequence;
+        for (int pos = 0; pos < ranks; ++pos)
+          sequence.push_back(orders.twin_class()[size_t(order[size_t(pos)])]);
+        sequences.insert(sequence);
+      } while (std::next_permutation(order.begin(), order.end()));
+      EXPECT_EQ(orders.count_distinct(1000000), sequences.size()) << preset << ", " << ranks << " GPUs";
+      EXPECT_EQ(orders.count_distinct(sequences.size() - 1), sequences.size()) << "saturates one above the limit";
+    }
+  }
+  const Topology a2 = Topology::load("a2-megagpu-16g", 2);
+  const detail::NodeOrders orders(a2, 32);
+  ASSERT_EQ(classes(orders.twin_class()), 8u);
+  EXPECT_EQ(orders.count_distinct(size_t(1) << 40), size_t(81729648000));  // 16! / 2^8
+  EXPECT_EQ(orders.count_distinct(50000), 50001u);
+  EXPECT_TRUE(orders.all_distinct(50000).empty());
+}
+
 TEST(NodeOrders, TooManyOrdersGiveNone) {
   const Topology t = Topology::load("pcie-8gpu");
   const detail::NodeOrders orders(t, 8);
@@ -61,6 +90,25 @@ TEST(NodeOrders, BestRingOrderKeepsSwitchPartnersAdjacent) {
   // Consecutive positions 2k, 2k+1 sit under one PCIe switch (pairs {0,1}, {2,3}, ...).
   for (int k = 0; k < 4; ++k)
     EXPECT_EQ(best[size_t(2 * k)] / 2, best[size_t(2 * k + 1)] / 2) << k;
+}
+
+// best_ring_order remembers the order it found by the topology's content, the GPUs used per node
+// and the nodes scored; scored anew on one thread, every case must give the same order, whatever
+// was asked before it (fewer GPUs of a node, one node instead of two, other nodes, another cluster).
+TEST(NodeOrders, RememberedRingOrderIsTheOneScoredAnew) {
+  const Topology pcie2 = Topology::load("pcie-8gpu", 2), pcie4 = Topology::load("pcie-8gpu", 4);
+  const Topology cube2 = Topology::load("dgx-1v", 2), cube16 = Topology::load("dgx-1v", 16);
+  const std::vector<std::pair<const Topology*, int>> cases{{&pcie2, 16},   {&pcie2, 4},    {&pcie2, 12}, {&pcie2, 8},
+                                                           {&pcie2, 6},    {&pcie4, 32},   {&cube2, 16}, {&cube2, 8},
+                                                           {&cube16, 128}, {&cube16, 120}, {&cube2, 5},  {&pcie2, 16}};
+  std::set<std::vector<int>> distinct;
+  for (const auto& [topology, ranks] : cases) {
+    const detail::NodeOrders orders(*topology, ranks);
+    const std::vector<int> remembered = orders.best_ring_order(50000, 2);
+    EXPECT_EQ(remembered, orders.score_ring_orders(50000, 1)) << topology->name() << ", " << ranks << " GPUs";
+    distinct.insert(remembered);
+  }
+  EXPECT_GT(distinct.size(), 2u);  // the cases do not all share one order
 }
 
 TEST(NodeOrders, GpuOrderAppliesTheLocalOrderToEveryNode) {
