@@ -780,10 +780,12 @@ SearchResult search_plans(const Topology& topology, const Workload& workload, co
   WF_LOG_INFO(kLog, "{} candidates, {} node-local orders, {} mode", s.work.size(), s.orders.size(),
               mode == SearchMode::Exhaustive ? "exhaustive" : "heuristic");
   const bool screening = mode == SearchMode::Heuristic && ranks > options.screen_above_gpus;
-  // Where no step fits, no order is chosen for any: the steps are rejected on their memory alone.
+  // Where no step fits, no order is chosen for any: the steps are rejected on their memory alone,
+  // each with its exact memory. A screened search (above screen_above_gpus) with one order to price
+  // is not checked first: its screen prices a few candidates, which costs less than finding every
+  // candidate's attention footprint; with several orders it would price those few under each.
   const bool settings_fixed = options.zero_stages.empty() && options.checkpointing_modes.empty();
-  if (options.scope == Scope::Step && !screening &&
-      (s.orders.size() == 1 || (settings_fixed && s.none_fits_memory()))) {
+  if (options.scope == Scope::Step && (s.orders.size() == 1 ? !screening : settings_fixed && s.none_fits_memory())) {
     s.place_all();
   } else {
     if (mode == SearchMode::Heuristic) {

@@ -96,7 +96,8 @@ std::vector<int> nearby_gpu_counts(const Topology& topology, int ranks, bool dow
   }
   for (g = std::max(g, ranks) * 2; g <= total; g *= 2)
     counts.push_back(g);
-  if (counts.empty() || (counts.back() < total && total > ranks)) counts.push_back(total);
+  // The whole cluster last, unless it is what was asked (that search found nothing already).
+  if (total > ranks && (counts.empty() || counts.back() < total)) counts.push_back(total);
   return counts;
 }
 

@@ -546,5 +546,36 @@ TEST(NothingFitsOnPcie, NoGpuOrderIsSearchedAndEachRejectionHasItsExactMemory) {
   EXPECT_GT(ordered, 0) << "no candidate got another order than the first: were the orders searched?";
 }
 
+// Large clusters are screened: only the candidates a closed form ranks best are priced. Where no
+// step fits, nothing is screened or priced either: each candidate is rejected with its exact
+// memory. Where one fits, the screen runs as before.
+TEST(NothingFitsOnPcie, ScreenedSearchesRejectEachCandidateWithItsExactMemory) {
+  const Topology pcie = Topology::load("pcie-8gpu", 2);
+  const CostModel model(pcie, Calibration::defaults());
+  SearchOptions o;
+  o.scope = Scope::Step;
+  o.mode = SearchMode::Heuristic;
+  o.screen_above_gpus = 8;  // 16 GPUs are screened
+  Workload w = load_workload("llama-3-70b");
+  w.seq = 65536;
+  const SearchResult none = search_plans(pcie, w, model, o);
+  ASSERT_LT(none.best, 0);
+  int rejected = 0;
+  for (const Candidate& c : none.candidates) {
+    SCOPED_TRACE(c.describe_params());
+    EXPECT_FALSE(c.screened) << c.reason;
+    if (c.plan.ranks.empty()) continue;  // rejected by its strategy's rules
+    EXPECT_NE(c.reason.find("GiB budget"), std::string::npos) << c.reason;
+    EXPECT_EQ(c.cost.memory.total_GiB, step_memory(c.plan, model.memory_footprint(c.plan)).total_GiB);
+    ++rejected;
+  }
+  EXPECT_GT(rejected, 5);
+  const SearchResult some = search_plans(pcie, llama(8192), model, o);
+  ASSERT_GE(some.best, 0);
+  EXPECT_TRUE(std::any_of(some.candidates.begin(), some.candidates.end(), [](const Candidate& c) {
+    return c.screened;
+  })) << "no candidate screened where steps fit";
+}
+
 }  // namespace
 }  // namespace wallfacer
