@@ -546,19 +546,21 @@ TEST(NothingFitsOnPcie, NoGpuOrderIsSearchedAndEachRejectionHasItsExactMemory) {
   EXPECT_GT(ordered, 0) << "no candidate got another order than the first: were the orders searched?";
 }
 
-// Large clusters are screened: only the candidates a closed form ranks best are priced. Where no
-// step fits, nothing is screened or priced either: each candidate is rejected with its exact
-// memory. Where one fits, the screen runs as before.
-TEST(NothingFitsOnPcie, ScreenedSearchesRejectEachCandidateWithItsExactMemory) {
-  const Topology pcie = Topology::load("pcie-8gpu", 2);
-  const CostModel model(pcie, Calibration::defaults());
+// Large clusters are screened: only the candidates a closed form ranks best are priced, under
+// each GPU order. Where no step fits and more than two orders would be priced (Summit's nodes of
+// two sockets: ten distinct orders), nothing is screened or priced either: each candidate is
+// rejected with its exact memory. Where one fits, the screen runs as before.
+TEST(NothingFitsOnSummit, ScreenedSearchesRejectEachCandidateWithItsExactMemory) {
+  const Topology summit = Topology::load("summit", 4);
+  const CostModel model(summit, Calibration::defaults());
   SearchOptions o;
   o.scope = Scope::Step;
   o.mode = SearchMode::Heuristic;
-  o.screen_above_gpus = 8;  // 16 GPUs are screened
+  o.screen_above_gpus = 8;  // 24 GPUs are screened
   Workload w = load_workload("llama-3-70b");
-  w.seq = 65536;
-  const SearchResult none = search_plans(pcie, w, model, o);
+  w.seq = 98304;          // a multiple of 2 x 24 GPUs, as zigzag layouts need
+  w.dtype = DType::FP16;  // a V100 has no bf16
+  const SearchResult none = search_plans(summit, w, model, o);
   ASSERT_LT(none.best, 0);
   int rejected = 0;
   for (const Candidate& c : none.candidates) {
@@ -570,7 +572,10 @@ TEST(NothingFitsOnPcie, ScreenedSearchesRejectEachCandidateWithItsExactMemory) {
     ++rejected;
   }
   EXPECT_GT(rejected, 5);
-  const SearchResult some = search_plans(pcie, llama(8192), model, o);
+  Workload small = load_workload("gpt-3b");
+  small.seq = 12288;
+  small.dtype = DType::FP16;
+  const SearchResult some = search_plans(summit, small, model, o);
   ASSERT_GE(some.best, 0);
   EXPECT_TRUE(std::any_of(some.candidates.begin(), some.candidates.end(), [](const Candidate& c) {
     return c.screened;
