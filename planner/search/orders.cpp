@@ -13,6 +13,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include <wallfacer/core/log.hpp>
 #include <wallfacer/cost/network.hpp>
 #include <wallfacer/schedule/ring_channels.hpp>
 
@@ -429,6 +430,20 @@ void NodeOrders::place(Plan& plan, const std::vector<int>& identity_positions,
     const int nic = topology_.nic_of_gpu(slot.gpu);
     slot.nic = nic >= 0 ? topology_.devices()[size_t(nic)].name : std::string();
   }
+}
+
+std::vector<std::vector<int>> choose_orders(const NodeOrders& orders, SearchMode mode, const SearchOptions& options) {
+  if (mode == SearchMode::Exhaustive) {
+    auto all = orders.all_distinct(options.max_orders);
+    if (!all.empty()) return all;
+    WF_LOG_WARN("search", "more than {} distinct node-local GPU orders; using the heuristic orders",
+                options.max_orders);
+  }
+  if (orders.count_distinct(kFewOrders) <= kFewOrders) return orders.all_distinct(kFewOrders);
+  std::vector<std::vector<int>> chosen{orders.identity()};
+  auto ring = orders.best_ring_order(kScoredOrders, options.threads);
+  if (ring != chosen.front()) chosen.push_back(ring);
+  return chosen;
 }
 
 }  // namespace wallfacer::detail

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <wallfacer/plan/plan.hpp>
+#include <wallfacer/search/search.hpp>
 #include <wallfacer/topology/topology.hpp>
 
 namespace wallfacer::detail {
@@ -90,5 +91,13 @@ class NodeOrders {
   };
   std::shared_ptr<Symmetries> symmetries_ = std::make_shared<Symmetries>();  // shared by copies
 };
+
+// The node-local orders a search prices its candidates under: exhaustive, every distinct order
+// (up to options.max_orders, else as the heuristic with a warning); heuristic, every distinct order
+// when there are at most kFewOrders, else the identity and best_ring_order (up to kScoredOrders
+// scored).
+constexpr size_t kFewOrders = 24;
+constexpr size_t kScoredOrders = 50000;
+std::vector<std::vector<int>> choose_orders(const NodeOrders& orders, SearchMode mode, const SearchOptions& options);
 
 }  // namespace wallfacer::detail

@@ -32,10 +32,6 @@ namespace wallfacer {
 namespace {
 
 constexpr const char* kLog = "search";
-// Heuristic mode tries every distinct order when there are at most this many.
-constexpr size_t kFewOrders = 24;
-// The ring-order heuristic scores every distinct order up to this many, else builds one greedily.
-constexpr size_t kScoredOrders = 50000;
 
 struct Work {
   Candidate candidate;
@@ -54,20 +50,6 @@ struct Work {
   size_t timed_ops = 0;          // ops of the timed ranks' attention programs, once built
 };
 constexpr auto plan_of = [](const Work* w) -> const Plan& { return w->candidate.plan; };
-
-std::vector<std::vector<int>> choose_orders(const detail::NodeOrders& orders, SearchMode mode,
-                                            const SearchOptions& options) {
-  if (mode == SearchMode::Exhaustive) {
-    auto all = orders.all_distinct(options.max_orders);
-    if (!all.empty()) return all;
-    WF_LOG_WARN(kLog, "more than {} distinct node-local GPU orders; using the heuristic orders", options.max_orders);
-  }
-  if (orders.count_distinct(kFewOrders) <= kFewOrders) return orders.all_distinct(kFewOrders);
-  std::vector<std::vector<int>> chosen{orders.identity()};
-  auto ring = orders.best_ring_order(kScoredOrders, options.threads);
-  if (ring != chosen.front()) chosen.push_back(ring);
-  return chosen;
-}
 
 std::vector<int> gpu_positions(const Plan& plan) {
   std::vector<int> positions(plan.ranks.size());
@@ -774,18 +756,15 @@ SearchResult search_plans(const Topology& topology, const Workload& workload, co
                                                                  : SearchMode::Heuristic;
   detail::check_fixed_degrees(options, workload, ranks);
   Searcher s{topology, workload, model, options, ranks, mode, detail::NodeOrders(topology, ranks), {}, 0, {}};
-  s.orders = choose_orders(s.node_orders, mode, options);
+  s.orders = detail::choose_orders(s.node_orders, mode, options);
   s.budget_GiB = options.memory_budget_fraction * topology.gpu().memory_GiB;
   s.work = enumerate_candidates(topology, workload, options, ranks);
   WF_LOG_INFO(kLog, "{} candidates, {} node-local orders, {} mode", s.work.size(), s.orders.size(),
               mode == SearchMode::Exhaustive ? "exhaustive" : "heuristic");
   const bool screening = mode == SearchMode::Heuristic && ranks > options.screen_above_gpus;
   // Where no step fits, no order is chosen for any: the steps are rejected on their memory alone,
-  // each with its exact memory. A screened search (above screen_above_gpus) is checked first only
-  // where it would price more than two orders (a node with at most kFewOrders distinct ones): its
-  // screen prices a few dozen candidates under each order, which under one or two costs less than
-  // finding every candidate's attention footprint (1,024 PCIe GPUs: 3.2-3.4 s against 3.8-4.3 s),
-  // and under twenty (Summit's nodes) four times more.
+  // each with its exact memory. A screened search checks that first only where it would price more
+  // than two orders: under one or two its screen costs less (docs/cost-model.md, "Nothing feasible").
   const bool settings_fixed = options.zero_stages.empty() && options.checkpointing_modes.empty();
   const size_t orders_worth_checking = screening ? 3 : 2;
   if (options.scope == Scope::Step &&

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -506,6 +507,23 @@ TEST(SuggestionsOnAV100, TheDtypeItRunsAloneOrUnderTheOtherChanges) {
   EXPECT_FALSE(feasible(fp16));
 }
 
+// Of a search where nothing fits, every candidate that got a plan is rejected on its memory, the
+// exact memory of its step (its attention programs' footprint); `also` checks more of each. Returns
+// how many got a plan.
+int expect_each_rejected_with_exact_memory(const SearchResult& result, const CostModel& model,
+                                           const std::function<void(const Candidate&)>& also = {}) {
+  int rejected = 0;
+  for (const Candidate& c : result.candidates) {
+    if (c.plan.ranks.empty()) continue;  // rejected by its strategy's rules
+    SCOPED_TRACE(c.describe_params());
+    if (also) also(c);
+    EXPECT_NE(c.reason.find("GiB budget"), std::string::npos) << c.reason;
+    EXPECT_EQ(c.cost.memory.total_GiB, step_memory(c.plan, model.memory_footprint(c.plan)).total_GiB);
+    ++rejected;
+  }
+  return rejected;
+}
+
 // On PCIe nodes the GPU order inside a node matters, and a whole-step search picks each step's
 // order by its attention layer. Where no step fits the memory under any order (node-local orders
 // keep every rank on its node, so the memory is the same under each), no order is chosen: every
@@ -521,16 +539,10 @@ TEST(NothingFitsOnPcie, NoGpuOrderIsSearchedAndEachRejectionHasItsExactMemory) {
   w.seq = 65536;
   const SearchResult none = search_plans(pcie, w, model, o);
   ASSERT_LT(none.best, 0);
-  int rejected = 0;
-  for (const Candidate& c : none.candidates) {
-    if (c.plan.ranks.empty()) continue;
-    SCOPED_TRACE(c.describe_params());
-    EXPECT_EQ(c.describe_placement().find("order="), std::string::npos);
-    EXPECT_NE(c.reason.find("GiB budget"), std::string::npos) << c.reason;
-    EXPECT_EQ(c.cost.memory.total_GiB, step_memory(c.plan, model.memory_footprint(c.plan)).total_GiB);
-    ++rejected;
-  }
-  EXPECT_GT(rejected, 5);
+  EXPECT_GT(
+      expect_each_rejected_with_exact_memory(
+          none, model, [](const Candidate& c) { EXPECT_EQ(c.describe_placement().find("order="), std::string::npos); }),
+      5);
   // On four nodes three pipelined steps fit: the orders are searched, and rejected candidates
   // show the order their attention layer ran best in.
   const Topology four = Topology::load("pcie-8gpu", 4);
@@ -562,16 +574,9 @@ TEST(NothingFitsOnSummit, ScreenedSearchesRejectEachCandidateWithItsExactMemory)
   w.dtype = DType::FP16;  // a V100 has no bf16
   const SearchResult none = search_plans(summit, w, model, o);
   ASSERT_LT(none.best, 0);
-  int rejected = 0;
-  for (const Candidate& c : none.candidates) {
-    SCOPED_TRACE(c.describe_params());
-    EXPECT_FALSE(c.screened) << c.reason;
-    if (c.plan.ranks.empty()) continue;  // rejected by its strategy's rules
-    EXPECT_NE(c.reason.find("GiB budget"), std::string::npos) << c.reason;
-    EXPECT_EQ(c.cost.memory.total_GiB, step_memory(c.plan, model.memory_footprint(c.plan)).total_GiB);
-    ++rejected;
-  }
-  EXPECT_GT(rejected, 5);
+  for (const Candidate& c : none.candidates)
+    EXPECT_FALSE(c.screened) << c.describe_params() << ": " << c.reason;
+  EXPECT_GT(expect_each_rejected_with_exact_memory(none, model), 5);
   Workload small = load_workload("gpt-3b");
   small.seq = 12288;
   small.dtype = DType::FP16;
