@@ -307,7 +307,10 @@ int main(int argc, char** argv) {
       "# fp32 rates of one core of this CPU, measured by bench_cpu_calibration (bench/cpu_calibration.cpp):\n"
       "# thread CPU time, best of {} batches of at least {} s each; OpenBLAS on one thread.\n"
       "# Format and use: docs/calibration.md (\"File format\", \"A CPU\").\n"
-      "keep_defaults: true\npoints:\n",
+      "keep_defaults: true\n"
+      "# The GPUs' slowdown of compute beside communication kernels does not apply to a CPU rank, and\n"
+      "# none was measured here.\n"
+      "compute_slowdown_under_comm: 1\npoints:\n",
       o.batches, o.batch_seconds);
   for (const bool causal : {false, true})
     for (const bool backward : {false, true})

@@ -50,6 +50,7 @@ struct PlanFlags {
   double progress_s = 0;
   int sim_threads = 0;
   std::string calibration;
+  bool comm_slowdown = true;
   std::string search = "auto";
   std::string all_reduce = "auto";
   double memory_fraction = 0.9;
@@ -182,6 +183,7 @@ void simulate_best(Ranked& ranked, const CostModel& model, int k, int jobs, doub
   }
   SimOptions options;
   options.calibration = model.calibration();
+  options.comm_slowdown = model.options().comm_slowdown;
   options.progress_every_s = progress_s;
   options.threads = threads;
   std::vector<Plan> plans;
@@ -233,8 +235,11 @@ nlohmann::json breakdown_json(const StepParts& p) {
     exposed[to_string(CommTier(t))] = p.exposed_ms[t];
     transfers[to_string(CommTier(t))] = p.transfers_per_layer[t];
   }
-  return {{"compute", p.compute_ms}, {"load_imbalance", p.imbalance_ms}, {"exposed_comm", exposed},
-          {"idle", p.idle_ms},       {"hidden_comm", p.hidden_ms},       {"transfers_per_layer", transfers}};
+  nlohmann::json j{{"compute", p.compute_ms}, {"load_imbalance", p.imbalance_ms}, {"exposed_comm", exposed},
+                   {"idle", p.idle_ms},       {"hidden_comm", p.hidden_ms},       {"transfers_per_layer", transfers}};
+  // Of the compute, what communication kernels beside it added (--comm-slowdown, the default).
+  if (p.slowdown_ms > 0) j["compute_slowed_by_comm"] = p.slowdown_ms;
+  return j;
 }
 
 nlohmann::json candidate_json(const Candidate& c, const std::optional<double>& simulated) {
@@ -438,7 +443,9 @@ int run_plan(const PlanFlags& flags) {
   const Topology topology = load(flags.topology);
   const Calibration calibration =
       flags.calibration.empty() ? Calibration::defaults() : Calibration::load(flags.calibration);
-  const CostModel model(topology, calibration);
+  CostOptions cost_options;
+  cost_options.comm_slowdown = flags.comm_slowdown;
+  const CostModel model(topology, calibration, cost_options);
   SearchOptions options = search_options(flags, topology);
   options.virtual_stages = virtual_stage_counts(flags.virtual_stages, workload.layers);
   // On a terminal, a search that takes more than a second says how far it got.
@@ -566,6 +573,12 @@ void register_plan_command(CLI::App& app) {
       ->group(group);
   command->add_option("--calibration", flags->calibration, "Kernel throughput file (docs/calibration.md)")
       ->check(CLI::ExistingFile)
+      ->group(group);
+  command
+      ->add_flag("--comm-slowdown,!--no-comm-slowdown", flags->comm_slowdown,
+                 "Slow compute while its rank communicates (communication kernels hold SMs), by the "
+                 "calibration's compute_slowdown_under_comm, as simulate does; --no-comm-slowdown: full speed")
+      ->capture_default_str()
       ->group(group);
   const std::string output = "Output";
   command->add_option("--top", flags->top, "Rows of the ranking to print (feasible, then rejected)")

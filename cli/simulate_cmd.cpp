@@ -1,5 +1,5 @@
 // `wallfacer simulate PLAN [--topology T] [--nodes K] [--trace out.json [--trace-ranks 0-7]] [--json]
-// [--network-model M] [--calibration FILE] [--comm-slowdown] [--step-layers N] [--full-replay]` replays a plan's
+// [--network-model M] [--calibration FILE] [--no-comm-slowdown] [--step-layers N] [--full-replay]` replays a plan's
 // schedule (the whole training step, or one attention layer for an attention-scope plan) in the
 // SimGrid simulator and prints step, forward and backward time, per-rank statistics, link
 // classes and the busiest links (or the same as JSON).
@@ -31,7 +31,7 @@ struct SimulateFlags {
   std::string trace_ranks;
   std::string all_to_all = "pairwise";
   int max_ring_steps = 64;
-  bool comm_slowdown = false;
+  bool comm_slowdown = true;
   bool tcp_effects = false;
   bool no_shortcuts = false;
   bool json = false;
@@ -206,8 +206,11 @@ void register_simulate_command(CLI::App& app) {
                    "Longer rings (an all-reduce over many ranks) run as this many merged steps; 0 = never merge")
       ->check(at_least(0))
       ->capture_default_str();
-  command->add_flag("--comm-slowdown", flags->comm_slowdown,
-                    "Slow compute while the rank communicates, by the calibration's compute_slowdown_under_comm");
+  command
+      ->add_flag("--comm-slowdown,!--no-comm-slowdown", flags->comm_slowdown,
+                 "Slow compute while the rank communicates (communication kernels hold SMs), by the calibration's "
+                 "compute_slowdown_under_comm, as plan prices it; --no-comm-slowdown: full speed")
+      ->capture_default_str();
   command->add_flag("--tcp-effects", flags->tcp_effects,
                     "Keep SimGrid's cross-traffic and TCP window cap (off by default, so transfers are exact)");
   command->add_flag("--no-shortcuts", flags->no_shortcuts,

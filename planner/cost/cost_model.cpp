@@ -470,9 +470,11 @@ std::vector<double> CostModel::template_sync_seconds(const Plan& plan, const Sch
 CostBreakdown CostModel::time_schedule(const Plan& plan, const detail::TimelineShape& shape,
                                        const std::vector<std::vector<double>>& duration, bool with_parts) const {
   WF_ASSERT(shape.size() == duration.size(), "durations of other programs than the timeline's");
-  std::vector<std::vector<double>> ends;
+  std::vector<std::vector<double>> ends, slowed;
   detail::TimelineShape::RunOptions options;
   options.ends_of = detail::critical_program;  // the parts read the critical program's alone
+  options.compute_kept_under_comm = compute_kept_under_comm();
+  options.slowed_durations = &slowed;
   const std::vector<detail::RankTiming> timings = shape.run(duration, with_parts ? &ends : nullptr, options);
   const PartsOf parts = [&](size_t critical, double step_s, double mean_compute_s, double busiest_compute_s) {
     if (ends[critical].empty()) {
@@ -480,8 +482,10 @@ CostBreakdown CostModel::time_schedule(const Plan& plan, const detail::TimelineS
       shape.run(duration, &ends, options);
     }
     detail::TierClassifier tiers(topology_, plan);
-    return detail::step_parts(shape.program(critical), duration[critical], ends[critical], step_s, mean_compute_s,
-                              busiest_compute_s, tiers);
+    // Compute slowed by communication was timed with its ops lengthened.
+    const bool lengthened = critical < slowed.size() && !slowed[critical].empty();
+    return detail::step_parts(shape.program(critical), lengthened ? slowed[critical] : duration[critical],
+                              ends[critical], step_s, mean_compute_s, busiest_compute_s, tiers);
   };
   return summarize_timings(plan, timings, with_parts ? &parts : nullptr);
 }
@@ -505,8 +509,10 @@ CostBreakdown CostModel::summarize_timings(const Plan& plan, const std::vector<d
       critical = p;
     }
   }
-  if (parts && !timings.empty())
+  if (parts && !timings.empty()) {
     cost.parts = (*parts)(critical, step_s, total_compute / double(timings.size()), busiest_compute);
+    cost.parts.slowdown_ms = timings[critical].slowdown_s * 1e3;  // of its compute (CostOptions::comm_slowdown)
+  }
   cost.forward_ms = forward_s * 1e3;
   cost.step_ms = step_s * 1e3;
   cost.backward_ms = cost.step_ms - cost.forward_ms;

@@ -41,31 +41,38 @@ uint64_t pair_key(int a, int b) {
   return uint64_t(uint32_t(a)) << 32 | uint32_t(b);
 }
 
-// One boundary of an op's interval: +1 at its start, -1 at its end, for a category (0 compute,
-// 1 + tier for transfers).
+// One boundary of an op's interval: +1 at its start, -1 at its end, for a category.
 struct Edge {
   double at;
   int delta;
   int category;
+  size_t op;  // the op it bounds
 };
+// The categories: compute (the backward's, and anything outside the forward), 1 + tier for a
+// transfer that runs, a transfer posted and not finished (from when its rank reaches it, waiting
+// for its other ends included: the window in which its kernel holds SMs), and forward compute.
+constexpr int kCompute = 0, kPosted = 1 + kNumCommTiers, kForwardCompute = kPosted + 1,
+              kCategories = kForwardCompute + 1;
 
 // The start and end edges of one stream's ops in program order, which is their order in time: a
 // stream runs its ops one after the other. A start computed as end minus duration may fall an ulp
 // before the previous end; it is taken at that end, so each stream's edges come sorted and the
 // streams merge as they are visited. (Copying them out to sort took a third of pricing a
-// 16,384-GPU step, most of it touching fresh memory for millions of edges.)
+// 16,384-GPU step, most of it touching fresh memory for millions of edges.) `posted`: a transfer
+// stream's posted windows instead, each from when the op is ready (its stream's previous op and
+// its dependencies done) to its end.
 class StreamEdges {
  public:
   StreamEdges(const ProgramView& program, const std::vector<double>& duration, const std::vector<double>& end,
-              Stream stream, TierClassifier& tiers)
-      : program_(program), duration_(duration), end_(end), stream_(stream), tiers_(tiers) {
+              Stream stream, TierClassifier* tiers, bool posted = false)
+      : program_(program), duration_(duration), end_(end), stream_(stream), tiers_(tiers), posted_(posted) {
     start_next(0, 0);
   }
   bool done() const { return done_; }
   const Edge& head() const { return head_; }
   void pop() {
     if (head_.delta > 0)
-      head_ = {op_end_, -1, head_.category};
+      head_ = {op_end_, -1, head_.category, op_};
     else
       start_next(op_ + 1, op_end_);
   }
@@ -76,23 +83,38 @@ class StreamEdges {
     for (size_t i = from; i < program_.size(); ++i) {
       const Op& op = program_.op(i);
       if (op.stream != stream_ || duration_[i] <= 0 || end_[i] < 0) continue;
-      const int category = stream_ == Stream::Compute ? 0 : 1 + int(tiers_.of(op, program_.program()));
       // Only rounding may put a start before the previous end: a stream runs one op at a time.
       WF_ASSERT(end_[i] - duration_[i] >= previous - 1e-9 * std::max(1.0, previous),
                 "two ops of one stream overlap in a timeline");
-      const double start = std::max(end_[i] - duration_[i], previous);
+      double start = std::max(end_[i] - duration_[i], previous);
+      int category = kPosted;
+      if (posted_)
+        start = std::min(start, ready(i, previous));
+      else if (stream_ == Stream::Compute)
+        category = op.phase == Phase::Forward ? kForwardCompute : kCompute;
+      else
+        category = 1 + (tiers_ ? int(tiers_->of(op, program_.program())) : 0);
       op_ = i;
       op_end_ = std::max(end_[i], start);
-      head_ = {start, +1, category};
+      head_ = {start, +1, category, i};
       return;
     }
     done_ = true;
+  }
+  // When op i is ready to run: its stream's previous op ended at `previous`, and its dependencies
+  // have ended (those that ran).
+  double ready(size_t i, double previous) const {
+    double at = previous;
+    for (const int32_t* d = program_.deps_begin(i); d != program_.deps_end(i); ++d)
+      if (end_[size_t(*d)] >= 0) at = std::max(at, end_[size_t(*d)]);
+    return at;
   }
   const ProgramView& program_;
   const std::vector<double>& duration_;
   const std::vector<double>& end_;
   const Stream stream_;
-  TierClassifier& tiers_;
+  TierClassifier* tiers_;  // none: every transfer counts as the first tier
+  const bool posted_;
   size_t op_ = 0;
   double op_end_ = 0;
   Edge head_{};
@@ -101,13 +123,16 @@ class StreamEdges {
 
 // Every op's start and end edge, visited in time order. The order of edges at one time does not
 // matter to step_parts (only the stretches between distinct times count).
+// `posted`: the transfer streams' posted windows too. Without `tiers` every transfer is of the first.
 template <typename Visit>
 void visit_edges_in_time_order(const ProgramView& program, const std::vector<double>& duration,
-                               const std::vector<double>& end, TierClassifier& tiers, Visit&& visit) {
+                               const std::vector<double>& end, TierClassifier* tiers, bool posted, Visit&& visit) {
   std::vector<StreamEdges> streams;
-  streams.reserve(kNumStreams);
-  for (int s = 0; s < kNumStreams; ++s)
+  streams.reserve(2 * kNumStreams);
+  for (int s = 0; s < kNumStreams; ++s) {
     streams.emplace_back(program, duration, end, Stream(s), tiers);
+    if (posted && Stream(s) != Stream::Compute) streams.emplace_back(program, duration, end, Stream(s), tiers, true);
+  }
   for (;;) {
     StreamEdges* first = nullptr;
     for (StreamEdges& stream : streams)
@@ -154,7 +179,7 @@ CommTier TierClassifier::of(const Op& op, const RankProgram& program) {
 StepParts step_parts(const ProgramView& program, const std::vector<double>& duration, const std::vector<double>& end,
                      double step_s, double mean_compute_s, double busiest_compute_s, TierClassifier& tiers) {
   StepParts parts;
-  int running[1 + kNumCommTiers] = {};
+  int running[kCategories] = {};
   double compute_s = 0, idle_s = 0, hidden_s = 0, exposed_s[kNumCommTiers] = {};
   double at = 0;
   // Each stretch between two edges goes to compute when compute runs, else to the slowest tier
@@ -164,7 +189,7 @@ StepParts step_parts(const ProgramView& program, const std::vector<double>& dura
     if (until <= at) return;
     const double length = until - at;
     const bool any_transfer = running[1] + running[2] + running[3] > 0;
-    if (running[0] > 0) {
+    if (running[kCompute] + running[kForwardCompute] > 0) {
       compute_s += length;
       if (any_transfer) hidden_s += length;
     } else if (any_transfer) {
@@ -175,7 +200,7 @@ StepParts step_parts(const ProgramView& program, const std::vector<double>& dura
     }
     at = until;
   };
-  visit_edges_in_time_order(program, duration, end, tiers, [&](const Edge& edge) {
+  visit_edges_in_time_order(program, duration, end, &tiers, false, [&](const Edge& edge) {
     account(edge.at);
     running[edge.category] += edge.delta;
   });
@@ -192,6 +217,45 @@ StepParts step_parts(const ProgramView& program, const std::vector<double>& dura
   parts.idle_ms = idle_s * 1e3;
   parts.hidden_ms = hidden_s * 1e3;
   return parts;
+}
+
+ComputeUnderComm compute_under_comm(const ProgramView& program, const std::vector<double>& duration,
+                                    const std::vector<double>& end, bool by_op) {
+  ComputeUnderComm under;
+  if (by_op) {
+    under.moving_by_op.assign(program.size(), 0.0);
+    under.waiting_by_op.assign(program.size(), 0.0);
+  }
+  int running[kCategories] = {};
+  size_t computing = 0;  // the compute op that runs, when one does (a stream runs one at a time)
+  double at = 0;
+  visit_edges_in_time_order(program, duration, end, nullptr, true, [&](const Edge& edge) {
+    const double length = edge.at - at;
+    const bool forward = running[kForwardCompute] > 0;
+    if (length > 0 && (forward || running[kCompute] > 0)) {
+      if (running[1] > 0) {
+        (forward ? under.forward_moving_s : under.moving_s) += length;
+        if (by_op) under.moving_by_op[computing] += length;
+      } else if (running[kPosted] > 0) {
+        (forward ? under.forward_waiting_s : under.waiting_s) += length;
+        if (by_op) under.waiting_by_op[computing] += length;
+      }
+    }
+    at = std::max(at, edge.at);
+    running[edge.category] += edge.delta;
+    if ((edge.category == kCompute || edge.category == kForwardCompute) && edge.delta > 0) computing = edge.op;
+  });
+  return under;
+}
+
+double ComputeUnderComm::slowdown_s(double kept, bool forward_only) const {
+  const double moving = forward_moving_s + (forward_only ? 0 : moving_s);
+  const double waiting = forward_waiting_s + (forward_only ? 0 : waiting_s);
+  return (1 - kept) * moving + (1 / kept - 1) * waiting;
+}
+
+double ComputeUnderComm::added_s(size_t op, double kept) const {
+  return (1 - kept) * moving_by_op[op] + (1 / kept - 1) * waiting_by_op[op];
 }
 
 }  // namespace detail

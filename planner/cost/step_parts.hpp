@@ -32,4 +32,25 @@ class TierClassifier {
 StepParts step_parts(const ProgramView& program, const std::vector<double>& duration, const std::vector<double>& end,
                      double step_s, double mean_compute_s, double busiest_compute_s, TierClassifier& tiers);
 
+// How long a rank's compute runs while its communication kernels hold SMs, from its timeline run at
+// full speed: while a transfer moves data (from its start to its end), and while transfers are
+// only posted (from when the rank reaches one, its stream's previous op and its dependencies
+// done, until it starts: waiting for its other ends). Seconds, the forward's apart, and (with
+// `by_op`) by compute op.
+struct ComputeUnderComm {
+  double moving_s = 0, waiting_s = 0;                  // backward compute (and any outside the forward)
+  double forward_moving_s = 0, forward_waiting_s = 0;  // forward compute
+  std::vector<double> moving_by_op, waiting_by_op;     // by op of the program (0 but for compute ops)
+  // What running compute at `kept` of its speed while a transfer is posted adds to it: a moving
+  // transfer lasts what its links make it last, so the compute under it does (1 - kept) of that
+  // time's work less and finishes it after, at full speed; a wait ends when the other end posts,
+  // which that rank does after compute slowed alike, so the wait stretches with the compute under
+  // it, which takes 1 / kept as long. `forward_only`: the forward's share.
+  double slowdown_s(double kept, bool forward_only = false) const;
+  // The same for one compute op (by_op).
+  double added_s(size_t op, double kept) const;
+};
+ComputeUnderComm compute_under_comm(const ProgramView& program, const std::vector<double>& duration,
+                                    const std::vector<double>& end, bool by_op = false);
+
 }  // namespace wallfacer::detail

@@ -243,6 +243,7 @@ class UnrolledOrders {
 struct TimedGroup {
   std::vector<std::shared_ptr<const FlatStep>> flats;  // by program; one per unrolled order
   std::vector<std::vector<double>> ends;               // by program timed: those of the one asked for
+  std::vector<std::vector<double>> slowed;             // compute slowed: the durations of `ends`' timing
   bool timed = false;                                  // not taken from an earlier group nor left out
   bool composed = false;                               // a lone column composed from a few layers
   // With ranks timed by class (detail::rank_classes): by program its class, of `classes`, whose
@@ -259,7 +260,8 @@ struct TimedGroup {
 // `ends_of`: the program whose ends are kept, else the critical one.
 std::optional<std::vector<detail::RankTiming>> time_by_class(const std::vector<detail::ProgramView>& views,
                                                              const std::vector<std::vector<double>>& durations,
-                                                             std::optional<size_t> ends_of, TimedGroup& t) {
+                                                             std::optional<size_t> ends_of, TimedGroup& t,
+                                                             double kept_under_comm) {
   std::optional<detail::RankClasses> classes = detail::rank_classes(views, durations);
   if (!classes) return std::nullopt;
   std::vector<detail::ProgramView> representatives;
@@ -274,6 +276,8 @@ std::optional<std::vector<detail::RankTiming>> time_by_class(const std::vector<d
   const std::vector<uint32_t>& class_of = classes->class_of;
   detail::TimelineShape::RunOptions options;
   options.by_template_op = true;
+  options.compute_kept_under_comm = kept_under_comm;
+  options.slowed_durations = &t.slowed;
   size_t called_off = 0;
   options.called_off = &called_off;
   options.ends_of = [&](const std::vector<detail::RankTiming>& by_class) -> size_t {
@@ -436,9 +440,10 @@ std::optional<ComposedLone> compose_without_unrolling(const StepTemplate& step, 
 
 // Template p's column timed alone with its own unrolled order, as the pricing times a column
 // whose order no earlier column has (no order library: nothing timed before shares its order).
+// `kept_under_comm` below 1: compute slowed by communication (then no bounds to leave it out on).
 LoneColumn time_lone_column(const std::vector<StepTemplate>& templates, const std::vector<double>& once, size_t p,
                             UnrolledOrders& orders, const TimedSoFar& known, int composed_layers,
-                            SharedComposers& composers) {
+                            SharedComposers& composers, double kept_under_comm) {
   LoneColumn c;
   std::optional<ComposedLone> composed =
       compose_without_unrolling(templates[p], once, p, orders, known, composed_layers, composers);
@@ -450,7 +455,7 @@ LoneColumn time_lone_column(const std::vector<StepTemplate>& templates, const st
     return c;
   }
   c.flat = orders.unrolled(p);
-  c.bounds = detail::lone_bounds(detail::ProgramView(templates[p].program, *c.flat), once);
+  if (kept_under_comm >= 1) c.bounds = detail::lone_bounds(detail::ProgramView(templates[p].program, *c.flat), once);
   if (LoneColumns::left_out(c.bounds, known.latest_end, known.latest_forward)) return c;
   c.group.flats.push_back(c.flat);
   if (!composed && (c.timing = composed_column(templates[p], once, c.bounds, composed_layers, c.group))) return c;
@@ -459,6 +464,8 @@ LoneColumn time_lone_column(const std::vector<StepTemplate>& templates, const st
   detail::TimelineShape::RunOptions options;
   options.by_template_op = true;
   options.ends_of = detail::critical_program;
+  options.compute_kept_under_comm = kept_under_comm;
+  options.slowed_durations = &c.group.slowed;
   c.timing = shape.run({once}, &c.group.ends, options).at(0);
   c.group.timed = true;
   return c;
@@ -507,7 +514,12 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   // Their waiting structure too, shared by the groups (each group is a shape of its own).
   auto library = std::make_unique<detail::OrderLibrary>();
   LoneColumns lone(templates, once);
-  SharedComposers composers(options_.composed_layers, options_.share_composers);
+  // Compute slowed by communication is found on each column's whole timeline: no composing it
+  // from a few layers, no leaving it out on bounds of its timeline at full speed.
+  const double kept_under_comm = compute_kept_under_comm();
+  const bool slowed = kept_under_comm < 1;
+  const int composed_layers = slowed ? 0 : options_.composed_layers;
+  SharedComposers composers(composed_layers, options_.share_composers);
   double latest_end = 0, latest_forward = 0;  // among the programs timed so far
   int programs_timed = 0;                     // by the groups' first timings
   int columns_composed = 0;                   // of those, lone columns composed from a few layers
@@ -522,7 +534,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       return TimedGroup{};
     }
     std::optional<ComposedLone> c = compose_without_unrolling(
-        templates[p], once[p], p, orders, TimedSoFar{latest_end, latest_forward}, options_.composed_layers, composers);
+        templates[p], once[p], p, orders, TimedSoFar{latest_end, latest_forward}, composed_layers, composers);
     compose = !c;
     if (c && c->left_out) {
       timings[p] = *LoneColumns::left_out(c->bounds, latest_end, latest_forward);
@@ -558,7 +570,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       const bool known = flat != nullptr;
       if (!known) flat = orders.unrolled(p);
       const std::optional<detail::LoneBounds> bounds =
-          detail::lone_bounds(detail::ProgramView(templates[p].program, *flat), once[p]);
+          slowed ? std::nullopt : detail::lone_bounds(detail::ProgramView(templates[p].program, *flat), once[p]);
       if (first)
         if (const std::optional<detail::RankTiming> timing =
                 LoneColumns::left_out(bounds, latest_end, latest_forward)) {
@@ -570,15 +582,15 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       t.flats.push_back(std::move(flat));
       // Timed again for the parts (not first), a column composed before is composed again.
       if (const std::optional<detail::RankTiming> timing =
-              compose ? composed_column(templates[p], once[p], bounds, options_.composed_layers, t) : std::nullopt) {
+              compose ? composed_column(templates[p], once[p], bounds, composed_layers, t) : std::nullopt) {
         timings[p] = *timing;
         if (first) ++programs_timed, ++columns_composed;
         return t;
       }
     } else {
       if (mode == detail::PairMode::Symmetric)
-        if (std::optional<TimedGroup> c = composed_pipeline(templates, once, group, ends_of, options_.composed_layers,
-                                                            composers, timings, orders)) {
+        if (std::optional<TimedGroup> c =
+                composed_pipeline(templates, once, group, ends_of, composed_layers, composers, timings, orders)) {
           if (first) programs_timed += int(group.size()), columns_composed += int(group.size());
           return std::move(*c);
         }
@@ -595,8 +607,11 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
     }
     detail::TimelineShape::RunOptions options;
     options.by_template_op = true;
+    options.compute_kept_under_comm = kept_under_comm;
+    options.slowed_durations = &t.slowed;
     if (mode == detail::PairMode::Matched && options_.time_rank_classes)
-      if (std::optional<std::vector<detail::RankTiming>> times = time_by_class(views, durations, ends_of, t)) {
+      if (std::optional<std::vector<detail::RankTiming>> times =
+              time_by_class(views, durations, ends_of, t, kept_under_comm)) {
         for (size_t k = 0; k < group.size(); ++k)
           timings[group[k]] = (*times)[t.class_of[k]];
         if (first) programs_timed += int(t.classes);
@@ -631,7 +646,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   if (!may_time_ahead.empty())
     ahead.emplace(may_time_ahead, kColumnsAhead, [&](size_t v, const TimedSoFar& known) {
       const size_t p = groups[visit[v]][0];
-      return time_lone_column(templates, once[p], p, orders, known, options_.composed_layers, composers);
+      return time_lone_column(templates, once[p], p, orders, known, composed_layers, composers, kept_under_comm);
     });
   auto take_ahead = [&](size_t v) {
     const size_t p = groups[visit[v]][0];
@@ -690,9 +705,12 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       kept.flats[k] = std::make_shared<const FlatStep>(unroll_flat(templates[critical]));
     WF_ASSERT(kept.flats[k]->size() == kept.ends[kept.in_shape(k)].size(), "the parts read an end of every op");
     detail::TierClassifier tiers(topology_, plan);
+    // Compute slowed by communication was timed with its ops lengthened.
+    const size_t in_shape = kept.in_shape(k);
+    const bool lengthened = in_shape < kept.slowed.size() && !kept.slowed[in_shape].empty();
     return detail::step_parts(detail::ProgramView(templates[critical].program, *kept.flats[k]),
-                              flat_durations(once[critical], *kept.flats[k]), kept.ends[kept.in_shape(k)], step_s,
-                              mean_compute_s, busiest_compute_s, tiers);
+                              lengthened ? kept.slowed[in_shape] : flat_durations(once[critical], *kept.flats[k]),
+                              kept.ends[in_shape], step_s, mean_compute_s, busiest_compute_s, tiers);
   };
   CostBreakdown cost = summarize_timings(plan, timings, &parts);
   cost.programs_timed = programs_timed;

@@ -71,6 +71,9 @@ struct RankTiming {
   double forward_end_s = 0;                              // when the rank's last forward op ends
   double end_s = 0;                                      // when its last op ends
   double compute_forward_s = 0, compute_backward_s = 0;  // compute-stream busy time per phase
+  // With RunOptions::compute_kept_under_comm below 1: what compute slowed by communication adds to
+  // the rank's compute ops, included in the compute times above (and in the ends).
+  double slowdown_s = 0;
 };
 
 // What each op of a program waits for on its own rank (its stream predecessor, its dependencies),
@@ -118,6 +121,14 @@ class TimelineShape {
     // When given, receives how many meetings (pairs of message ends, collectives) the run called
     // off because some of their ops were never posted.
     size_t* called_off = nullptr;
+    // Below 1: compute runs at this share of its speed while a transfer of its rank is posted:
+    // the programs are timed at full speed, each compute op lengthened by what that puts under
+    // its rank's transfers (detail::ComputeUnderComm), and timed again (RankTiming::slowdown_s).
+    // Ignored by the bounds' pairings (Unpaired, StagesOnly), which stay at full speed.
+    double compute_kept_under_comm = 1;
+    // With compute slowed: receives the durations (by op) the programs were timed with again, of
+    // the programs whose ends `op_ends` receives (the others left empty).
+    std::vector<std::vector<double>>* slowed_durations = nullptr;
   };
   // `duration[p][i]`: seconds op i of the p-th program lasts. One entry per program. A pairing that
   // cannot be honoured (an end that is never posted) falls back to starting the waiting op on its

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <wallfacer/core/log.hpp>
+#include "step_parts.hpp"
 #include "timeline_shape.hpp"
 
 namespace wallfacer::detail {
@@ -341,14 +342,53 @@ std::vector<RankTiming> TimelineRun::run() {
 
 std::vector<RankTiming> TimelineShape::run(const std::vector<std::vector<double>>& duration,
                                            std::vector<std::vector<double>>* op_ends, const RunOptions& options) const {
-  TimelineRun timeline(*impl_, duration, options.by_template_op, op_ends != nullptr);
+  // Bounds (Unpaired, StagesOnly) time compute at full speed: slowed, it only lasts longer.
+  const bool bound = impl_->mode == PairMode::Unpaired || impl_->mode == PairMode::StagesOnly;
+  const bool slowed = options.compute_kept_under_comm < 1 && !bound;
+  TimelineRun timeline(*impl_, duration, options.by_template_op, op_ends != nullptr || slowed);
   std::vector<RankTiming> times = timeline.run();
   if (timeline.unfold())
     return TimelineShape(impl_->unfolded, impl_->mode, nullptr, false).run(duration, op_ends, options);
   if (options.called_off) *options.called_off = timeline.called_off();
-  if (op_ends)
-    *op_ends = timeline.take_ends(options.ends_of ? std::optional<size_t>(options.ends_of(times)) : std::nullopt);
-  return times;
+  if (!slowed) {
+    if (op_ends)
+      *op_ends = timeline.take_ends(options.ends_of ? std::optional<size_t>(options.ends_of(times)) : std::nullopt);
+    return times;
+  }
+  // Compute slowed by communication: each compute op lengthened by what the timeline at full speed
+  // puts under its rank's transfers (ComputeUnderComm), and the programs timed again with those
+  // durations, so that a rank's slowed compute also delays the ranks that wait for it.
+  const std::vector<std::vector<double>> full_speed_ends = timeline.take_ends(std::nullopt);
+  std::vector<std::vector<double>> slowed_durations(times.size());
+  std::vector<double> added(times.size(), 0.0);
+  for (size_t p = 0; p < times.size(); ++p) {
+    const ProgramView& program = impl_->unfolded[p];
+    std::vector<double>& seconds = slowed_durations[p];
+    seconds.resize(program.size());
+    for (size_t i = 0; i < seconds.size(); ++i)
+      seconds[i] = duration[p][options.by_template_op && program.flat() ? program.origin(i) : i];
+    const ComputeUnderComm under = compute_under_comm(program, seconds, full_speed_ends[p], true);
+    for (size_t i = 0; i < seconds.size(); ++i) {
+      const double more = under.added_s(i, options.compute_kept_under_comm);
+      seconds[i] += more;
+      added[p] += more;
+    }
+  }
+  RunOptions again = options;
+  again.by_template_op = false;
+  again.compute_kept_under_comm = 1;
+  size_t called_off_again = 0;
+  again.called_off = &called_off_again;
+  std::vector<RankTiming> slowed_times = run(slowed_durations, op_ends, again);
+  if (options.called_off) *options.called_off += called_off_again;
+  for (size_t p = 0; p < slowed_times.size(); ++p)
+    slowed_times[p].slowdown_s = added[p];
+  if (options.slowed_durations) {
+    for (size_t p = 0; op_ends && p < slowed_durations.size(); ++p)
+      if ((*op_ends)[p].empty()) slowed_durations[p].clear();
+    *options.slowed_durations = std::move(slowed_durations);
+  }
+  return slowed_times;
 }
 
 }  // namespace wallfacer::detail

@@ -225,9 +225,12 @@ std::vector<std::string> explain_ranking(const SearchResult& result, double rela
                        tie ? ", a tie" : "", compare_parts(best, other), transfers_text(best, other));
   };
   const StepParts& p = best.cost.parts;
+  const std::string slowed =
+      p.slowdown_ms > 0 ? fmt::format(" ({} of it slowed by communication kernels beside it)", ms_text(p.slowdown_ms))
+                        : "";
   std::string first =
-      fmt::format("{} wins: of its {} ms, {} ms compute, {} ms exposed communication ({} hidden behind compute)",
-                  candidate_label(best), ms_text(best.cost.step_ms), ms_text(p.compute_ms + p.imbalance_ms),
+      fmt::format("{} wins: of its {} ms, {} ms compute{}, {} ms exposed communication ({} hidden behind compute)",
+                  candidate_label(best), ms_text(best.cost.step_ms), ms_text(p.compute_ms + p.imbalance_ms), slowed,
                   ms_text(p.exposed_total_ms()), ms_text(p.hidden_ms));
   std::string tiers;
   for (int t = 0; t < kNumCommTiers; ++t)

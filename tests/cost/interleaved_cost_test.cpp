@@ -136,9 +136,11 @@ TEST(InterleavedCost, RecurrenceOfEqualStagesHasTheClosedFormBubble) {
 
 TEST(InterleavedCost, StepFollowsTheInterleavedRecurrence) {
   const Calibration calibration = Calibration::defaults();  // the timer keeps a reference
+  CostOptions full_speed;                                   // the recurrence runs compute at full speed
+  full_speed.comm_slowdown = false;
   for (const auto& [v, M] : std::vector<std::pair<int, int>>{{1, 4}, {2, 4}, {2, 8}, {4, 4}}) {
     const Topology topology = testing::switch_nodes(1, 4, 450);
-    const CostModel model(topology, calibration);
+    const CostModel model(topology, calibration, full_speed);
     const Workload w = interleaved_workload(16, M);
     Plan plan = make_plan(StrategyKind::Ulysses, {.sequence_parallel = 1, .pipeline_parallel = 4, .virtual_stages = v},
                           w, topology, 4);

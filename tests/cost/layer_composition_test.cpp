@@ -395,6 +395,7 @@ TEST(LayerComposition, SampledStepsPriceAlikeWithComposersSharedOrNot) {
   const Topology topology = testing::switch_nodes(2, 4, 450);
   CostOptions shared, own;
   shared.max_timed_ranks = own.max_timed_ranks = 4;
+  shared.comm_slowdown = own.comm_slowdown = false;  // slowed steps are not composed
   own.share_composers = false;
   const CostModel a_model(topology, Calibration::defaults(), shared), b_model(topology, Calibration::defaults(), own);
   int plans = 0;
@@ -425,6 +426,7 @@ TEST(LayerComposition, SyncStreamBoundsStayBelowTheTimedBoundAndCarryZero3Steps)
     const Topology topology = testing::switch_nodes(2, 4, 450, fast_compute);
     CostOptions sampled;
     sampled.max_timed_ranks = 4;
+    sampled.comm_slowdown = false;  // slowed steps are not composed
     const CostModel model(topology, Calibration::defaults(), sampled);
     for (int stages : {1, 2})
       for_each_plan(
@@ -460,6 +462,7 @@ void expect_priced_and_bounded_as_every_layer(int stages) {
   const Topology topology = testing::switch_nodes(2, 4, 450);
   CostOptions composing, every_layer;
   composing.max_timed_ranks = every_layer.max_timed_ranks = 4;
+  composing.comm_slowdown = every_layer.comm_slowdown = false;  // slowed steps are not composed
   every_layer.composed_layers = 0;
   const CostModel fast(topology, Calibration::defaults(), composing);
   const CostModel reference(topology, Calibration::defaults(), every_layer);

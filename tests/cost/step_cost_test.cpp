@@ -178,6 +178,9 @@ double one_forward_one_backward_s(const std::vector<StageTimes>& stages, int M, 
 // the buckets added 2.55 and 3.40 ms.
 TEST(StepCost, DataParallelSynchronisationIsNotHandedDownThePipeline) {
   const Calibration calibration = Calibration::defaults();
+  // At full speed: compute slowed beside the synchronisation's kernels would add to it.
+  CostOptions full_speed;
+  full_speed.comm_slowdown = false;
   double added[2] = {};  // step(D = 2) - step(D = 1) with 2 and 4 stages
   for (int Pp : {2, 4}) {
     double step[2] = {};
@@ -185,7 +188,7 @@ TEST(StepCost, DataParallelSynchronisationIsNotHandedDownThePipeline) {
       // A node per stage and tensor group, as large models run: the stages' messages cross nodes
       // either way, the data-parallel groups too (one 100 Gb/s NIC per node).
       const Topology topology = testing::switch_nodes(Pp * D, 8);
-      const CostModel model(topology, calibration);
+      const CostModel model(topology, calibration, full_speed);
       Workload w = step_workload(2 * Pp);
       w.kv_heads = 8;
       w.microbatches = 4;
@@ -207,9 +210,12 @@ TEST(StepCost, DataParallelSynchronisationIsNotHandedDownThePipeline) {
 TEST(StepCost, PipelineBubbleFollowsTheOneForwardOneBackwardRecurrence) {
   const Calibration calibration = Calibration::defaults();  // the timer keeps a reference
   // Stage messages cost a few microseconds on NVSwitch and milliseconds on a 1 GB/s fabric.
+  // The recurrence runs compute at full speed (no slowdown beside communication kernels).
+  CostOptions full_speed;
+  full_speed.comm_slowdown = false;
   for (const auto& [M, GBps] : std::vector<std::pair<int, double>>{{1, 450}, {2, 450}, {8, 450}, {1, 1}, {8, 1}}) {
     const Topology topology = testing::switch_nodes(1, 4, GBps);
-    const CostModel model(topology, calibration);
+    const CostModel model(topology, calibration, full_speed);
     Workload w = step_workload(8);
     w.batch = M;
     w.microbatches = M;

@@ -120,6 +120,58 @@ TEST(StepParts, SyncStreamTransfersCount) {
   EXPECT_NEAR(p.sum_ms(), 4.5, 1e-12);
 }
 
+// Compute under communication kernels (ComputeUnderComm), rank 0 as above, in s: forward compute
+// [0, 2], backward compute [2, 5] after it; a receive the rank reaches at 0 (nothing before it)
+// that moves data in [1, 3]; a send after the backward compute, [5, 6]. The forward computes 1 s
+// while the receive waits and 1 s while it moves, the backward 1 s while it moves and nothing
+// under the send. At 0.8 of its speed: a moving transfer costs 0.2 of the compute under it, a
+// wait 1 / 0.8 - 1 = 0.25.
+TEST(StepParts, ComputeUnderCommunicationSplitsWaitingFromMoving) {
+  RankProgram program;
+  program.rank = 0;
+  program.add(compute_op());
+  program.add(recv_op(1));
+  Op backward = compute_op();
+  backward.phase = Phase::Backward;
+  const int32_t computed = program.add(backward, {0});
+  program.add(send_op(1), {computed});
+  const std::vector<double> duration{2, 2, 3, 1};
+  const std::vector<double> end{2, 3, 5, 6};
+  const detail::ComputeUnderComm under = detail::compute_under_comm(program, duration, end);
+  EXPECT_DOUBLE_EQ(under.forward_waiting_s, 1);
+  EXPECT_DOUBLE_EQ(under.forward_moving_s, 1);
+  EXPECT_DOUBLE_EQ(under.moving_s, 1);
+  EXPECT_DOUBLE_EQ(under.waiting_s, 0);
+  EXPECT_NEAR(under.slowdown_s(0.8), 0.2 * 2 + 0.25 * 1, 1e-12);
+  EXPECT_NEAR(under.slowdown_s(0.8, true), 0.2 * 1 + 0.25 * 1, 1e-12);
+  EXPECT_EQ(under.slowdown_s(1), 0);
+}
+
+// The timeline run adds each rank's slowdown to its end: one compute block of 2 s beside a send
+// that moves data for 1 s from the start (the simulator's closed form,
+// SimulatorSemantics.ComputeSlowsDownWhileTheRankCommunicates: the block ends at
+// 1 + (2 - kept x 1) s, 0.4 s later at kept = 0.6).
+TEST(StepParts, TimelineRunAddsTheSlowdownToTheRanksEnd) {
+  RankProgram sender, receiver;
+  sender.rank = 0;
+  receiver.rank = 1;
+  sender.add(compute_op());
+  sender.add(send_op(1));
+  receiver.add(recv_op(0));
+  const std::vector<const RankProgram*> programs{&sender, &receiver};
+  const detail::TimelineShape shape(programs, detail::PairMode::Matched);
+  const std::vector<std::vector<double>> duration{{2, 1}, {1}};
+  detail::TimelineShape::RunOptions options;
+  const std::vector<detail::RankTiming> plain = shape.run(duration, nullptr, options);
+  options.compute_kept_under_comm = 0.6;
+  const std::vector<detail::RankTiming> slowed = shape.run(duration, nullptr, options);
+  EXPECT_DOUBLE_EQ(plain[0].end_s, 2);
+  EXPECT_NEAR(slowed[0].end_s, 1 + (2 - 0.6 * 1), 1e-12);
+  EXPECT_NEAR(slowed[0].slowdown_s, 0.4, 1e-12);
+  EXPECT_NEAR(slowed[0].forward_end_s, 2.4, 1e-12);  // all of it in the forward
+  EXPECT_DOUBLE_EQ(slowed[1].end_s, 1);              // the receiver computes nothing
+}
+
 TEST(StepParts, SumToTheStepForEveryStrategyAndScope) {
   const Topology topology = testing::switch_nodes(2, 4);
   Workload w = testing::mha_workload(4096, 8, 64, /*causal=*/true);

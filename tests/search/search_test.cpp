@@ -355,11 +355,12 @@ SearchOptions tensor_and_pipeline_step_search() {
 // The whole-step search prices candidates best bound first and prunes on bounds: brute force
 // (every feasible candidate priced as a whole step, memory checked) finds no step below the
 // chosen plan's, and every pruned candidate's step is at least the best one and at least the
-// bound it is listed with. Tensor and pipeline parallel candidates included.
-TEST(StepSearch, BoundsNeverPruneTheBestStep) {
+// bound it is listed with. Tensor and pipeline parallel candidates included; with compute slowed
+// by communication too (the bounds time the steps at full speed, so they stay below).
+void expect_bounds_never_prune_the_best_step(const CostOptions& cost_options) {
   const Topology topology = Topology::load("dgx-h100", 2);
   const Workload w = small_step_workload();
-  const CostModel model(topology, Calibration::defaults());
+  const CostModel model(topology, Calibration::defaults(), cost_options);
   SearchOptions options = tensor_and_pipeline_step_search();
   const SearchResult result = search_plans(topology, w, model, options);
   ASSERT_GE(result.best, 0);
@@ -397,6 +398,16 @@ TEST(StepSearch, BoundsNeverPruneTheBestStep) {
     EXPECT_TRUE(c.feasible && !c.pruned) << i;
     EXPECT_NEAR(c.cost.step_ms, steps[i], 1e-9 * steps[i]) << i;
   }
+}
+
+TEST(StepSearch, BoundsNeverPruneTheBestStep) {
+  expect_bounds_never_prune_the_best_step(CostOptions{});
+}
+
+TEST(StepSearch, BoundsNeverPruneTheBestStepWithComputeSlowedByCommunication) {
+  CostOptions slowed;
+  slowed.comm_slowdown = true;
+  expect_bounds_never_prune_the_best_step(slowed);
 }
 
 // A sample of timed ranks (each pipeline column timed on its own, so that the timed bound is the
@@ -500,14 +511,17 @@ TEST(StepSearch, ThreadsGiveTheSameRanking) {
 
 // The attention search on several threads: candidates bounded and priced ahead, including ones
 // the heuristic then prunes after all (put back as they were), change nothing it reports. The
-// 64-GPU search prunes by bounds; the 2,048-GPU one screens first.
+// 64-GPU search prunes by bounds; the 2,048-GPU one screens first. At full speed: with compute
+// slowed by communication the bounds (timed at full speed) prune none of the 64-GPU candidates.
 TEST(Search, ThreadsGiveTheSameAttentionRanking) {
+  CostOptions full_speed;
+  full_speed.comm_slowdown = false;
   for (int nodes : {8, 256}) {
     const Topology topology = Topology::load("dgx-h100", nodes);
     WorkloadOverrides o;
     o.seq = int64_t(1) << 20;
     const Workload w = load_workload("llama-3-8b", o);
-    const CostModel model(topology, Calibration::defaults());
+    const CostModel model(topology, Calibration::defaults(), full_speed);
     SearchOptions options;
     options.mode = SearchMode::Heuristic;
     const SearchResult one = search_plans(topology, w, model, options);

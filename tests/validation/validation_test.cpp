@@ -435,13 +435,13 @@ TEST(Validation, PredictionsMatchTheDoc) {
     out += fmt::format("\ngains within 15 points of the measured: {} of {}\n", close_gains, gains.size());
     out +=
         "\n| entry | step ms | compute | imbalance | exposed nvlink | exposed pcie | exposed network | idle | hidden "
-        "|\n"
-        "|---|---|---|---|---|---|---|---|---|\n";
+        "| slowed |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n";
     for (const Result& r : results) {
       const StepParts& p = r.parts;
-      out += fmt::format("| `{}` | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} |\n",
+      out += fmt::format("| `{}` | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} |\n",
                          r.entry->id, r.step_ms, p.compute_ms, p.imbalance_ms, p.exposed_ms[0], p.exposed_ms[1],
-                         p.exposed_ms[2], p.idle_ms, p.hidden_ms);
+                         p.exposed_ms[2], p.idle_ms, p.hidden_ms, p.slowdown_ms);
     }
     out += "\n| id | needs |\n|---|---|\n";
     for (const Entry& e : entries)

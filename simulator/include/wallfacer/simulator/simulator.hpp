@@ -29,7 +29,7 @@ struct SimOptions {
   // open quickly in Perfetto. Flow arrows are kept between traced ranks only.
   std::vector<int> trace_ranks;
   Calibration calibration = Calibration::defaults();
-  bool comm_slowdown = false;  // apply calibration's compute slowdown while communication runs
+  bool comm_slowdown = true;  // apply calibration's compute slowdown while communication runs
   // All-gather, reduce-scatter and all-reduce expand into point-to-point steps with this
   // algorithm: "ring" (default, the only one so far).
   std::string collective_algorithm = "ring";

@@ -93,7 +93,9 @@ class Calibration {
   KernelCurve curve(const std::string& gpu, KernelOp op, DType dtype, int head_dim, double peak_tflops,
                     bool causal = false) const;
   double fallback_efficiency() const { return fallback_efficiency_; }
-  // Fraction of compute speed kept while communication kernels run (simulator option), 1 = none lost.
+  // Fraction of compute speed kept while communication kernels run, 1 = none lost (defaults:
+  // 1 / 1.189, docs/calibration.md). Applied with the simulator's --comm-slowdown and the cost
+  // model's CostOptions::comm_slowdown.
   double compute_slowdown_under_comm() const { return comm_slowdown_; }
   const std::vector<CalibrationPoint>& points() const { return points_; }
 

@@ -81,6 +81,13 @@ struct CostOptions {
   // (detail::LayerComposer::serves), as most of a sample's do. Exact; false prepares each
   // column's own, the reference the tests compare it with.
   bool share_composers = true;
+  // Compute runs at the calibration's compute_slowdown_under_comm of its speed while a transfer
+  // of its rank is posted and unfinished (communication kernels hold SMs, waiting included), as
+  // the simulator replays it (SimOptions::comm_slowdown); each timed rank's end grows by what that
+  // adds to first order (detail::ComputeUnderComm, docs/cost-model.md "Compute slowed by
+  // communication"). Whole steps are then timed layer by layer (no composition from a few layers,
+  // no column left out on its bounds). Off: compute runs at full speed throughout.
+  bool comm_slowdown = true;
 };
 
 // Where a transfer runs, by the slowest kind of link on its way: NVLink or NVSwitch inside a node,
@@ -106,6 +113,9 @@ struct StepParts {
   double exposed_ms[kNumCommTiers] = {};  // transfers run, compute does not; by the slowest tier running
   double idle_ms = 0;                     // nothing runs, and the rest of the waiting for other ranks
   double hidden_ms = 0;                   // transfers that run while compute runs
+  // With CostOptions::comm_slowdown: of the critical rank's compute, what communication kernels
+  // beside it added (docs/cost-model.md "Compute slowed by communication"). 0 without.
+  double slowdown_ms = 0;
   // Transfers (sends and collectives) a GPU starts per layer, by tier: the mean over the timed
   // ranks (evaluate: of the attention layer; evaluate_step: of the whole step, divided by the
   // layers; evaluate_times leaves them 0).
@@ -306,6 +316,11 @@ class CostModel {
   const Topology& topology() const { return topology_; }
   const Calibration& calibration() const { return calibration_; }
   const CostOptions& options() const { return options_; }
+  // The share of its speed compute keeps while its rank communicates: the calibration's with
+  // CostOptions::comm_slowdown, else 1.
+  double compute_kept_under_comm() const {
+    return options_.comm_slowdown ? calibration_.compute_slowdown_under_comm() : 1.0;
+  }
   // Appends to `schedule` the programs of timed ranks it does not hold yet (timed_ranks order),
   // until it holds `max_ranks` (0 = the whole sample) or the op budget is spent. Fills dims and
   // flow sets when the schedule is empty. The programs do not depend on the GPU order.
