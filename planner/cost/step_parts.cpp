@@ -258,6 +258,36 @@ double ComputeUnderComm::added_s(size_t op, double kept) const {
   return (1 - kept) * moving_by_op[op] + (1 / kept - 1) * waiting_by_op[op];
 }
 
+std::vector<double> lengthened(const ProgramView& program, const std::vector<double>& duration, bool by_template,
+                               const std::vector<double>& end, double kept, double* added) {
+  by_template = by_template && program.flat();
+  std::vector<double> seconds(program.size());
+  for (size_t i = 0; i < seconds.size(); ++i)
+    seconds[i] = duration[by_template ? program.origin(i) : i];
+  const ComputeUnderComm under = compute_under_comm(program, seconds, end, true);
+  *added = 0;
+  if (!by_template) {
+    for (size_t i = 0; i < seconds.size(); ++i) {
+      const double more = under.added_s(i, kept);
+      seconds[i] += more;
+      *added += more;
+    }
+    return seconds;
+  }
+  std::vector<double> more(duration.size(), 0.0), copies(duration.size(), 0.0);
+  for (size_t i = 0; i < seconds.size(); ++i) {
+    more[program.origin(i)] += under.added_s(i, kept);
+    copies[program.origin(i)] += 1;
+  }
+  std::vector<double> result = duration;
+  for (size_t t = 0; t < result.size(); ++t)
+    if (copies[t] > 0) {
+      result[t] += more[t] / copies[t];
+      *added += more[t];
+    }
+  return result;
+}
+
 }  // namespace detail
 
 void count_transfers(const Topology& topology, const Plan& plan, const Schedule& schedule, StepParts& parts) {

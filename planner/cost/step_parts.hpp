@@ -53,4 +53,12 @@ struct ComputeUnderComm {
 ComputeUnderComm compute_under_comm(const ProgramView& program, const std::vector<double>& duration,
                                     const std::vector<double>& end, bool by_op = false);
 
+// A program's durations with each compute op lengthened by what ComputeUnderComm puts beside it in
+// the timeline whose op ends are `end`, at `kept` of the speed; `added` receives the total. As
+// given: by op, or (`by_template`, a flat program) by template op, each lengthened by the mean
+// over its copies (so that the copies of one layer's op, which repeat in the layers' regime, keep
+// one duration and a step composed from a few layers stays exact).
+std::vector<double> lengthened(const ProgramView& program, const std::vector<double>& duration, bool by_template,
+                               const std::vector<double>& end, double kept, double* added);
+
 }  // namespace wallfacer::detail

@@ -348,15 +348,38 @@ class SharedComposers {
   std::vector<std::shared_ptr<detail::LayerComposer>> kept_;  // the latest made last
 };
 
+// The second composition of a column whose compute is slowed by communication (`kept` below 1):
+// `c` composed at full speed with durations `once`, composed again with its compute ops lengthened
+// as TimelineShape::run lengthens them (detail::lengthened, by template op) into `group`'s slowed
+// durations. None when that does not compose. `full`: the column's unrolled order of every layer.
+std::optional<detail::ComposedColumn> compose_slowed(detail::LayerComposer& composer, const StepTemplate& step,
+                                                     const FlatStep& full, const std::vector<double>& once,
+                                                     const detail::ComposedColumn& c, double kept, TimedGroup& group) {
+  const detail::ProgramView view(step.program, full);
+  double added = 0;
+  std::vector<double> slowed = detail::lengthened(view, once, true, c.ends, kept, &added);
+  const std::optional<detail::LoneBounds> bounds = composer.bounds(slowed);
+  if (!bounds) return std::nullopt;
+  std::optional<detail::ComposedColumn> again = composer.compose(slowed, *bounds);
+  if (!again) return std::nullopt;
+  again->timing.slowdown_s = added;
+  group.slowed.assign(1, std::move(slowed));
+  return again;
+}
+
 // Template p's lone column (its unrolled order the group's only flat step) composed from
-// `composed_layers` of its layers (detail::compose_layers): its timing, with the ends of every op
+// `composed_layers` of its layers (detail::LayerComposer): its timing, with the ends of every op
 // in the group. None when it is not composed (composed_layers 0, or layers that do not repeat).
+// `kept` below 1: compute slowed by communication (compose_slowed).
 std::optional<detail::RankTiming> composed_column(const StepTemplate& step, const std::vector<double>& once,
                                                   const std::optional<detail::LoneBounds>& bounds, int composed_layers,
-                                                  TimedGroup& group) {
+                                                  TimedGroup& group, double kept) {
   if (!bounds || composed_layers <= 0) return std::nullopt;
-  std::optional<detail::ComposedColumn> c =
-      detail::compose_layers(step, *group.flats.at(0), once, *bounds, composed_layers);
+  const std::unique_ptr<detail::LayerComposer> composer =
+      detail::LayerComposer::prepare(step, group.flats.at(0).get(), composed_layers);
+  if (!composer) return std::nullopt;
+  std::optional<detail::ComposedColumn> c = composer->compose(once, *bounds);
+  if (c && kept < 1) c = compose_slowed(*composer, step, *group.flats.at(0), once, *c, kept, group);
   if (!c) return std::nullopt;
   group.ends.clear();
   group.ends.push_back(std::move(c->ends));
@@ -373,8 +396,9 @@ std::optional<TimedGroup> composed_pipeline(const std::vector<StepTemplate>& tem
                                             const std::vector<std::vector<double>>& once,
                                             const std::vector<size_t>& group, std::optional<size_t> ends_of,
                                             int composed_layers, SharedComposers& composers,
-                                            std::vector<detail::RankTiming>& timings, UnrolledOrders& orders) {
-  if (composed_layers <= 0 || group.size() < 2) return std::nullopt;
+                                            std::vector<detail::RankTiming>& timings, UnrolledOrders& orders,
+                                            bool slowed) {
+  if (composed_layers <= 0 || group.size() < 2 || slowed) return std::nullopt;
   std::vector<const StepTemplate*> column;
   std::vector<const std::vector<double>*> seconds;
   for (const size_t p : group) {
@@ -413,18 +437,25 @@ struct ComposedLone {
   TimedGroup group;
 };
 
+// `kept` below 1: compute slowed by communication (compose_slowed, on its every layer unrolled
+// for the slowdown; no column is left out then).
 std::optional<ComposedLone> compose_without_unrolling(const StepTemplate& step, const std::vector<double>& once,
                                                       size_t p, UnrolledOrders& orders, const TimedSoFar& known,
-                                                      int composed_layers, SharedComposers& composers) {
+                                                      int composed_layers, SharedComposers& composers, double kept) {
   if (composed_layers <= 0) return std::nullopt;
   const std::shared_ptr<detail::LayerComposer> composer = composers.of({&step});
   if (!composer) return std::nullopt;
   ComposedLone c;
   c.bounds = composer->bounds(once);
   if (!c.bounds) return std::nullopt;
-  c.left_out = LoneColumns::left_out(c.bounds, known.latest_end, known.latest_forward).has_value();
+  c.left_out = kept >= 1 && LoneColumns::left_out(c.bounds, known.latest_end, known.latest_forward).has_value();
   std::optional<detail::ComposedColumn> composed;
   if (!c.left_out && !(composed = composer->compose(once, *c.bounds))) {
+    c.failed = true;
+    return c;
+  }
+  if (composed && kept < 1 &&
+      !(composed = compose_slowed(*composer, step, unroll_flat(step), once, *composed, kept, c.group))) {
     c.failed = true;
     return c;
   }
@@ -440,13 +471,13 @@ std::optional<ComposedLone> compose_without_unrolling(const StepTemplate& step, 
 
 // Template p's column timed alone with its own unrolled order, as the pricing times a column
 // whose order no earlier column has (no order library: nothing timed before shares its order).
-// `kept_under_comm` below 1: compute slowed by communication (then no bounds to leave it out on).
+// `kept_under_comm` below 1: compute slowed by communication (then it is not left out).
 LoneColumn time_lone_column(const std::vector<StepTemplate>& templates, const std::vector<double>& once, size_t p,
                             UnrolledOrders& orders, const TimedSoFar& known, int composed_layers,
                             SharedComposers& composers, double kept_under_comm) {
   LoneColumn c;
   std::optional<ComposedLone> composed =
-      compose_without_unrolling(templates[p], once, p, orders, known, composed_layers, composers);
+      compose_without_unrolling(templates[p], once, p, orders, known, composed_layers, composers, kept_under_comm);
   if (composed && !composed->failed) {
     c.bounds = composed->bounds;
     c.timing = composed->timing;
@@ -455,10 +486,12 @@ LoneColumn time_lone_column(const std::vector<StepTemplate>& templates, const st
     return c;
   }
   c.flat = orders.unrolled(p);
-  if (kept_under_comm >= 1) c.bounds = detail::lone_bounds(detail::ProgramView(templates[p].program, *c.flat), once);
-  if (LoneColumns::left_out(c.bounds, known.latest_end, known.latest_forward)) return c;
+  c.bounds = detail::lone_bounds(detail::ProgramView(templates[p].program, *c.flat), once);
+  if (kept_under_comm >= 1 && LoneColumns::left_out(c.bounds, known.latest_end, known.latest_forward)) return c;
   c.group.flats.push_back(c.flat);
-  if (!composed && (c.timing = composed_column(templates[p], once, c.bounds, composed_layers, c.group))) return c;
+  if (!composed &&
+      (c.timing = composed_column(templates[p], once, c.bounds, composed_layers, c.group, kept_under_comm)))
+    return c;
   std::vector<detail::ProgramView> views{detail::ProgramView(templates[p].program, *c.flat)};
   const detail::TimelineShape shape(std::move(views), detail::PairMode::Symmetric, nullptr);
   detail::TimelineShape::RunOptions options;
@@ -514,11 +547,11 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   // Their waiting structure too, shared by the groups (each group is a shape of its own).
   auto library = std::make_unique<detail::OrderLibrary>();
   LoneColumns lone(templates, once);
-  // Compute slowed by communication is found on each column's whole timeline: no composing it
-  // from a few layers, no leaving it out on bounds of its timeline at full speed.
+  // Compute slowed by communication is found on each column's whole timeline at full speed: no
+  // column is left out on the bounds of that timeline, and a pipeline column is timed whole.
   const double kept_under_comm = compute_kept_under_comm();
   const bool slowed = kept_under_comm < 1;
-  const int composed_layers = slowed ? 0 : options_.composed_layers;
+  const int composed_layers = options_.composed_layers;
   SharedComposers composers(composed_layers, options_.share_composers);
   double latest_end = 0, latest_forward = 0;  // among the programs timed so far
   int programs_timed = 0;                     // by the groups' first timings
@@ -533,8 +566,9 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       orders.set_copies(p, copies[*q]);
       return TimedGroup{};
     }
-    std::optional<ComposedLone> c = compose_without_unrolling(
-        templates[p], once[p], p, orders, TimedSoFar{latest_end, latest_forward}, composed_layers, composers);
+    std::optional<ComposedLone> c =
+        compose_without_unrolling(templates[p], once[p], p, orders, TimedSoFar{latest_end, latest_forward},
+                                  composed_layers, composers, kept_under_comm);
     compose = !c;
     if (c && c->left_out) {
       timings[p] = *LoneColumns::left_out(c->bounds, latest_end, latest_forward);
@@ -570,8 +604,8 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       const bool known = flat != nullptr;
       if (!known) flat = orders.unrolled(p);
       const std::optional<detail::LoneBounds> bounds =
-          slowed ? std::nullopt : detail::lone_bounds(detail::ProgramView(templates[p].program, *flat), once[p]);
-      if (first)
+          detail::lone_bounds(detail::ProgramView(templates[p].program, *flat), once[p]);
+      if (first && !slowed)
         if (const std::optional<detail::RankTiming> timing =
                 LoneColumns::left_out(bounds, latest_end, latest_forward)) {
           timings[p] = *timing;  // its unrolled order is not kept: nothing times it
@@ -582,15 +616,16 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       t.flats.push_back(std::move(flat));
       // Timed again for the parts (not first), a column composed before is composed again.
       if (const std::optional<detail::RankTiming> timing =
-              compose ? composed_column(templates[p], once[p], bounds, composed_layers, t) : std::nullopt) {
+              compose ? composed_column(templates[p], once[p], bounds, composed_layers, t, kept_under_comm)
+                      : std::nullopt) {
         timings[p] = *timing;
         if (first) ++programs_timed, ++columns_composed;
         return t;
       }
     } else {
       if (mode == detail::PairMode::Symmetric)
-        if (std::optional<TimedGroup> c =
-                composed_pipeline(templates, once, group, ends_of, composed_layers, composers, timings, orders)) {
+        if (std::optional<TimedGroup> c = composed_pipeline(templates, once, group, ends_of, composed_layers, composers,
+                                                            timings, orders, slowed)) {
           if (first) programs_timed += int(group.size()), columns_composed += int(group.size());
           return std::move(*c);
         }
@@ -651,7 +686,8 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   auto take_ahead = [&](size_t v) {
     const size_t p = groups[visit[v]][0];
     LoneColumn c = ahead->take(v, TimedSoFar{latest_end, latest_forward});
-    if (const std::optional<detail::RankTiming> timing = LoneColumns::left_out(c.bounds, latest_end, latest_forward)) {
+    if (const std::optional<detail::RankTiming> timing =
+            slowed ? std::nullopt : LoneColumns::left_out(c.bounds, latest_end, latest_forward)) {
       timings[p] = *timing;
       return TimedGroup{};
     }
@@ -709,7 +745,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
     const size_t in_shape = kept.in_shape(k);
     const bool lengthened = in_shape < kept.slowed.size() && !kept.slowed[in_shape].empty();
     return detail::step_parts(detail::ProgramView(templates[critical].program, *kept.flats[k]),
-                              lengthened ? kept.slowed[in_shape] : flat_durations(once[critical], *kept.flats[k]),
+                              flat_durations(lengthened ? kept.slowed[in_shape] : once[critical], *kept.flats[k]),
                               kept.ends[in_shape], step_s, mean_compute_s, busiest_compute_s, tiers);
   };
   CostBreakdown cost = summarize_timings(plan, timings, &parts);

@@ -126,8 +126,9 @@ class TimelineShape {
     // its rank's transfers (detail::ComputeUnderComm), and timed again (RankTiming::slowdown_s).
     // Ignored by the bounds' pairings (Unpaired, StagesOnly), which stay at full speed.
     double compute_kept_under_comm = 1;
-    // With compute slowed: receives the durations (by op) the programs were timed with again, of
-    // the programs whose ends `op_ends` receives (the others left empty).
+    // With compute slowed: receives the durations the programs were timed with again (as given:
+    // by op, or by template op; detail::lengthened), of the programs whose ends `op_ends`
+    // receives (the others left empty).
     std::vector<std::vector<double>>* slowed_durations = nullptr;
   };
   // `duration[p][i]`: seconds op i of the p-th program lasts. One entry per program. A pairing that

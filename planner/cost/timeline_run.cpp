@@ -361,21 +361,10 @@ std::vector<RankTiming> TimelineShape::run(const std::vector<std::vector<double>
   const std::vector<std::vector<double>> full_speed_ends = timeline.take_ends(std::nullopt);
   std::vector<std::vector<double>> slowed_durations(times.size());
   std::vector<double> added(times.size(), 0.0);
-  for (size_t p = 0; p < times.size(); ++p) {
-    const ProgramView& program = impl_->unfolded[p];
-    std::vector<double>& seconds = slowed_durations[p];
-    seconds.resize(program.size());
-    for (size_t i = 0; i < seconds.size(); ++i)
-      seconds[i] = duration[p][options.by_template_op && program.flat() ? program.origin(i) : i];
-    const ComputeUnderComm under = compute_under_comm(program, seconds, full_speed_ends[p], true);
-    for (size_t i = 0; i < seconds.size(); ++i) {
-      const double more = under.added_s(i, options.compute_kept_under_comm);
-      seconds[i] += more;
-      added[p] += more;
-    }
-  }
+  for (size_t p = 0; p < times.size(); ++p)
+    slowed_durations[p] = lengthened(impl_->unfolded[p], duration[p], options.by_template_op, full_speed_ends[p],
+                                     options.compute_kept_under_comm, &added[p]);
   RunOptions again = options;
-  again.by_template_op = false;
   again.compute_kept_under_comm = 1;
   size_t called_off_again = 0;
   again.called_off = &called_off_again;

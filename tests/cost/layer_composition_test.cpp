@@ -454,34 +454,53 @@ void expect_near(double composed, double every_layer, double step_ms, const char
   EXPECT_NEAR(composed, every_layer, 1e-9 * step_ms) << what;
 }
 
+// A step composed from a few layers (`a`) against the same timed every layer (`b`): the step and
+// its parts, the slowdown beside communication included.
+void expect_same_step(const CostBreakdown& a, const CostBreakdown& b) {
+  expect_near(a.step_ms, b.step_ms, b.step_ms, "step_ms");
+  expect_near(a.forward_ms, b.forward_ms, b.step_ms, "forward_ms");
+  expect_near(a.compute_ms, b.compute_ms, b.step_ms, "compute_ms");
+  expect_near(a.exposed_comm_ms, b.exposed_comm_ms, b.step_ms, "exposed_comm_ms");
+  expect_near(a.parts.compute_ms, b.parts.compute_ms, b.step_ms, "parts.compute_ms");
+  expect_near(a.parts.imbalance_ms, b.parts.imbalance_ms, b.step_ms, "parts.imbalance_ms");
+  expect_near(a.parts.idle_ms, b.parts.idle_ms, b.step_ms, "parts.idle_ms");
+  expect_near(a.parts.hidden_ms, b.parts.hidden_ms, b.step_ms, "parts.hidden_ms");
+  expect_near(a.parts.slowdown_ms, b.parts.slowdown_ms, b.step_ms, "parts.slowdown_ms");
+  for (int t = 0; t < kNumCommTiers; ++t)
+    expect_near(a.parts.exposed_ms[t], b.parts.exposed_ms[t], b.step_ms, "parts.exposed_ms");
+  EXPECT_EQ(b.columns_composed, 0);
+}
+
+// The cost model on a sample of 4 ranks composing its columns from a few layers (`fast`) and timing
+// every layer (`reference`), compute slowed beside communication or at full speed.
+struct ComposingAndEveryLayer {
+  ComposingAndEveryLayer(const Topology& topology, bool slowdown)
+      : fast(topology, Calibration::defaults(), options(slowdown, false)),
+        reference(topology, Calibration::defaults(), options(slowdown, true)) {}
+  static CostOptions options(bool slowdown, bool every_layer) {
+    CostOptions o;
+    o.max_timed_ranks = 4;
+    o.comm_slowdown = slowdown;
+    if (every_layer) o.composed_layers = 0;
+    return o;
+  }
+  const CostModel fast, reference;
+};
+
 // The cost model on a sample of 4 of the 8 ranks (lone columns, or with 2 pipeline stages two
 // pipeline columns of one micro-batch): the step, its parts and the timed bound composed equal
 // those of timing every layer, and a bound that is the step there is the step composed, to the
 // bit (the search prunes a candidate whose bound reaches the best step).
 void expect_priced_and_bounded_as_every_layer(int stages) {
   const Topology topology = testing::switch_nodes(2, 4, 450);
-  CostOptions composing, every_layer;
-  composing.max_timed_ranks = every_layer.max_timed_ranks = 4;
-  composing.comm_slowdown = every_layer.comm_slowdown = false;  // slowed steps are not composed
-  every_layer.composed_layers = 0;
-  const CostModel fast(topology, Calibration::defaults(), composing);
-  const CostModel reference(topology, Calibration::defaults(), every_layer);
+  const ComposingAndEveryLayer models(topology, false);  // bounds that are the step: full speed
+  const CostModel &fast = models.fast, &reference = models.reference;
   int plans = 0, bound_is_step = 0, composed = 0;
   for_each_plan(
       topology,
       [&](const Plan& plan) {
         const CostBreakdown a = fast.evaluate_step(plan), b = reference.evaluate_step(plan);
-        expect_near(a.step_ms, b.step_ms, b.step_ms, "step_ms");
-        expect_near(a.forward_ms, b.forward_ms, b.step_ms, "forward_ms");
-        expect_near(a.compute_ms, b.compute_ms, b.step_ms, "compute_ms");
-        expect_near(a.exposed_comm_ms, b.exposed_comm_ms, b.step_ms, "exposed_comm_ms");
-        expect_near(a.parts.compute_ms, b.parts.compute_ms, b.step_ms, "parts.compute_ms");
-        expect_near(a.parts.imbalance_ms, b.parts.imbalance_ms, b.step_ms, "parts.imbalance_ms");
-        expect_near(a.parts.idle_ms, b.parts.idle_ms, b.step_ms, "parts.idle_ms");
-        expect_near(a.parts.hidden_ms, b.parts.hidden_ms, b.step_ms, "parts.hidden_ms");
-        for (int t = 0; t < kNumCommTiers; ++t)
-          expect_near(a.parts.exposed_ms[t], b.parts.exposed_ms[t], b.step_ms, "parts.exposed_ms");
-        EXPECT_EQ(b.columns_composed, 0);
+        expect_same_step(a, b);
         composed += a.columns_composed > 0;
         EXPECT_EQ(a.volume.p2p_forward, b.volume.p2p_forward);
         EXPECT_EQ(a.volume.collective_backward, b.volume.collective_backward);
@@ -506,6 +525,31 @@ TEST(LayerComposition, SampledStepsPriceAndBoundAsTimingEveryLayer) {
 
 TEST(LayerComposition, SampledPipelineStepsPriceAndBoundAsTimingEveryLayer) {
   expect_priced_and_bounded_as_every_layer(2);
+}
+
+// Compute slowed by communication (the default): a sample's lone columns composed twice, at full
+// speed and with their compute ops lengthened by what that puts beside their transfers, price the
+// step, its parts and the slowdown as timing every layer twice does.
+TEST(LayerComposition, SlowedSampledStepsPriceAsTimingEveryLayer) {
+  const Topology topology = testing::switch_nodes(2, 4, 450);
+  ASSERT_TRUE(CostOptions{}.comm_slowdown);  // the default
+  const ComposingAndEveryLayer models(topology, true);
+  const CostModel &fast = models.fast, &reference = models.reference;
+  int plans = 0, composed = 0, slowed = 0;
+  for_each_plan(
+      topology,
+      [&](const Plan& plan) {
+        const CostBreakdown a = fast.evaluate_step(plan), b = reference.evaluate_step(plan);
+        expect_same_step(a, b);
+        composed += a.columns_composed > 0;
+        slowed += b.parts.slowdown_ms > 0;
+        EXPECT_LE(fast.step_lower_bound_ms(plan), a.step_ms);
+        ++plans;
+      },
+      1);
+  EXPECT_GT(plans, 40);
+  EXPECT_GT(composed, plans * 3 / 4);
+  EXPECT_GT(slowed, plans / 2);
 }
 
 }  // namespace

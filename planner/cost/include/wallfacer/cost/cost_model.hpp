@@ -85,8 +85,8 @@ struct CostOptions {
   // of its rank is posted and unfinished (communication kernels hold SMs, waiting included), as
   // the simulator replays it (SimOptions::comm_slowdown); each timed rank's end grows by what that
   // adds to first order (detail::ComputeUnderComm, docs/cost-model.md "Compute slowed by
-  // communication"). Whole steps are then timed layer by layer (no composition from a few layers,
-  // no column left out on its bounds). Off: compute runs at full speed throughout.
+  // communication"); no sampled column is then left out on its bounds, and pipeline columns are
+  // not composed from a few layers. Off: compute runs at full speed throughout.
   bool comm_slowdown = true;
 };
 
