@@ -331,6 +331,19 @@ INSTANTIATE_TEST_SUITE_P(
                 "bytes: 64, GBps: 2}\n",
                 "cal.yaml:3: error: duplicate pointwise entry"}));
 
+// The compute slowdown beside communication: 1 / 1.189 by default (Lee et al.'s 18.9 % average),
+// kept by a file that keeps the defaults, 1 in one that does not, and the file's own value first.
+TEST(Calibration, ComputeSlowdownUnderCommFollowsKeepDefaults) {
+  EXPECT_DOUBLE_EQ(Calibration::defaults().compute_slowdown_under_comm(), 1 / 1.189);
+  EXPECT_DOUBLE_EQ(Calibration::parse("fallback_efficiency: 0.5\n", "cal.yaml").compute_slowdown_under_comm(),
+                   1 / 1.189);
+  EXPECT_DOUBLE_EQ(Calibration::parse("keep_defaults: false\n", "cal.yaml").compute_slowdown_under_comm(), 1);
+  EXPECT_DOUBLE_EQ(Calibration::parse("keep_defaults: false\ncompute_slowdown_under_comm: 0.7\n", "cal.yaml")
+                       .compute_slowdown_under_comm(),
+                   0.7);
+  EXPECT_DOUBLE_EQ(Calibration::parse("compute_slowdown_under_comm: 1\n", "cal.yaml").compute_slowdown_under_comm(), 1);
+}
+
 // Edited calibration files (tests/common/text_mutations.hpp): accepted ones give finite positive
 // rates for every block, the rest are InputErrors.
 TEST(CalibrationMutations, EveryEditIsAcceptedOrAnInputError) {
