@@ -83,10 +83,11 @@ struct CostOptions {
   bool share_composers = true;
   // Compute runs at the calibration's compute_slowdown_under_comm of its speed while a transfer
   // of its rank is posted and unfinished (communication kernels hold SMs, waiting included), as
-  // the simulator replays it (SimOptions::comm_slowdown); each timed rank's end grows by what that
-  // adds to first order (detail::ComputeUnderComm, docs/cost-model.md "Compute slowed by
-  // communication"); no sampled column is then left out on its bounds, and pipeline columns are
-  // not composed from a few layers. Off: compute runs at full speed throughout.
+  // the simulator replays it (SimOptions::comm_slowdown): to first order, the ranks are timed at
+  // full speed, their compute ops lengthened by what runs beside them (detail::ComputeUnderComm,
+  // docs/cost-model.md "Compute slowed by communication") and timed again; no sampled column is
+  // then left out on its bounds, and pipeline columns are not composed from a few layers. Off:
+  // compute runs at full speed throughout.
   bool comm_slowdown = true;
 };
 
