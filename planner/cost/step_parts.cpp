@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <vector>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/topology/topology.hpp>
@@ -49,23 +51,33 @@ struct Edge {
   size_t op;  // the op it bounds
 };
 // The categories: compute (the backward's, and anything outside the forward), 1 + tier for a
-// transfer that runs, a transfer posted and not finished (from when its rank reaches it, waiting
-// for its other ends included: the window in which its kernel holds SMs), and forward compute.
-constexpr int kCompute = 0, kPosted = 1 + kNumCommTiers, kForwardCompute = kPosted + 1,
-              kCategories = kForwardCompute + 1;
+// transfer that runs, and forward compute.
+constexpr int kCompute = 0, kForwardCompute = 1 + kNumCommTiers, kCategories = kForwardCompute + 1;
 
-// The start and end edges of one stream's ops in program order, which is their order in time: a
-// stream runs its ops one after the other. A start computed as end minus duration may fall an ulp
-// before the previous end; it is taken at that end, so each stream's edges come sorted and the
-// streams merge as they are visited. (Copying them out to sort took a third of pricing a
-// 16,384-GPU step, most of it touching fresh memory for millions of edges.) `posted`: a transfer
-// stream's posted windows instead, each from when the op is ready (its stream's previous op and
-// its dependencies done) to its end.
+// The ops of each stream that run (a positive duration, an end), in program order, which is
+// their order in time: a stream runs its ops one after the other. Gathered in one pass so that
+// each stream's edges are read off its own list, not by scanning every op once per stream.
+using OpsByStream = std::array<std::vector<uint32_t>, kNumStreams>;
+
+template <typename Duration>
+void gather_ops_by_stream(const ProgramView& program, const Duration& duration, const std::vector<double>& end,
+                          OpsByStream& ops) {
+  for (std::vector<uint32_t>& list : ops)
+    list.clear();
+  for (size_t i = 0; i < program.size(); ++i)
+    if (duration(i) > 0 && end[i] >= 0) ops[size_t(program.op(i).stream)].push_back(uint32_t(i));
+}
+
+// The start and end edges of one stream's ops (`ops`, in program order). A start computed as end
+// minus duration may fall an ulp before the previous end; it is taken at that end, so each
+// stream's edges come sorted and the streams merge as they are visited. (Copying them out to sort
+// took a third of pricing a 16,384-GPU step, most of it touching fresh memory for millions of
+// edges.)
 class StreamEdges {
  public:
   StreamEdges(const ProgramView& program, const std::vector<double>& duration, const std::vector<double>& end,
-              Stream stream, TierClassifier* tiers, bool posted = false)
-      : program_(program), duration_(duration), end_(end), stream_(stream), tiers_(tiers), posted_(posted) {
+              const std::vector<uint32_t>& ops, Stream stream, TierClassifier* tiers)
+      : program_(program), duration_(duration), end_(end), ops_(ops), stream_(stream), tiers_(tiers) {
     start_next(0, 0);
   }
   bool done() const { return done_; }
@@ -74,65 +86,61 @@ class StreamEdges {
     if (head_.delta > 0)
       head_ = {op_end_, -1, head_.category, op_};
     else
-      start_next(op_ + 1, op_end_);
+      start_next(next_, op_end_);
   }
 
  private:
-  // The start edge of the first op from `from` on this stream that runs, not before `previous`.
+  // The start edge of this stream's `from`-th op, not before `previous`.
   void start_next(size_t from, double previous) {
-    for (size_t i = from; i < program_.size(); ++i) {
-      const Op& op = program_.op(i);
-      if (op.stream != stream_ || duration_[i] <= 0 || end_[i] < 0) continue;
-      // Only rounding may put a start before the previous end: a stream runs one op at a time.
-      WF_ASSERT(end_[i] - duration_[i] >= previous - 1e-9 * std::max(1.0, previous),
-                "two ops of one stream overlap in a timeline");
-      double start = std::max(end_[i] - duration_[i], previous);
-      int category = kPosted;
-      if (posted_)
-        start = std::min(start, ready(i, previous));
-      else if (stream_ == Stream::Compute)
-        category = op.phase == Phase::Forward ? kForwardCompute : kCompute;
-      else
-        category = 1 + (tiers_ ? int(tiers_->of(op, program_.program())) : 0);
-      op_ = i;
-      op_end_ = std::max(end_[i], start);
-      head_ = {start, +1, category, i};
+    if (from == ops_.size()) {
+      done_ = true;
       return;
     }
-    done_ = true;
-  }
-  // When op i is ready to run: its stream's previous op ended at `previous`, and its dependencies
-  // have ended (those that ran).
-  double ready(size_t i, double previous) const {
-    double at = previous;
-    for (const int32_t* d = program_.deps_begin(i); d != program_.deps_end(i); ++d)
-      if (end_[size_t(*d)] >= 0) at = std::max(at, end_[size_t(*d)]);
-    return at;
+    const size_t i = ops_[from];
+    // Only rounding may put a start before the previous end: a stream runs one op at a time.
+    WF_ASSERT(end_[i] - duration_[i] >= previous - 1e-9 * std::max(1.0, previous),
+              "two ops of one stream overlap in a timeline");
+    const double start = std::max(end_[i] - duration_[i], previous);
+    int category = 0;
+    if (stream_ == Stream::Compute)
+      category = program_.op(i).phase == Phase::Forward ? kForwardCompute : kCompute;
+    else
+      category = 1 + (tiers_ ? int(tiers_->of(program_.op(i), program_.program())) : 0);
+    op_ = i;
+    next_ = from + 1;
+    op_end_ = std::max(end_[i], start);
+    head_ = {start, +1, category, i};
   }
   const ProgramView& program_;
   const std::vector<double>& duration_;
   const std::vector<double>& end_;
+  const std::vector<uint32_t>& ops_;
   const Stream stream_;
   TierClassifier* tiers_;  // none: every transfer counts as the first tier
-  const bool posted_;
-  size_t op_ = 0;
+  size_t op_ = 0, next_ = 0;
   double op_end_ = 0;
   Edge head_{};
   bool done_ = false;
 };
 
+// Kept per thread: a search sweeps columns of a million ops many times over.
+OpsByStream& ops_by_stream_buffer() {
+  thread_local OpsByStream ops;
+  return ops;
+}
+
 // Every op's start and end edge, visited in time order. The order of edges at one time does not
 // matter to step_parts (only the stretches between distinct times count).
-// `posted`: the transfer streams' posted windows too. Without `tiers` every transfer is of the first.
 template <typename Visit>
 void visit_edges_in_time_order(const ProgramView& program, const std::vector<double>& duration,
-                               const std::vector<double>& end, TierClassifier* tiers, bool posted, Visit&& visit) {
+                               const std::vector<double>& end, TierClassifier& tiers, Visit&& visit) {
+  OpsByStream& ops = ops_by_stream_buffer();
+  gather_ops_by_stream(
+      program, [&](size_t i) { return duration[i]; }, end, ops);
   std::vector<StreamEdges> streams;
-  streams.reserve(2 * kNumStreams);
-  for (int s = 0; s < kNumStreams; ++s) {
-    streams.emplace_back(program, duration, end, Stream(s), tiers);
-    if (posted && Stream(s) != Stream::Compute) streams.emplace_back(program, duration, end, Stream(s), tiers, true);
-  }
+  streams.reserve(kNumStreams);
+  for (int s = 0; s < kNumStreams; ++s)
+    if (!ops[size_t(s)].empty()) streams.emplace_back(program, duration, end, ops[size_t(s)], Stream(s), &tiers);
   for (;;) {
     StreamEdges* first = nullptr;
     for (StreamEdges& stream : streams)
@@ -140,6 +148,130 @@ void visit_edges_in_time_order(const ProgramView& program, const std::vector<dou
     if (!first) return;
     visit(first->head());
     first->pop();
+  }
+}
+
+struct Window {
+  double start = 0, end = 0;
+};
+
+// One transfer stream's windows in time order (its ops in program order): each op's from its
+// start to its end (it moves data), or with `posted` from when it is ready (its stream's previous
+// op and its dependencies done) to its end: the window in which its kernel holds SMs, waiting for
+// its other ends included. Starts are taken no earlier than the previous end, as StreamEdges does.
+template <typename Duration>
+class StreamWindows {
+ public:
+  StreamWindows(const ProgramView& program, const Duration& duration, const std::vector<double>& end,
+                const std::vector<uint32_t>& ops, bool posted)
+      : program_(program), duration_(duration), end_(end), ops_(ops), posted_(posted) {
+    advance();
+  }
+  bool done() const { return done_; }
+  const Window& head() const { return head_; }
+  void advance() {
+    if (next_ == ops_.size()) {
+      done_ = true;
+      return;
+    }
+    const size_t i = ops_[next_++];
+    const double previous = head_.end;
+    WF_ASSERT(end_[i] - duration_(i) >= previous - 1e-9 * std::max(1.0, previous),
+              "two ops of one stream overlap in a timeline");
+    double start = std::max(end_[i] - duration_(i), previous);
+    if (posted_) start = std::min(start, ready(i, previous));
+    head_ = {start, std::max(end_[i], start)};
+  }
+
+ private:
+  double ready(size_t i, double previous) const {
+    double at = previous;
+    for (const int32_t* d = program_.deps_begin(i); d != program_.deps_end(i); ++d)
+      if (end_[size_t(*d)] >= 0) at = std::max(at, end_[size_t(*d)]);
+    return at;
+  }
+  const ProgramView& program_;
+  const Duration& duration_;
+  const std::vector<double>& end_;
+  const std::vector<uint32_t>& ops_;
+  const bool posted_;
+  size_t next_ = 0;
+  Window head_{};
+  bool done_ = false;
+};
+
+// The union of the transfer streams' windows, as disjoint windows in time order.
+template <typename Duration>
+class WindowUnion {
+ public:
+  WindowUnion(const ProgramView& program, const Duration& duration, const std::vector<double>& end,
+              const OpsByStream& ops, bool posted) {
+    streams_.reserve(kNumStreams);
+    for (int s = 0; s < kNumStreams; ++s)
+      if (Stream(s) != Stream::Compute && !ops[size_t(s)].empty())
+        streams_.emplace_back(program, duration, end, ops[size_t(s)], posted);
+    advance();
+  }
+  bool done() const { return done_; }
+  const Window& head() const { return head_; }
+  void advance() {
+    StreamWindows<Duration>* first = earliest();
+    if (!first) {
+      done_ = true;
+      return;
+    }
+    head_ = first->head();
+    first->advance();
+    for (StreamWindows<Duration>* next = earliest(); next && next->head().start <= head_.end; next = earliest()) {
+      head_.end = std::max(head_.end, next->head().end);
+      next->advance();
+    }
+  }
+  // How long [from, to] overlaps the union. Windows are consumed as far as they end by `to`:
+  // successive calls ask of later stretches.
+  double overlap(double from, double to) {
+    double sum = 0;
+    while (!done_ && head_.end <= from)
+      advance();
+    while (!done_ && head_.start < to) {
+      sum += std::min(to, head_.end) - std::max(from, head_.start);
+      if (head_.end > to) break;
+      advance();
+    }
+    return sum;
+  }
+
+ private:
+  StreamWindows<Duration>* earliest() {
+    StreamWindows<Duration>* first = nullptr;
+    for (StreamWindows<Duration>& stream : streams_)
+      if (!stream.done() && (!first || stream.head().start < first->head().start)) first = &stream;
+    return first;
+  }
+  std::vector<StreamWindows<Duration>> streams_;
+  Window head_{};
+  bool done_ = false;
+};
+
+// Each compute op that runs, in time order, with how long a transfer of its rank moves beside it
+// and how long transfers are only posted beside it: visit(op, forward, moving_s, waiting_s).
+// Transfers move inside their posted windows, so the wait is what the posted windows cover
+// beyond the moving ones.
+template <typename Duration, typename Visit>
+void visit_compute_under_comm(const ProgramView& program, const Duration& duration, const std::vector<double>& end,
+                              Visit&& visit) {
+  OpsByStream& ops = ops_by_stream_buffer();
+  gather_ops_by_stream(program, duration, end, ops);
+  WindowUnion<Duration> moving(program, duration, end, ops, false), posted(program, duration, end, ops, true);
+  double previous = 0;
+  for (const uint32_t i : ops[size_t(Stream::Compute)]) {
+    WF_ASSERT(end[i] - duration(i) >= previous - 1e-9 * std::max(1.0, previous),
+              "two ops of one stream overlap in a timeline");
+    const double start = std::max(end[i] - duration(i), previous);
+    previous = std::max(end[i], start);
+    const double moving_s = moving.overlap(start, previous);
+    const double waiting_s = std::max(0.0, posted.overlap(start, previous) - moving_s);
+    visit(size_t(i), program.op(i).phase == Phase::Forward, moving_s, waiting_s);
   }
 }
 
@@ -200,7 +332,7 @@ StepParts step_parts(const ProgramView& program, const std::vector<double>& dura
     }
     at = until;
   };
-  visit_edges_in_time_order(program, duration, end, &tiers, false, [&](const Edge& edge) {
+  visit_edges_in_time_order(program, duration, end, tiers, [&](const Edge& edge) {
     account(edge.at);
     running[edge.category] += edge.delta;
   });
@@ -226,24 +358,11 @@ ComputeUnderComm compute_under_comm(const ProgramView& program, const std::vecto
     under.moving_by_op.assign(program.size(), 0.0);
     under.waiting_by_op.assign(program.size(), 0.0);
   }
-  int running[kCategories] = {};
-  size_t computing = 0;  // the compute op that runs, when one does (a stream runs one at a time)
-  double at = 0;
-  visit_edges_in_time_order(program, duration, end, nullptr, true, [&](const Edge& edge) {
-    const double length = edge.at - at;
-    const bool forward = running[kForwardCompute] > 0;
-    if (length > 0 && (forward || running[kCompute] > 0)) {
-      if (running[1] > 0) {
-        (forward ? under.forward_moving_s : under.moving_s) += length;
-        if (by_op) under.moving_by_op[computing] += length;
-      } else if (running[kPosted] > 0) {
-        (forward ? under.forward_waiting_s : under.waiting_s) += length;
-        if (by_op) under.waiting_by_op[computing] += length;
-      }
-    }
-    at = std::max(at, edge.at);
-    running[edge.category] += edge.delta;
-    if ((edge.category == kCompute || edge.category == kForwardCompute) && edge.delta > 0) computing = edge.op;
+  const auto seconds = [&](size_t i) { return duration[i]; };
+  visit_compute_under_comm(program, seconds, end, [&](size_t op, bool forward, double moving_s, double waiting_s) {
+    (forward ? under.forward_moving_s : under.moving_s) += moving_s;
+    (forward ? under.forward_waiting_s : under.waiting_s) += waiting_s;
+    if (by_op) under.moving_by_op[op] = moving_s, under.waiting_by_op[op] = waiting_s;
   });
   return under;
 }
@@ -261,24 +380,29 @@ double ComputeUnderComm::added_s(size_t op, double kept) const {
 std::vector<double> lengthened(const ProgramView& program, const std::vector<double>& duration, bool by_template,
                                const std::vector<double>& end, double kept, double* added) {
   by_template = by_template && program.flat();
-  std::vector<double> seconds(program.size());
-  for (size_t i = 0; i < seconds.size(); ++i)
-    seconds[i] = duration[by_template ? program.origin(i) : i];
-  const ComputeUnderComm under = compute_under_comm(program, seconds, end, true);
+  const auto added_s = [kept](double moving_s, double waiting_s) {
+    return (1 - kept) * moving_s + (1 / kept - 1) * waiting_s;
+  };
   *added = 0;
   if (!by_template) {
-    for (size_t i = 0; i < seconds.size(); ++i) {
-      const double more = under.added_s(i, kept);
-      seconds[i] += more;
+    std::vector<double> seconds = duration;
+    const auto of_op = [&](size_t i) { return duration[i]; };
+    visit_compute_under_comm(program, of_op, end, [&](size_t op, bool, double moving_s, double waiting_s) {
+      const double more = added_s(moving_s, waiting_s);
+      seconds[op] += more;
       *added += more;
-    }
+    });
     return seconds;
   }
+  // By template op: each copy lasts its template op's duration; a template op is lengthened by
+  // the mean of what its copies gain.
   std::vector<double> more(duration.size(), 0.0), copies(duration.size(), 0.0);
-  for (size_t i = 0; i < seconds.size(); ++i) {
-    more[program.origin(i)] += under.added_s(i, kept);
+  const auto of_template = [&](size_t i) { return duration[program.origin(i)]; };
+  visit_compute_under_comm(program, of_template, end, [&](size_t op, bool, double moving_s, double waiting_s) {
+    more[program.origin(op)] += added_s(moving_s, waiting_s);
+  });
+  for (size_t i = 0; i < program.size(); ++i)
     copies[program.origin(i)] += 1;
-  }
   std::vector<double> result = duration;
   for (size_t t = 0; t < result.size(); ++t)
     if (copies[t] > 0) {
