@@ -387,18 +387,46 @@ std::optional<detail::RankTiming> composed_column(const StepTemplate& step, cons
   return c->timing;
 }
 
+// The second composition of a pipeline column whose compute is slowed by communication (`kept`
+// below 1), as compose_slowed for a lone column: each stage's program composed at full speed
+// (`composed`, with durations `once`) has its compute ops lengthened by template op, and the
+// column is composed again with those durations, which `t` keeps for the parts with the unrolled
+// orders the lengthening swept. None when that does not compose.
+std::optional<std::vector<detail::ComposedColumn>> compose_pipeline_slowed(
+    detail::LayerComposer& composer, const std::vector<StepTemplate>& templates, const std::vector<size_t>& group,
+    const std::vector<const std::vector<double>*>& once, const std::vector<detail::ComposedColumn>& composed,
+    double kept, TimedGroup& t) {
+  std::vector<std::vector<double>> slowed(group.size());
+  std::vector<const std::vector<double>*> seconds;
+  std::vector<double> added(group.size(), 0.0);
+  for (size_t k = 0; k < group.size(); ++k) {
+    const StepTemplate& step = templates[group[k]];
+    t.flats[k] = std::make_shared<const FlatStep>(unroll_flat(step));
+    slowed[k] = detail::lengthened(detail::ProgramView(step.program, *t.flats[k]), *once[k], true, composed[k].ends,
+                                   kept, &added[k]);
+    seconds.push_back(&slowed[k]);
+  }
+  std::optional<std::vector<detail::ComposedColumn>> again = composer.compose(seconds);
+  if (!again) return std::nullopt;
+  for (size_t k = 0; k < group.size(); ++k)
+    (*again)[k].timing.slowdown_s = added[k];
+  t.slowed = std::move(slowed);
+  return again;
+}
+
 // A sample's pipeline column of one micro-batch (`group`, its stages' programs) composed from
 // `composed_layers` of its layers (detail::LayerComposer), without unrolling every layer: each
 // program's timing into `timings` and its copies of its template ops into `orders`; the group
 // keeps the ends of program `ends_of` (by its place in the group), or of the one that ends last.
-// None when it does not compose.
+// None when it does not compose. `kept` below 1: compute slowed by communication, composed
+// twice (compose_pipeline_slowed).
 std::optional<TimedGroup> composed_pipeline(const std::vector<StepTemplate>& templates,
                                             const std::vector<std::vector<double>>& once,
                                             const std::vector<size_t>& group, std::optional<size_t> ends_of,
                                             int composed_layers, SharedComposers& composers,
                                             std::vector<detail::RankTiming>& timings, UnrolledOrders& orders,
-                                            bool slowed) {
-  if (composed_layers <= 0 || group.size() < 2 || slowed) return std::nullopt;
+                                            double kept) {
+  if (composed_layers <= 0 || group.size() < 2) return std::nullopt;
   std::vector<const StepTemplate*> column;
   std::vector<const std::vector<double>*> seconds;
   for (const size_t p : group) {
@@ -412,14 +440,18 @@ std::optional<TimedGroup> composed_pipeline(const std::vector<StepTemplate>& tem
   TimedGroup t;
   t.flats.resize(group.size());  // unrolled for the parts when the critical one is in it
   t.ends.resize(group.size());
+  if (kept < 1 && !(composed = compose_pipeline_slowed(*composer, templates, group, seconds, *composed, kept, t)))
+    return std::nullopt;
   std::vector<detail::RankTiming> times;
   for (size_t k = 0; k < group.size(); ++k) {
     timings[group[k]] = (*composed)[k].timing;
     times.push_back((*composed)[k].timing);
     orders.set_copies(group[k], composer->copies(k));
   }
-  const size_t kept = ends_of ? *ends_of : detail::critical_program(times);
-  t.ends[kept] = std::move((*composed)[kept].ends);
+  const size_t kept_ends = ends_of ? *ends_of : detail::critical_program(times);
+  t.ends[kept_ends] = std::move((*composed)[kept_ends].ends);
+  for (size_t k = 0; k < group.size(); ++k)
+    if (k != kept_ends) t.flats[k].reset();  // only the kept ends are read
   t.timed = t.composed = true;
   return t;
 }
@@ -548,7 +580,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   auto library = std::make_unique<detail::OrderLibrary>();
   LoneColumns lone(templates, once);
   // Compute slowed by communication is found on each column's whole timeline at full speed: no
-  // column is left out on the bounds of that timeline, and a pipeline column is timed whole.
+  // column is left out on the bounds of that timeline.
   const double kept_under_comm = compute_kept_under_comm();
   const bool slowed = kept_under_comm < 1;
   const int composed_layers = options_.composed_layers;
@@ -625,7 +657,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
     } else {
       if (mode == detail::PairMode::Symmetric)
         if (std::optional<TimedGroup> c = composed_pipeline(templates, once, group, ends_of, composed_layers, composers,
-                                                            timings, orders, slowed)) {
+                                                            timings, orders, kept_under_comm)) {
           if (first) programs_timed += int(group.size()), columns_composed += int(group.size());
           return std::move(*c);
         }

@@ -390,30 +390,34 @@ TEST(LayerComposition, ASharedComposerComposesTheColumnsItServesAsTheirOwn) {
 }
 
 // The cost model prices a sample's steps alike, to the bit, whether its columns share composers
-// (CostOptions::share_composers) or each prepares its own.
+// (CostOptions::share_composers) or each prepares its own, compute slowed by communication or not.
 TEST(LayerComposition, SampledStepsPriceAlikeWithComposersSharedOrNot) {
   const Topology topology = testing::switch_nodes(2, 4, 450);
-  CostOptions shared, own;
-  shared.max_timed_ranks = own.max_timed_ranks = 4;
-  shared.comm_slowdown = own.comm_slowdown = false;  // slowed steps are not composed
-  own.share_composers = false;
-  const CostModel a_model(topology, Calibration::defaults(), shared), b_model(topology, Calibration::defaults(), own);
   int plans = 0;
-  for (int stages : {1, 2})
-    for_each_plan(
-        topology,
-        [&](const Plan& plan) {
-          const CostBreakdown a = a_model.evaluate_step(plan), b = b_model.evaluate_step(plan);
-          EXPECT_EQ(a.step_ms, b.step_ms);
-          EXPECT_EQ(a.forward_ms, b.forward_ms);
-          EXPECT_EQ(a.parts.idle_ms, b.parts.idle_ms);
-          EXPECT_EQ(a.parts.hidden_ms, b.parts.hidden_ms);
-          EXPECT_EQ(a.parts.exposed_total_ms(), b.parts.exposed_total_ms());
-          EXPECT_EQ(a.columns_composed, b.columns_composed);
-          plans += a.columns_composed > 0;
-        },
-        stages);
-  EXPECT_GT(plans, 60);
+  for (const bool slowdown : {false, true})
+    for (int stages : {1, 2}) {
+      CostOptions shared, own;
+      shared.max_timed_ranks = own.max_timed_ranks = 4;
+      shared.comm_slowdown = own.comm_slowdown = slowdown;
+      own.share_composers = false;
+      const CostModel a_model(topology, Calibration::defaults(), shared),
+          b_model(topology, Calibration::defaults(), own);
+      for_each_plan(
+          topology,
+          [&](const Plan& plan) {
+            const CostBreakdown a = a_model.evaluate_step(plan), b = b_model.evaluate_step(plan);
+            EXPECT_EQ(a.step_ms, b.step_ms);
+            EXPECT_EQ(a.forward_ms, b.forward_ms);
+            EXPECT_EQ(a.parts.idle_ms, b.parts.idle_ms);
+            EXPECT_EQ(a.parts.hidden_ms, b.parts.hidden_ms);
+            EXPECT_EQ(a.parts.exposed_total_ms(), b.parts.exposed_total_ms());
+            EXPECT_EQ(a.parts.slowdown_ms, b.parts.slowdown_ms);
+            EXPECT_EQ(a.columns_composed, b.columns_composed);
+            plans += a.columns_composed > 0;
+          },
+          stages);
+    }
+  EXPECT_GT(plans, 120);
 }
 
 // The synchronisation stream's bound (CostModel::step_sync_bounds_ms) of every sampled plan, lone
@@ -426,7 +430,7 @@ TEST(LayerComposition, SyncStreamBoundsStayBelowTheTimedBoundAndCarryZero3Steps)
     const Topology topology = testing::switch_nodes(2, 4, 450, fast_compute);
     CostOptions sampled;
     sampled.max_timed_ranks = 4;
-    sampled.comm_slowdown = false;  // slowed steps are not composed
+    sampled.comm_slowdown = false;  // the bounds time compute at full speed
     const CostModel model(topology, Calibration::defaults(), sampled);
     for (int stages : {1, 2})
       for_each_plan(
@@ -527,10 +531,11 @@ TEST(LayerComposition, SampledPipelineStepsPriceAndBoundAsTimingEveryLayer) {
   expect_priced_and_bounded_as_every_layer(2);
 }
 
-// Compute slowed by communication (the default): a sample's lone columns composed twice, at full
+// Compute slowed by communication (the default): a sample's columns composed twice, at full
 // speed and with their compute ops lengthened by what that puts beside their transfers, price the
-// step, its parts and the slowdown as timing every layer twice does.
-TEST(LayerComposition, SlowedSampledStepsPriceAsTimingEveryLayer) {
+// step, its parts and the slowdown as timing every layer twice does. `stages`: lone columns (1) or
+// pipeline columns of one micro-batch (2).
+void expect_slowed_priced_as_every_layer(int stages) {
   const Topology topology = testing::switch_nodes(2, 4, 450);
   ASSERT_TRUE(CostOptions{}.comm_slowdown);  // the default
   const ComposingAndEveryLayer models(topology, true);
@@ -546,10 +551,18 @@ TEST(LayerComposition, SlowedSampledStepsPriceAsTimingEveryLayer) {
         EXPECT_LE(fast.step_lower_bound_ms(plan), a.step_ms);
         ++plans;
       },
-      1);
-  EXPECT_GT(plans, 40);
+      stages);
+  EXPECT_GT(plans, stages > 1 ? 30 : 40);
   EXPECT_GT(composed, plans * 3 / 4);
   EXPECT_GT(slowed, plans / 2);
+}
+
+TEST(LayerComposition, SlowedSampledStepsPriceAsTimingEveryLayer) {
+  expect_slowed_priced_as_every_layer(1);
+}
+
+TEST(LayerComposition, SlowedSampledPipelineStepsPriceAsTimingEveryLayer) {
+  expect_slowed_priced_as_every_layer(2);
 }
 
 }  // namespace
