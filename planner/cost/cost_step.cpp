@@ -77,17 +77,17 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan, const std::function<dou
   const MemoryEstimate memory = step_memory(plan, attention);
   // The attention alone: its own schedule's step (whole batch), once per layer, without the
   // strategy's weight-gradient all-reduce, which the step replaces by its own synchronisation.
-  Schedule alone = without_gradient_all_reduce(attention);
-  const CostBreakdown layer = evaluate_times(plan, alone);
-  attention.tokens = std::move(alone.tokens);
-  alone = Schedule{};
+  // Timed once the step is, for a search stops most pricings it starts at their first columns.
+  Schedule alone = without_gradient_all_reduce(attention);  // with the attention's token sets
   std::vector<StepTemplate> templates;
   templates.reserve(attention.ranks.size());
   // One micro-batch of one virtual stage is the plan itself: its attention programs are the
   // templates' own, taken over with their token sets instead of built again (as the compute bound
-  // does), which was about half of building the templates.
-  if (w.microbatches == 1 && plan.params.virtual_stages <= 1) {
-    step.tokens = std::move(attention.tokens);
+  // does), which was about half of building the templates. The templates' sets are interned after
+  // the attention's, whose ids stay.
+  const bool taken_over = w.microbatches == 1 && plan.params.virtual_stages <= 1;
+  if (taken_over) {
+    step.tokens = std::move(alone.tokens);
     for (RankProgram& program : attention.ranks)
       templates.push_back(builder.build_template(std::move(program), step.tokens));
   } else {
@@ -109,6 +109,9 @@ CostBreakdown CostModel::evaluate_step(const Plan& plan, const std::function<dou
     cost.latest_ends_ms = {cost.step_ms};  // every program timed together, never stopped
   }
   templates.clear();
+  if (taken_over) alone.tokens = std::move(step.tokens);
+  const CostBreakdown layer = evaluate_times(plan, alone);
+  alone = Schedule{};
   cost.attention_fingerprint = fingerprint;
   cost.layers_timed = w.layers;
   // Transfers per layer instance a rank runs: its stage's layers, once per micro-batch.
