@@ -406,27 +406,36 @@ struct BoundColumn {
     return busiest.rank == rank.rank && busiest.sampled == rank.sampled && plan == placement_free(p);
   }
   const detail::TimelineShape& timeline() {
-    if (!shape) {
+    if (!shape)
+      shape = std::make_unique<detail::TimelineShape>(
+          views(), busiest.sampled ? detail::PairMode::Symmetric : detail::PairMode::StagesOnly);
+    return *shape;
+  }
+  // The column's programs on their unrolled orders of every layer, unrolled the first time.
+  std::vector<detail::ProgramView> views() {
+    if (flats.empty()) {
       flats.reserve(templates.size());
       for (const StepTemplate& t : templates)
         flats.push_back(unroll_flat(t));
-      std::vector<detail::ProgramView> views;
-      for (size_t p = 0; p < templates.size(); ++p)
-        views.emplace_back(templates[p].program, flats[p]);
-      shape = std::make_unique<detail::TimelineShape>(
-          std::move(views), busiest.sampled ? detail::PairMode::Symmetric : detail::PairMode::StagesOnly);
     }
-    return *shape;
+    std::vector<detail::ProgramView> views;
+    for (size_t p = 0; p < templates.size(); ++p)
+      views.emplace_back(templates[p].program, flats[p]);
+    return views;
   }
   // The timings of a sample's column (lone, or a pipeline column of one micro-batch) composed
   // from `layers` of its layers, as the step's pricing composes it (so that a bound that is the
-  // step is the step to the bit); none when the column is not sampled or its layers do not repeat.
-  std::optional<std::vector<detail::RankTiming>> composed(const std::vector<std::vector<double>>& once, int layers) {
+  // step is the step to the bit), with `kept` below 1 composed again with its compute slowed by
+  // communication; none when the column is not sampled or its layers do not repeat.
+  std::optional<std::vector<detail::RankTiming>> composed(const std::vector<std::vector<double>>& once, int layers,
+                                                          double kept) {
     if (!busiest.sampled || layers <= 0 || !prepare(layers)) return std::nullopt;
     if (templates.size() == 1) {
       const std::optional<detail::LoneBounds> bounds = composer->bounds(once[0]);
       if (!bounds) return std::nullopt;
       std::optional<detail::ComposedColumn> c = composer->compose(once[0], *bounds);
+      std::vector<double> slowed;
+      if (c && kept < 1) c = detail::compose_slowed(*composer, views().front(), once[0], *c, kept, slowed);
       if (!c) return std::nullopt;
       return std::vector<detail::RankTiming>{c->timing};
     }
@@ -434,6 +443,8 @@ struct BoundColumn {
     for (const std::vector<double>& program : once)
       seconds.push_back(&program);
     std::optional<std::vector<detail::ComposedColumn>> c = composer->compose(seconds);
+    std::vector<std::vector<double>> slowed;
+    if (c && kept < 1) c = detail::compose_slowed(*composer, views(), seconds, *c, kept, slowed);
     if (!c) return std::nullopt;
     std::vector<detail::RankTiming> timings;
     for (const detail::ComposedColumn& program : *c)
@@ -531,13 +542,17 @@ std::vector<double> CostModel::step_lower_bounds_ms(const std::vector<BoundedPla
     // list of durations per unrolled op: the bound is taken for most candidates of a search).
     // The flow sets are of ranks, the plan maps them to its GPUs.
     const std::vector<std::vector<double>> once = template_op_durations(*plan, column->step, column->programs);
+    // A sample's column is priced as the step prices it, its compute slowed by communication
+    // included: the step ends no earlier than any of its columns. Other columns (StagesOnly)
+    // time compute at full speed.
     if (const std::optional<std::vector<detail::RankTiming>> timings =
-            column->composed(once, options_.composed_layers)) {
+            column->composed(once, options_.composed_layers, compute_kept_under_comm())) {
       bounds.push_back(summarize_timings(*plan, *timings, nullptr).step_ms);
       continue;
     }
     detail::TimelineShape::RunOptions options;
     options.by_template_op = true;
+    options.compute_kept_under_comm = compute_kept_under_comm();
     bounds.push_back(summarize_timings(*plan, column->timeline().run(once, nullptr, options), nullptr).step_ms);
   }
   return bounds;

@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "step_parts.hpp"
+
 namespace wallfacer::detail {
 namespace {
 
@@ -718,6 +720,35 @@ std::optional<ComposedColumn> compose_layers(const StepTemplate& step, const Fla
   const std::unique_ptr<LayerComposer> composer = LayerComposer::prepare(step, &full, timed_layers);
   if (!composer) return std::nullopt;
   return composer->compose(once, bounds);
+}
+
+std::optional<ComposedColumn> compose_slowed(LayerComposer& composer, const ProgramView& full,
+                                             const std::vector<double>& once, const ComposedColumn& composed,
+                                             double kept, std::vector<double>& slowed) {
+  double added = 0;
+  slowed = lengthened(full, once, true, composed.ends, kept, &added);
+  const std::optional<LoneBounds> bounds = composer.bounds(slowed);
+  if (!bounds) return std::nullopt;
+  std::optional<ComposedColumn> again = composer.compose(slowed, *bounds);
+  if (again) again->timing.slowdown_s = added;
+  return again;
+}
+
+std::optional<std::vector<ComposedColumn>> compose_slowed(LayerComposer& composer, const std::vector<ProgramView>& full,
+                                                          const std::vector<const std::vector<double>*>& once,
+                                                          const std::vector<ComposedColumn>& composed, double kept,
+                                                          std::vector<std::vector<double>>& slowed) {
+  slowed.assign(full.size(), {});
+  std::vector<const std::vector<double>*> seconds;
+  std::vector<double> added(full.size(), 0.0);
+  for (size_t k = 0; k < full.size(); ++k) {
+    slowed[k] = lengthened(full[k], *once[k], true, composed[k].ends, kept, &added[k]);
+    seconds.push_back(&slowed[k]);
+  }
+  std::optional<std::vector<ComposedColumn>> again = composer.compose(seconds);
+  for (size_t k = 0; again && k < full.size(); ++k)
+    (*again)[k].timing.slowdown_s = added[k];
+  return again;
 }
 
 }  // namespace wallfacer::detail

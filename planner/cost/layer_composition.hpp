@@ -93,6 +93,22 @@ class LayerComposer {
   std::unique_ptr<Impl> impl_;
 };
 
+// A column composed at full speed (`composed`, each op lasting `once[its template op]`) composed
+// again with its compute slowed by communication, `kept` (below 1) of its speed: each program's
+// compute ops lengthened by template op (detail::lengthened) on `full`, its unrolled order of
+// every layer, from the full-speed ends, as TimelineShape::run lengthens a column timed whole.
+// The lengthened durations go to `slowed` (by program) and what they add to each timing's
+// slowdown_s. None when that does not compose. The step's pricing and its timed bound of a sampled
+// column both compose so, to the same bits. A lone column:
+std::optional<ComposedColumn> compose_slowed(LayerComposer& composer, const ProgramView& full,
+                                             const std::vector<double>& once, const ComposedColumn& composed,
+                                             double kept, std::vector<double>& slowed);
+// A pipeline column, its programs in the composer's order.
+std::optional<std::vector<ComposedColumn>> compose_slowed(LayerComposer& composer, const std::vector<ProgramView>& full,
+                                                          const std::vector<const std::vector<double>*>& once,
+                                                          const std::vector<ComposedColumn>& composed, double kept,
+                                                          std::vector<std::vector<double>>& slowed);
+
 // LayerComposer::prepare(step, full, timed_layers)->compose(once, bounds), when it prepares.
 std::optional<ComposedColumn> compose_layers(const StepTemplate& step, const FlatStep& full,
                                              const std::vector<double>& once, const LoneBounds& bounds,

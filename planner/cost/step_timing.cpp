@@ -348,22 +348,16 @@ class SharedComposers {
   std::vector<std::shared_ptr<detail::LayerComposer>> kept_;  // the latest made last
 };
 
-// The second composition of a column whose compute is slowed by communication (`kept` below 1):
-// `c` composed at full speed with durations `once`, composed again with its compute ops lengthened
-// as TimelineShape::run lengthens them (detail::lengthened, by template op) into `group`'s slowed
-// durations. None when that does not compose. `full`: the column's unrolled order of every layer.
+// The second composition of a lone column whose compute is slowed by communication (`kept` below
+// 1), detail::compose_slowed, keeping its slowed durations in `group`. `full`: the column's
+// unrolled order of every layer.
 std::optional<detail::ComposedColumn> compose_slowed(detail::LayerComposer& composer, const StepTemplate& step,
                                                      const FlatStep& full, const std::vector<double>& once,
                                                      const detail::ComposedColumn& c, double kept, TimedGroup& group) {
-  const detail::ProgramView view(step.program, full);
-  double added = 0;
-  std::vector<double> slowed = detail::lengthened(view, once, true, c.ends, kept, &added);
-  const std::optional<detail::LoneBounds> bounds = composer.bounds(slowed);
-  if (!bounds) return std::nullopt;
-  std::optional<detail::ComposedColumn> again = composer.compose(slowed, *bounds);
-  if (!again) return std::nullopt;
-  again->timing.slowdown_s = added;
-  group.slowed.assign(1, std::move(slowed));
+  std::vector<double> slowed;
+  std::optional<detail::ComposedColumn> again =
+      detail::compose_slowed(composer, detail::ProgramView(step.program, full), once, c, kept, slowed);
+  if (again) group.slowed.assign(1, std::move(slowed));
   return again;
 }
 
@@ -388,29 +382,22 @@ std::optional<detail::RankTiming> composed_column(const StepTemplate& step, cons
 }
 
 // The second composition of a pipeline column whose compute is slowed by communication (`kept`
-// below 1), as compose_slowed for a lone column: each stage's program composed at full speed
-// (`composed`, with durations `once`) has its compute ops lengthened by template op, and the
-// column is composed again with those durations, which `t` keeps for the parts with the unrolled
-// orders the lengthening swept. None when that does not compose.
+// below 1), detail::compose_slowed on each stage's program unrolled into `t`'s flats, which keeps
+// the slowed durations for the parts.
 std::optional<std::vector<detail::ComposedColumn>> compose_pipeline_slowed(
     detail::LayerComposer& composer, const std::vector<StepTemplate>& templates, const std::vector<size_t>& group,
     const std::vector<const std::vector<double>*>& once, const std::vector<detail::ComposedColumn>& composed,
     double kept, TimedGroup& t) {
-  std::vector<std::vector<double>> slowed(group.size());
-  std::vector<const std::vector<double>*> seconds;
-  std::vector<double> added(group.size(), 0.0);
+  std::vector<detail::ProgramView> full;
   for (size_t k = 0; k < group.size(); ++k) {
     const StepTemplate& step = templates[group[k]];
     t.flats[k] = std::make_shared<const FlatStep>(unroll_flat(step));
-    slowed[k] = detail::lengthened(detail::ProgramView(step.program, *t.flats[k]), *once[k], true, composed[k].ends,
-                                   kept, &added[k]);
-    seconds.push_back(&slowed[k]);
+    full.emplace_back(step.program, *t.flats[k]);
   }
-  std::optional<std::vector<detail::ComposedColumn>> again = composer.compose(seconds);
-  if (!again) return std::nullopt;
-  for (size_t k = 0; k < group.size(); ++k)
-    (*again)[k].timing.slowdown_s = added[k];
-  t.slowed = std::move(slowed);
+  std::vector<std::vector<double>> slowed;
+  std::optional<std::vector<detail::ComposedColumn>> again =
+      detail::compose_slowed(composer, full, once, composed, kept, slowed);
+  if (again) t.slowed = std::move(slowed);
   return again;
 }
 

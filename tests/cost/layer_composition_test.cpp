@@ -540,7 +540,7 @@ void expect_slowed_priced_as_every_layer(int stages) {
   ASSERT_TRUE(CostOptions{}.comm_slowdown);  // the default
   const ComposingAndEveryLayer models(topology, true);
   const CostModel &fast = models.fast, &reference = models.reference;
-  int plans = 0, composed = 0, slowed = 0;
+  int plans = 0, composed = 0, slowed = 0, bound_is_step = 0;
   for_each_plan(
       topology,
       [&](const Plan& plan) {
@@ -548,13 +548,19 @@ void expect_slowed_priced_as_every_layer(int stages) {
         expect_same_step(a, b);
         composed += a.columns_composed > 0;
         slowed += b.parts.slowdown_ms > 0;
-        EXPECT_LE(fast.step_lower_bound_ms(plan), a.step_ms);
+        // The timed bound prices the busiest column as the step does, slowed alike: at most the
+        // step, and the step to the bit when that column ends last.
+        const double bound = fast.step_lower_bound_ms(plan);
+        EXPECT_LE(bound, a.step_ms);
+        expect_near(bound, reference.step_lower_bound_ms(plan), b.step_ms, "step_lower_bound_ms");
+        bound_is_step += bound == a.step_ms && a.parts.slowdown_ms > 0;
         ++plans;
       },
       stages);
   EXPECT_GT(plans, stages > 1 ? 30 : 40);
   EXPECT_GT(composed, plans * 3 / 4);
   EXPECT_GT(slowed, plans / 2);
+  EXPECT_GT(bound_is_step, plans / 4) << plans;
 }
 
 TEST(LayerComposition, SlowedSampledStepsPriceAsTimingEveryLayer) {
