@@ -485,6 +485,7 @@ struct LayerComposer::Impl {
   std::vector<Attempt> attempts;  // K, then 2K where the layers allow
   int layers = 0;
   std::mutex making;  // columns sharing the composer may ask for an attempt's runs at once
+  std::vector<std::shared_ptr<const FlatStep>> full;  // by member, unrolled when first asked for
 
   // The attempt's runs, made the first time; false when they are not the layout.
   bool ready(Attempt& a) {
@@ -659,6 +660,14 @@ std::vector<uint32_t> LayerComposer::copies(size_t program) const {
     return true;
   });
   return copies;
+}
+
+std::shared_ptr<const FlatStep> LayerComposer::full_order(size_t program) const {
+  const std::lock_guard lock(impl_->making);
+  if (impl_->full.empty()) impl_->full.resize(impl_->members.size());
+  std::shared_ptr<const FlatStep>& full = impl_->full.at(program);
+  if (!full) full = std::make_shared<const FlatStep>(unroll_flat(*impl_->members[program].step));
+  return full;
 }
 
 std::shared_ptr<const FlatStep> LayerComposer::few_layers() const {

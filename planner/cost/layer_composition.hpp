@@ -75,6 +75,9 @@ class LayerComposer {
   std::optional<LoneBounds> bounds(const std::vector<double>& once);
   // How many copies of each template op the full unrolled order holds.
   std::vector<uint32_t> copies(size_t program = 0) const;
+  // The unrolled order of every layer of the column's program `program`, unrolled the first time
+  // (several threads may ask at once): each column the composer serves unrolls alike.
+  std::shared_ptr<const FlatStep> full_order(size_t program = 0) const;
   // The unrolled order of the fewest layers timed (once bounds or compose ran): programs of the
   // same unrolled order time alike (times_alike) on it as they do on every layer.
   std::shared_ptr<const FlatStep> few_layers() const;

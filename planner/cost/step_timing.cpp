@@ -391,7 +391,7 @@ std::optional<std::vector<detail::ComposedColumn>> compose_pipeline_slowed(
   std::vector<detail::ProgramView> full;
   for (size_t k = 0; k < group.size(); ++k) {
     const StepTemplate& step = templates[group[k]];
-    t.flats[k] = std::make_shared<const FlatStep>(unroll_flat(step));
+    t.flats[k] = composer.full_order(k);
     full.emplace_back(step.program, *t.flats[k]);
   }
   std::vector<std::vector<double>> slowed;
@@ -474,7 +474,7 @@ std::optional<ComposedLone> compose_without_unrolling(const StepTemplate& step, 
     return c;
   }
   if (composed && kept < 1 &&
-      !(composed = compose_slowed(*composer, step, unroll_flat(step), once, *composed, kept, c.group))) {
+      !(composed = compose_slowed(*composer, step, *composer->full_order(), once, *composed, kept, c.group))) {
     c.failed = true;
     return c;
   }
