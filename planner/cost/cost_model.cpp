@@ -494,15 +494,18 @@ CostBreakdown CostModel::summarize_timings(const Plan& plan, const std::vector<d
                                            const PartsOf* parts) const {
   const double peak = kernel_peak_tflops(topology_.gpu(), plan.workload.dtype);
   CostBreakdown cost;
-  double forward_s = 0, step_s = 0, critical_compute = 0, busiest_compute = 0, total_compute = 0;
+  double forward_s = 0, step_s = 0, critical_compute = 0, busiest_work = 0, total_work = 0;
   size_t critical = 0;
   // Forward ends with the last forward op of any rank, the step with the last op (as simulated).
+  // A rank's work is its compute at full speed: what communication kernels beside it add
+  // (CostOptions::comm_slowdown) is the critical rank's own part, not load imbalance, and a sample's
+  // column left out on its bounds (step_timing.cpp) has only its work known.
   for (size_t p = 0; p < timings.size(); ++p) {
     const detail::RankTiming& t = timings[p];
     forward_s = std::max(forward_s, t.forward_end_s);
-    const double compute = t.compute_forward_s + t.compute_backward_s;
-    busiest_compute = std::max(busiest_compute, compute);
-    total_compute += compute;
+    const double compute = t.compute_forward_s + t.compute_backward_s, work = compute - t.slowdown_s;
+    busiest_work = std::max(busiest_work, work);
+    total_work += work;
     if (t.end_s > step_s) {
       step_s = t.end_s;
       critical_compute = compute;
@@ -510,13 +513,16 @@ CostBreakdown CostModel::summarize_timings(const Plan& plan, const std::vector<d
     }
   }
   if (parts && !timings.empty()) {
-    cost.parts = (*parts)(critical, step_s, total_compute / double(timings.size()), busiest_compute);
-    cost.parts.slowdown_ms = timings[critical].slowdown_s * 1e3;  // of its compute (CostOptions::comm_slowdown)
+    // The mean and the busiest work, with the critical rank's own slowdown, against its compute.
+    const double slowdown_s = timings[critical].slowdown_s;
+    cost.parts =
+        (*parts)(critical, step_s, total_work / double(timings.size()) + slowdown_s, busiest_work + slowdown_s);
+    cost.parts.slowdown_ms = slowdown_s * 1e3;  // of its compute (CostOptions::comm_slowdown)
   }
   cost.forward_ms = forward_s * 1e3;
   cost.step_ms = step_s * 1e3;
   cost.backward_ms = cost.step_ms - cost.forward_ms;
-  cost.compute_ms = busiest_compute * 1e3;
+  cost.compute_ms = busiest_work * 1e3;
   cost.exposed_comm_ms = std::max(0.0, cost.step_ms - critical_compute * 1e3);
   cost.attention_flops = layer_attention_flops(plan.workload);
   const double denominator = cost.step_ms * 1e-3 * plan.num_ranks() * peak * 1e12;

@@ -143,12 +143,14 @@ class LoneColumns {
   }
   // A program's timing for the step's summary when its column need not be timed: when its end is
   // bound to come before `latest_end` and its forward's end no later than `latest_forward` (the
-  // latest among the columns timed so far; detail::lone_bounds), it cannot be the critical program
-  // nor move the forward's end, and the summary reads nothing else of it but its compute, which
-  // the bounds sum as a run does. Its ends are then left at zero.
+  // latest among the columns timed so far; detail::lone_bounds, with `kept` below 1 of its compute
+  // slowed by communication, detail::slowed_bounds), it cannot be the critical program nor move
+  // the forward's end, and the summary reads nothing else of it but its compute at full speed,
+  // which the bounds sum as a run does. Its ends are then left at zero.
   static std::optional<detail::RankTiming> left_out(const std::optional<detail::LoneBounds>& bounds, double latest_end,
-                                                    double latest_forward) {
-    if (!bounds || !detail::may_leave_out(*bounds, latest_end, latest_forward)) return std::nullopt;
+                                                    double latest_forward, double kept) {
+    if (!bounds || !detail::may_leave_out(detail::slowed_bounds(*bounds, kept), latest_end, latest_forward))
+      return std::nullopt;
     detail::RankTiming timing;
     timing.compute_forward_s = bounds->compute_forward_s;
     timing.compute_backward_s = bounds->compute_backward_s;
@@ -457,7 +459,7 @@ struct ComposedLone {
 };
 
 // `kept` below 1: compute slowed by communication (compose_slowed, on its every layer unrolled
-// for the slowdown; no column is left out then).
+// for the slowdown; left out on the bounds of that, detail::slowed_bounds).
 std::optional<ComposedLone> compose_without_unrolling(const StepTemplate& step, const std::vector<double>& once,
                                                       size_t p, UnrolledOrders& orders, const TimedSoFar& known,
                                                       int composed_layers, SharedComposers& composers, double kept) {
@@ -467,7 +469,7 @@ std::optional<ComposedLone> compose_without_unrolling(const StepTemplate& step, 
   ComposedLone c;
   c.bounds = composer->bounds(once);
   if (!c.bounds) return std::nullopt;
-  c.left_out = kept >= 1 && LoneColumns::left_out(c.bounds, known.latest_end, known.latest_forward).has_value();
+  c.left_out = LoneColumns::left_out(c.bounds, known.latest_end, known.latest_forward, kept).has_value();
   std::optional<detail::ComposedColumn> composed;
   if (!c.left_out && !(composed = composer->compose(once, *c.bounds))) {
     c.failed = true;
@@ -490,7 +492,7 @@ std::optional<ComposedLone> compose_without_unrolling(const StepTemplate& step, 
 
 // Template p's column timed alone with its own unrolled order, as the pricing times a column
 // whose order no earlier column has (no order library: nothing timed before shares its order).
-// `kept_under_comm` below 1: compute slowed by communication (then it is not left out).
+// `kept_under_comm` below 1: compute slowed by communication (left out on detail::slowed_bounds).
 LoneColumn time_lone_column(const std::vector<StepTemplate>& templates, const std::vector<double>& once, size_t p,
                             UnrolledOrders& orders, const TimedSoFar& known, int composed_layers,
                             SharedComposers& composers, double kept_under_comm) {
@@ -506,7 +508,7 @@ LoneColumn time_lone_column(const std::vector<StepTemplate>& templates, const st
   }
   c.flat = orders.unrolled(p);
   c.bounds = detail::lone_bounds(detail::ProgramView(templates[p].program, *c.flat), once);
-  if (kept_under_comm >= 1 && LoneColumns::left_out(c.bounds, known.latest_end, known.latest_forward)) return c;
+  if (LoneColumns::left_out(c.bounds, known.latest_end, known.latest_forward, kept_under_comm)) return c;
   c.group.flats.push_back(c.flat);
   if (!composed &&
       (c.timing = composed_column(templates[p], once, c.bounds, composed_layers, c.group, kept_under_comm)))
@@ -566,15 +568,21 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   // Their waiting structure too, shared by the groups (each group is a shape of its own).
   auto library = std::make_unique<detail::OrderLibrary>();
   LoneColumns lone(templates, once);
-  // Compute slowed by communication is found on each column's whole timeline at full speed: no
-  // column is left out on the bounds of that timeline.
+  // Compute slowed by communication is found on each column's whole timeline at full speed; a
+  // column is left out on the bounds of its timeline so slowed (detail::slowed_bounds).
   const double kept_under_comm = compute_kept_under_comm();
-  const bool slowed = kept_under_comm < 1;
   const int composed_layers = options_.composed_layers;
   SharedComposers composers(composed_layers, options_.share_composers);
   double latest_end = 0, latest_forward = 0;  // among the programs timed so far
-  int programs_timed = 0;                     // by the groups' first timings
-  int columns_composed = 0;                   // of those, lone columns composed from a few layers
+  // What the columns timed so far give a column that may be left out on its bounds; nothing (so
+  // that every column is timed) with CostOptions::leave_out_columns off.
+  auto known = [&] { return options_.leave_out_columns ? TimedSoFar{latest_end, latest_forward} : TimedSoFar{}; };
+  auto left_out = [&](const std::optional<detail::LoneBounds>& bounds) {
+    const TimedSoFar k = known();
+    return LoneColumns::left_out(bounds, k.latest_end, k.latest_forward, kept_under_comm);
+  };
+  int programs_timed = 0;    // by the groups' first timings
+  int columns_composed = 0;  // of those, lone columns composed from a few layers
   // A sample's lone column met first whose unrolled order no column kept: taken from a composed
   // column it times alike with, left out on its bounds, or composed, without its every layer
   // unrolled. None when it is to be unrolled; `compose`, whether it is composed then (not when
@@ -585,12 +593,11 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       orders.set_copies(p, copies[*q]);
       return TimedGroup{};
     }
-    std::optional<ComposedLone> c =
-        compose_without_unrolling(templates[p], once[p], p, orders, TimedSoFar{latest_end, latest_forward},
-                                  composed_layers, composers, kept_under_comm);
+    std::optional<ComposedLone> c = compose_without_unrolling(templates[p], once[p], p, orders, known(),
+                                                              composed_layers, composers, kept_under_comm);
     compose = !c;
     if (c && c->left_out) {
-      timings[p] = *LoneColumns::left_out(c->bounds, latest_end, latest_forward);
+      timings[p] = *left_out(c->bounds);
       return TimedGroup{};
     }
     if (!c || !c->timing) return std::nullopt;
@@ -624,9 +631,8 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       if (!known) flat = orders.unrolled(p);
       const std::optional<detail::LoneBounds> bounds =
           detail::lone_bounds(detail::ProgramView(templates[p].program, *flat), once[p]);
-      if (first && !slowed)
-        if (const std::optional<detail::RankTiming> timing =
-                LoneColumns::left_out(bounds, latest_end, latest_forward)) {
+      if (first)
+        if (const std::optional<detail::RankTiming> timing = left_out(bounds)) {
           timings[p] = *timing;  // its unrolled order is not kept: nothing times it
           return TimedGroup{};
         }
@@ -704,9 +710,8 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
     });
   auto take_ahead = [&](size_t v) {
     const size_t p = groups[visit[v]][0];
-    LoneColumn c = ahead->take(v, TimedSoFar{latest_end, latest_forward});
-    if (const std::optional<detail::RankTiming> timing =
-            slowed ? std::nullopt : LoneColumns::left_out(c.bounds, latest_end, latest_forward)) {
+    LoneColumn c = ahead->take(v, known());
+    if (const std::optional<detail::RankTiming> timing = left_out(c.bounds)) {
       timings[p] = *timing;
       return TimedGroup{};
     }
@@ -723,7 +728,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   for (size_t v = 0; v < visit.size(); ++v) {
     const std::vector<size_t>& group = groups[visit[v]];
     if (ahead) {
-      ahead->reach(v, TimedSoFar{latest_end, latest_forward});
+      ahead->reach(v, known());
       ahead->lend(lend);
     }
     TimedGroup t = ahead && may_time_ahead[v] ? take_ahead(v) : time_group(group, true, std::nullopt);

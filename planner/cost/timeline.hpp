@@ -194,6 +194,21 @@ inline bool may_leave_out(const LoneBounds& bounds, double latest_end_s, double 
   return bounds.end_s * (1 + kMargin) < latest_end_s && bounds.forward_end_s * (1 + kMargin) <= latest_forward_s;
 }
 
+// The bounds of the same column with its compute slowed by communication to `kept` of its speed
+// (TimelineShape::RunOptions::compute_kept_under_comm): detail::lengthened adds to a compute op
+// at most (1 / kept - 1) of its time (what runs beside it never lasts longer than it, and
+// 1 - kept <= 1 / kept - 1), and the bounds sum the durations they are given. The forward's
+// bound is the end's unless the forward runs first (forward_end_s below end_s).
+inline LoneBounds slowed_bounds(const LoneBounds& bounds, double kept) {
+  if (kept >= 1) return bounds;
+  const double more = 1 / kept - 1;
+  LoneBounds slowed = bounds;
+  slowed.end_s = bounds.end_s + more * (bounds.compute_forward_s + bounds.compute_backward_s);
+  slowed.forward_end_s =
+      bounds.forward_end_s < bounds.end_s ? bounds.forward_end_s + more * bounds.compute_forward_s : slowed.end_s;
+  return slowed;
+}
+
 // How to pair the programs' message ends: with every rank of a plan of `plan_ranks` ranks at hand
 // (each once) Matched, else Symmetric; `lower_bound`: StagesOnly.
 PairMode pair_mode_for(int plan_ranks, const std::vector<ProgramView>& programs, bool lower_bound);

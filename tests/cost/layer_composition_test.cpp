@@ -458,9 +458,9 @@ void expect_near(double composed, double every_layer, double step_ms, const char
   EXPECT_NEAR(composed, every_layer, 1e-9 * step_ms) << what;
 }
 
-// A step composed from a few layers (`a`) against the same timed every layer (`b`): the step and
-// its parts, the slowdown beside communication included.
-void expect_same_step(const CostBreakdown& a, const CostBreakdown& b) {
+// The same step priced two ways: the step and its parts, the slowdown beside communication
+// included.
+void expect_same_figures(const CostBreakdown& a, const CostBreakdown& b) {
   expect_near(a.step_ms, b.step_ms, b.step_ms, "step_ms");
   expect_near(a.forward_ms, b.forward_ms, b.step_ms, "forward_ms");
   expect_near(a.compute_ms, b.compute_ms, b.step_ms, "compute_ms");
@@ -472,6 +472,11 @@ void expect_same_step(const CostBreakdown& a, const CostBreakdown& b) {
   expect_near(a.parts.slowdown_ms, b.parts.slowdown_ms, b.step_ms, "parts.slowdown_ms");
   for (int t = 0; t < kNumCommTiers; ++t)
     expect_near(a.parts.exposed_ms[t], b.parts.exposed_ms[t], b.step_ms, "parts.exposed_ms");
+}
+
+// A step composed from a few layers (`a`) against the same timed every layer (`b`).
+void expect_same_step(const CostBreakdown& a, const CostBreakdown& b) {
+  expect_same_figures(a, b);
   EXPECT_EQ(b.columns_composed, 0);
 }
 
@@ -561,6 +566,35 @@ void expect_slowed_priced_as_every_layer(int stages) {
   EXPECT_GT(composed, plans * 3 / 4);
   EXPECT_GT(slowed, plans / 2);
   EXPECT_GT(bound_is_step, plans / 4) << plans;
+}
+
+// A sample's lone columns left out on their bounds (CostOptions::leave_out_columns), slowed by
+// communication or at full speed: the step, its parts and the busiest work equal those of timing
+// every column, with fewer columns timed.
+TEST(LayerComposition, ColumnsLeftOutOnTheirBoundsPriceAsTimingEveryColumn) {
+  const Topology topology = testing::switch_nodes(2, 4, 450);
+  int plans = 0, fewer = 0;
+  for (const bool slowdown : {false, true}) {
+    CostOptions leaving, timing;
+    leaving.max_timed_ranks = timing.max_timed_ranks = 4;
+    leaving.comm_slowdown = timing.comm_slowdown = slowdown;
+    timing.leave_out_columns = false;
+    const CostModel a_model(topology, Calibration::defaults(), leaving),
+        b_model(topology, Calibration::defaults(), timing);
+    int left = 0;
+    for_each_plan(topology, [&](const Plan& plan) {
+      const CostBreakdown a = a_model.evaluate_step(plan), b = b_model.evaluate_step(plan);
+      EXPECT_EQ(a.step_ms, b.step_ms);  // a column left out is never the critical one
+      EXPECT_EQ(a.forward_ms, b.forward_ms);
+      expect_same_figures(a, b);
+      EXPECT_LE(a.programs_timed, b.programs_timed);
+      left += a.programs_timed < b.programs_timed;
+      ++plans;
+    });
+    EXPECT_GT(left, 5) << "slowdown " << slowdown;
+    fewer += left;
+  }
+  EXPECT_GT(plans, 80);
 }
 
 TEST(LayerComposition, SlowedSampledStepsPriceAsTimingEveryLayer) {

@@ -1,7 +1,8 @@
 // The bounds a sampled column of one program gets without being timed (detail::lone_bounds): on
 // the unrolled step templates of every strategy, with random durations, they sum the compute as a
 // run does, bit for bit, and the run ends within them; and on hand-built programs, the forward's
-// bound falls back to the end's when a forward op waits for or meets the backward.
+// bound falls back to the end's when a forward op waits for or meets the backward. With compute
+// slowed by communication, the slowed bounds hold the slowed run.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -23,9 +24,11 @@ using detail::PairMode;
 using detail::ProgramView;
 using detail::RankTiming;
 
-RankTiming run_alone(const ProgramView& program, const std::vector<double>& seconds) {
+// `kept` below 1: compute slowed by communication (RunOptions::compute_kept_under_comm).
+RankTiming run_alone(const ProgramView& program, const std::vector<double>& seconds, double kept = 1) {
   detail::TimelineShape::RunOptions options;
   options.by_template_op = program.flat();
+  options.compute_kept_under_comm = kept;
   return detail::TimelineShape({program}, PairMode::Symmetric).run({seconds}, nullptr, options).front();
 }
 
@@ -45,7 +48,7 @@ TEST(LoneBounds, BoundTheRunOfEveryStrategysUnrolledSteps) {
   const Topology topology = testing::switch_nodes(2, 4);
   std::mt19937_64 random(7);
   std::uniform_real_distribution<double> uniform(0.0, 1e-3);
-  int programs = 0, forward_first = 0, forward_bound_is_end = 0;
+  int programs = 0, forward_first = 0, forward_bound_is_end = 0, slowed_runs = 0;
   for (int microbatches : {1, 2}) {
     Workload w = testing::mha_workload(4096, 8, 64, /*causal=*/true, microbatches);
     w.layers = 3;
@@ -77,6 +80,18 @@ TEST(LoneBounds, BoundTheRunOfEveryStrategysUnrolledSteps) {
           EXPECT_EQ(bounds->compute_backward_s, run.compute_backward_s);
           EXPECT_LE(run.end_s, bounds->end_s * (1 + 1e-12));
           EXPECT_LE(run.forward_end_s, bounds->forward_end_s * (1 + 1e-12));
+          // Compute slowed by communication: the run ends within the slowed bounds, and its
+          // compute less what the slowdown added is the bounds' (the work a left-out column has).
+          for (const double kept : {0.841, 0.5}) {
+            const RankTiming slowed = run_alone(view, seconds, kept);
+            const LoneBounds b = detail::slowed_bounds(*bounds, kept);
+            EXPECT_LE(slowed.end_s, b.end_s * (1 + 1e-12)) << kept;
+            EXPECT_LE(slowed.forward_end_s, b.forward_end_s * (1 + 1e-12)) << kept;
+            EXPECT_NEAR(slowed.compute_forward_s + slowed.compute_backward_s - slowed.slowdown_s,
+                        bounds->compute_forward_s + bounds->compute_backward_s, 1e-12 * bounds->end_s)
+                << kept;
+            slowed_runs += slowed.slowdown_s > 0;
+          }
           ++programs;
           forward_first += bounds->forward_end_s < bounds->end_s;
           forward_bound_is_end += bounds->forward_end_s == bounds->end_s;
@@ -87,6 +102,7 @@ TEST(LoneBounds, BoundTheRunOfEveryStrategysUnrolledSteps) {
   // One micro-batch runs its forward first; with two, the second forward follows the first backward.
   EXPECT_GT(forward_first, 20);
   EXPECT_GT(forward_bound_is_end, 20);
+  EXPECT_GT(slowed_runs, programs);  // most runs, at both shares, have compute beside transfers
 }
 
 TEST(LoneBounds, ForwardWaitingForTheBackwardIsBoundedByTheEnd) {
@@ -210,6 +226,25 @@ TEST(LoneBounds, AColumnIsLeftOutOnlyWhenItCannotEndLastNorEndTheForwardLast) {
   EXPECT_FALSE(detail::may_leave_out(bounds, 9, 5));                  // it may end last
   EXPECT_FALSE(detail::may_leave_out(bounds, 11, 3.5));               // its forward may end last
   EXPECT_FALSE(detail::may_leave_out(bounds, 11, 4));                 // or within rounding of the latest
+}
+
+// With compute slowed by communication to `kept` of its speed, a compute op lasts at most 1 / kept
+// as long: the bounds grow by (1 / kept - 1) of the compute they sum, the forward's by its own
+// compute's when the forward runs first, else it stays the end's.
+TEST(LoneBounds, SlowedBoundsGrowByTheirComputeOverWhatItKeeps) {
+  LoneBounds bounds;
+  bounds.end_s = 10;
+  bounds.forward_end_s = 4;
+  bounds.compute_forward_s = 2;
+  bounds.compute_backward_s = 3;
+  const LoneBounds half = detail::slowed_bounds(bounds, 0.5);
+  EXPECT_DOUBLE_EQ(half.end_s, 15);
+  EXPECT_DOUBLE_EQ(half.forward_end_s, 6);
+  EXPECT_EQ(half.compute_forward_s, 2);  // the work the summary reads stays at full speed
+  EXPECT_EQ(half.compute_backward_s, 3);
+  bounds.forward_end_s = bounds.end_s;  // a forward op waits for the backward
+  EXPECT_DOUBLE_EQ(detail::slowed_bounds(bounds, 0.5).forward_end_s, 15);
+  EXPECT_EQ(detail::slowed_bounds(bounds, 1).end_s, 10);
 }
 
 }  // namespace

@@ -81,13 +81,17 @@ struct CostOptions {
   // (detail::LayerComposer::serves), as most of a sample's do. Exact; false prepares each
   // column's own, the reference the tests compare it with.
   bool share_composers = true;
+  // Whole step, a sample's lone columns: a column whose bounds (detail::lone_bounds, slowed with
+  // comm_slowdown) end before the latest end of the columns timed so far, and its forward no
+  // later than theirs, is not timed; the summary reads only its work, which the bounds sum. Exact;
+  // false times every column, the reference the tests compare it with.
+  bool leave_out_columns = true;
   // Compute runs at the calibration's compute_slowdown_under_comm of its speed while a transfer
   // of its rank is posted and unfinished (communication kernels hold SMs, waiting included), as
   // the simulator replays it (SimOptions::comm_slowdown): to first order, the ranks are timed at
   // full speed, their compute ops lengthened by what runs beside them (detail::ComputeUnderComm,
-  // docs/cost-model.md "Compute slowed by communication") and timed again; no sampled column is
-  // then left out on its bounds, and pipeline columns are not composed from a few layers. Off:
-  // compute runs at full speed throughout.
+  // docs/cost-model.md "Compute slowed by communication") and timed again. Off: compute runs at
+  // full speed throughout.
   bool comm_slowdown = true;
 };
 
@@ -107,9 +111,12 @@ constexpr double kCostModelExpectedError = 0.02;
 // (docs/cost-model.md, "Where the step goes"). compute + imbalance + exposed (every tier) + idle is
 // the step time; hidden communication runs under compute and is not part of that sum.
 struct StepParts {
-  double compute_ms = 0;  // the critical rank's compute, up to the mean over the timed ranks
+  // The critical rank's compute, up to the mean over the timed ranks. Ranks are compared by their
+  // work (compute at full speed): with CostOptions::comm_slowdown, the mean and the busiest work
+  // plus the critical rank's own slowdown.
+  double compute_ms = 0;
   // The critical rank's compute above that mean, plus its waiting for other ranks up to how much
-  // more compute the busiest timed rank has.
+  // more work the busiest timed rank has.
   double imbalance_ms = 0;
   double exposed_ms[kNumCommTiers] = {};  // transfers run, compute does not; by the slowest tier running
   double idle_ms = 0;                     // nothing runs, and the rest of the waiting for other ranks
@@ -129,7 +136,7 @@ struct CostBreakdown {
   double forward_ms = 0, backward_ms = 0, step_ms = 0;
   double attention_ms = 0;     // step scope: the attention layer alone (its own schedule) x layers
   double tokens_per_s = 0;     // step scope: tokens of the step / step time
-  double compute_ms = 0;       // busiest rank's compute stream, forward + backward
+  double compute_ms = 0;       // busiest rank's work: its compute stream at full speed, forward + backward
   double exposed_comm_ms = 0;  // step minus compute on the critical rank
   CommVolume volume;
   MemoryEstimate memory;
