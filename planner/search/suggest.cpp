@@ -120,7 +120,7 @@ std::vector<int64_t> nearby_lengths(int64_t seq, int ranks, bool down) {
 
 std::vector<Suggestion> suggest_fixes(const Topology& topology, const Workload& asked, const CostModel& model,
                                       const SearchOptions& options) {
-  Trial trial{topology, model, {}};
+  Trial trial{topology, model, {}, {}};
   // A dtype the GPU cannot run rejects every candidate, whatever else changes: the nearest dtype
   // it runs is tried alone, and when that is not enough every other change is tried on top of it.
   Workload workload = asked;

@@ -334,7 +334,9 @@ TEST_F(Suggestions, TrialsRejectOnTheModelStateAloneWhatExactMemoryRejects) {
     fast.exact_rejected_memory = false;
     const SearchResult a = search_plans(topology_, w, model_, fast), b = search_plans(topology_, w, model_, exact);
     ASSERT_EQ(a.best, b.best);
-    if (b.best >= 0) EXPECT_EQ(a.candidates[size_t(a.best)].cost.step_ms, b.candidates[size_t(b.best)].cost.step_ms);
+    if (b.best >= 0) {
+      EXPECT_EQ(a.candidates[size_t(a.best)].cost.step_ms, b.candidates[size_t(b.best)].cost.step_ms);
+    }
     ASSERT_EQ(a.candidates.size(), b.candidates.size());
     for (size_t i = 0; i < a.candidates.size(); ++i) {
       const Candidate &x = a.candidates[i], &y = b.candidates[i];
