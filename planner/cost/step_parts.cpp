@@ -76,7 +76,7 @@ void gather_ops_by_stream(const ProgramView& program, const Duration& duration, 
 class StreamEdges {
  public:
   StreamEdges(const ProgramView& program, const std::vector<double>& duration, const std::vector<double>& end,
-              const std::vector<uint32_t>& ops, Stream stream, TierClassifier* tiers)
+              const std::vector<uint32_t>& ops, Stream stream, TierClassifier& tiers)
       : program_(program), duration_(duration), end_(end), ops_(ops), stream_(stream), tiers_(tiers) {
     start_next(0, 0);
   }
@@ -105,7 +105,7 @@ class StreamEdges {
     if (stream_ == Stream::Compute)
       category = program_.op(i).phase == Phase::Forward ? kForwardCompute : kCompute;
     else
-      category = 1 + (tiers_ ? int(tiers_->of(program_.op(i), program_.program())) : 0);
+      category = 1 + int(tiers_.of(program_.op(i), program_.program()));
     op_ = i;
     next_ = from + 1;
     op_end_ = std::max(end_[i], start);
@@ -116,7 +116,7 @@ class StreamEdges {
   const std::vector<double>& end_;
   const std::vector<uint32_t>& ops_;
   const Stream stream_;
-  TierClassifier* tiers_;  // none: every transfer counts as the first tier
+  TierClassifier& tiers_;
   size_t op_ = 0, next_ = 0;
   double op_end_ = 0;
   Edge head_{};
@@ -140,7 +140,7 @@ void visit_edges_in_time_order(const ProgramView& program, const std::vector<dou
   std::vector<StreamEdges> streams;
   streams.reserve(kNumStreams);
   for (int s = 0; s < kNumStreams; ++s)
-    if (!ops[size_t(s)].empty()) streams.emplace_back(program, duration, end, ops[size_t(s)], Stream(s), &tiers);
+    if (!ops[size_t(s)].empty()) streams.emplace_back(program, duration, end, ops[size_t(s)], Stream(s), tiers);
   for (;;) {
     StreamEdges* first = nullptr;
     for (StreamEdges& stream : streams)
@@ -370,25 +370,22 @@ ComputeUnderComm compute_under_comm(const ProgramView& program, const std::vecto
 double ComputeUnderComm::slowdown_s(double kept, bool forward_only) const {
   const double moving = forward_moving_s + (forward_only ? 0 : moving_s);
   const double waiting = forward_waiting_s + (forward_only ? 0 : waiting_s);
-  return (1 - kept) * moving + (1 / kept - 1) * waiting;
+  return added_s(moving, waiting, kept);
 }
 
-double ComputeUnderComm::added_s(size_t op, double kept) const {
-  return (1 - kept) * moving_by_op[op] + (1 / kept - 1) * waiting_by_op[op];
+double ComputeUnderComm::added_s(double moving_s, double waiting_s, double kept) {
+  return (1 - kept) * moving_s + (1 / kept - 1) * waiting_s;
 }
 
 std::vector<double> lengthened(const ProgramView& program, const std::vector<double>& duration, bool by_template,
                                const std::vector<double>& end, double kept, double* added) {
   by_template = by_template && program.flat();
-  const auto added_s = [kept](double moving_s, double waiting_s) {
-    return (1 - kept) * moving_s + (1 / kept - 1) * waiting_s;
-  };
   *added = 0;
   if (!by_template) {
     std::vector<double> seconds = duration;
     const auto of_op = [&](size_t i) { return duration[i]; };
     visit_compute_under_comm(program, of_op, end, [&](size_t op, bool, double moving_s, double waiting_s) {
-      const double more = added_s(moving_s, waiting_s);
+      const double more = ComputeUnderComm::added_s(moving_s, waiting_s, kept);
       seconds[op] += more;
       *added += more;
     });
@@ -399,7 +396,7 @@ std::vector<double> lengthened(const ProgramView& program, const std::vector<dou
   std::vector<double> more(duration.size(), 0.0), copies(duration.size(), 0.0);
   const auto of_template = [&](size_t i) { return duration[program.origin(i)]; };
   visit_compute_under_comm(program, of_template, end, [&](size_t op, bool, double moving_s, double waiting_s) {
-    more[program.origin(op)] += added_s(moving_s, waiting_s);
+    more[program.origin(op)] += ComputeUnderComm::added_s(moving_s, waiting_s, kept);
   });
   for (size_t i = 0; i < program.size(); ++i)
     copies[program.origin(i)] += 1;

@@ -47,8 +47,9 @@ struct ComputeUnderComm {
   // which that rank does after compute slowed alike, so the wait stretches with the compute under
   // it, which takes 1 / kept as long. `forward_only`: the forward's share.
   double slowdown_s(double kept, bool forward_only = false) const;
-  // The same for one compute op (by_op).
-  double added_s(size_t op, double kept) const;
+  // The same for compute that ran `moving_s` beside moving transfers and `waiting_s` beside
+  // transfers only posted (one op's share, or the totals).
+  static double added_s(double moving_s, double waiting_s, double kept);
 };
 ComputeUnderComm compute_under_comm(const ProgramView& program, const std::vector<double>& duration,
                                     const std::vector<double>& end, bool by_op = false);

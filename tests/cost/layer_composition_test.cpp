@@ -389,6 +389,14 @@ TEST(LayerComposition, ASharedComposerComposesTheColumnsItServesAsTheirOwn) {
   EXPECT_GT(refused, 0);  // a causal ring's ranks run different orders
 }
 
+// The options of a sample of 4 of the 8 ranks, compute slowed by communication or not.
+CostOptions sampled_options(bool slowdown) {
+  CostOptions o;
+  o.max_timed_ranks = 4;
+  o.comm_slowdown = slowdown;
+  return o;
+}
+
 // The cost model prices a sample's steps alike, to the bit, whether its columns share composers
 // (CostOptions::share_composers) or each prepares its own, compute slowed by communication or not.
 TEST(LayerComposition, SampledStepsPriceAlikeWithComposersSharedOrNot) {
@@ -396,9 +404,8 @@ TEST(LayerComposition, SampledStepsPriceAlikeWithComposersSharedOrNot) {
   int plans = 0;
   for (const bool slowdown : {false, true})
     for (int stages : {1, 2}) {
-      CostOptions shared, own;
-      shared.max_timed_ranks = own.max_timed_ranks = 4;
-      shared.comm_slowdown = own.comm_slowdown = slowdown;
+      const CostOptions shared = sampled_options(slowdown);
+      CostOptions own = shared;
       own.share_composers = false;
       const CostModel a_model(topology, Calibration::defaults(), shared),
           b_model(topology, Calibration::defaults(), own);
@@ -428,10 +435,8 @@ TEST(LayerComposition, SyncStreamBoundsStayBelowTheTimedBoundAndCarryZero3Steps)
   int plans = 0, zero3 = 0, carried = 0;
   for (const bool fast_compute : {false, true}) {
     const Topology topology = testing::switch_nodes(2, 4, 450, fast_compute);
-    CostOptions sampled;
-    sampled.max_timed_ranks = 4;
-    sampled.comm_slowdown = false;  // the bounds time compute at full speed
-    const CostModel model(topology, Calibration::defaults(), sampled);
+    // The bounds time compute at full speed.
+    const CostModel model(topology, Calibration::defaults(), sampled_options(false));
     for (int stages : {1, 2})
       for_each_plan(
           topology,
@@ -487,9 +492,7 @@ struct ComposingAndEveryLayer {
       : fast(topology, Calibration::defaults(), options(slowdown, false)),
         reference(topology, Calibration::defaults(), options(slowdown, true)) {}
   static CostOptions options(bool slowdown, bool every_layer) {
-    CostOptions o;
-    o.max_timed_ranks = 4;
-    o.comm_slowdown = slowdown;
+    CostOptions o = sampled_options(slowdown);
     if (every_layer) o.composed_layers = 0;
     return o;
   }
@@ -573,11 +576,10 @@ void expect_slowed_priced_as_every_layer(int stages) {
 // every column, with fewer columns timed.
 TEST(LayerComposition, ColumnsLeftOutOnTheirBoundsPriceAsTimingEveryColumn) {
   const Topology topology = testing::switch_nodes(2, 4, 450);
-  int plans = 0, fewer = 0;
+  int plans = 0;
   for (const bool slowdown : {false, true}) {
-    CostOptions leaving, timing;
-    leaving.max_timed_ranks = timing.max_timed_ranks = 4;
-    leaving.comm_slowdown = timing.comm_slowdown = slowdown;
+    const CostOptions leaving = sampled_options(slowdown);
+    CostOptions timing = leaving;
     timing.leave_out_columns = false;
     const CostModel a_model(topology, Calibration::defaults(), leaving),
         b_model(topology, Calibration::defaults(), timing);
@@ -592,7 +594,6 @@ TEST(LayerComposition, ColumnsLeftOutOnTheirBoundsPriceAsTimingEveryColumn) {
       ++plans;
     });
     EXPECT_GT(left, 5) << "slowdown " << slowdown;
-    fewer += left;
   }
   EXPECT_GT(plans, 80);
 }
