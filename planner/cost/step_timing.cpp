@@ -3,6 +3,7 @@
 // op, and the programs timed group by group, the sample's lone columns with the shortcuts that
 // leave out or stop early what cannot change the step, or compose it from a few of its layers.
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -248,12 +249,33 @@ struct TimedGroup {
   std::vector<std::vector<double>> slowed;             // compute slowed: the durations of `ends`' timing
   bool timed = false;                                  // not taken from an earlier group nor left out
   bool composed = false;                               // a lone column composed from a few layers
+  // With compute slowed: the group's latest end at full speed where it was timed, and whether
+  // that passed the stop (CostBreakdown::stopped_at_full_speed; its timings and ends are then those
+  // at full speed).
+  std::optional<double> full_speed_end_s;
+  bool at_full_speed = false;
   // With ranks timed by class (detail::rank_classes): by program its class, of `classes`, whose
   // representatives were timed; empty when every program was.
   std::vector<uint32_t> class_of;
   size_t classes = 0;
   size_t in_shape(size_t k) const { return class_of.empty() ? k : class_of[k]; }
 };
+
+// Has a group's run keep its latest end at full speed in `t` and stop at full speed past `stop_s`.
+void stop_at_full_speed(detail::TimelineShape::RunOptions& options, double stop_s, TimedGroup& t) {
+  t.full_speed_end_s = 0.0;
+  options.full_speed_end_s = &*t.full_speed_end_s;
+  options.full_speed_stop_s = stop_s;
+  options.stopped_at_full_speed = &t.at_full_speed;
+}
+
+// Whether a composed group's latest end at full speed, `end_s`, kept in `t`, passes `stop_s`: then
+// it is not composed slowed (TimedGroup::at_full_speed).
+bool composed_past_stop(double end_s, double stop_s, TimedGroup& t) {
+  t.full_speed_end_s = end_s;
+  t.at_full_speed = end_s > stop_s;
+  return t.at_full_speed;
+}
 
 // Times `views` (every rank of a plan, each op of view p lasting durations[p][its template op])
 // through one representative per class of ranks that run the same timeline, into `t` (whose
@@ -263,7 +285,7 @@ struct TimedGroup {
 std::optional<std::vector<detail::RankTiming>> time_by_class(const std::vector<detail::ProgramView>& views,
                                                              const std::vector<std::vector<double>>& durations,
                                                              std::optional<size_t> ends_of, TimedGroup& t,
-                                                             double kept_under_comm) {
+                                                             double kept_under_comm, double full_speed_stop_s) {
   std::optional<detail::RankClasses> classes = detail::rank_classes(views, durations);
   if (!classes) return std::nullopt;
   std::vector<detail::ProgramView> representatives;
@@ -280,6 +302,7 @@ std::optional<std::vector<detail::RankTiming>> time_by_class(const std::vector<d
   options.by_template_op = true;
   options.compute_kept_under_comm = kept_under_comm;
   options.slowed_durations = &t.slowed;
+  stop_at_full_speed(options, full_speed_stop_s, t);
   size_t called_off = 0;
   options.called_off = &called_off;
   options.ends_of = [&](const std::vector<detail::RankTiming>& by_class) -> size_t {
@@ -307,6 +330,9 @@ constexpr size_t kColumnsAhead = 2;
 // What the columns taken so far (in timing order) give: the latest end and forward end.
 struct TimedSoFar {
   double latest_end = 0, latest_forward = 0;
+  // A column (not the last) whose latest end at full speed passes this stops the pricing at full
+  // speed (TimedGroup::at_full_speed): the stop (s) when compute is slowed, else infinity.
+  double full_speed_stop_s = std::numeric_limits<double>::infinity();
 };
 
 // A lone column of a sample timed on its own (ColumnsAhead): its unrolled order, its bounds and,
@@ -366,16 +392,18 @@ std::optional<detail::ComposedColumn> compose_slowed(detail::LayerComposer& comp
 // Template p's lone column (its unrolled order the group's only flat step) composed from
 // `composed_layers` of its layers (detail::LayerComposer): its timing, with the ends of every op
 // in the group. None when it is not composed (composed_layers 0, or layers that do not repeat).
-// `kept` below 1: compute slowed by communication (compose_slowed).
+// `kept` below 1: compute slowed by communication (compose_slowed), unless it passes
+// `full_speed_stop_s` at full speed.
 std::optional<detail::RankTiming> composed_column(const StepTemplate& step, const std::vector<double>& once,
                                                   const std::optional<detail::LoneBounds>& bounds, int composed_layers,
-                                                  TimedGroup& group, double kept) {
+                                                  TimedGroup& group, double kept, double full_speed_stop_s) {
   if (!bounds || composed_layers <= 0) return std::nullopt;
   const std::unique_ptr<detail::LayerComposer> composer =
       detail::LayerComposer::prepare(step, group.flats.at(0).get(), composed_layers);
   if (!composer) return std::nullopt;
   std::optional<detail::ComposedColumn> c = composer->compose(once, *bounds);
-  if (c && kept < 1) c = compose_slowed(*composer, step, *group.flats.at(0), once, *c, kept, group);
+  if (c && kept < 1 && !composed_past_stop(c->timing.end_s, full_speed_stop_s, group))
+    c = compose_slowed(*composer, step, *group.flats.at(0), once, *c, kept, group);
   if (!c) return std::nullopt;
   group.ends.clear();
   group.ends.push_back(std::move(c->ends));
@@ -408,13 +436,13 @@ std::optional<std::vector<detail::ComposedColumn>> compose_pipeline_slowed(
 // program's timing into `timings` and its copies of its template ops into `orders`; the group
 // keeps the ends of program `ends_of` (by its place in the group), or of the one that ends last.
 // None when it does not compose. `kept` below 1: compute slowed by communication, composed
-// twice (compose_pipeline_slowed).
+// twice (compose_pipeline_slowed) unless it passes `full_speed_stop_s` at full speed.
 std::optional<TimedGroup> composed_pipeline(const std::vector<StepTemplate>& templates,
                                             const std::vector<std::vector<double>>& once,
                                             const std::vector<size_t>& group, std::optional<size_t> ends_of,
                                             int composed_layers, SharedComposers& composers,
                                             std::vector<detail::RankTiming>& timings, UnrolledOrders& orders,
-                                            double kept) {
+                                            double kept, double full_speed_stop_s) {
   if (composed_layers <= 0 || group.size() < 2) return std::nullopt;
   std::vector<const StepTemplate*> column;
   std::vector<const std::vector<double>*> seconds;
@@ -429,8 +457,14 @@ std::optional<TimedGroup> composed_pipeline(const std::vector<StepTemplate>& tem
   TimedGroup t;
   t.flats.resize(group.size());  // unrolled for the parts when the critical one is in it
   t.ends.resize(group.size());
-  if (kept < 1 && !(composed = compose_pipeline_slowed(*composer, templates, group, seconds, *composed, kept, t)))
-    return std::nullopt;
+  if (kept < 1) {
+    double end = 0;
+    for (const detail::ComposedColumn& c : *composed)
+      end = std::max(end, c.timing.end_s);
+    if (!composed_past_stop(end, full_speed_stop_s, t) &&
+        !(composed = compose_pipeline_slowed(*composer, templates, group, seconds, *composed, kept, t)))
+      return std::nullopt;
+  }
   std::vector<detail::RankTiming> times;
   for (size_t k = 0; k < group.size(); ++k) {
     timings[group[k]] = (*composed)[k].timing;
@@ -475,7 +509,7 @@ std::optional<ComposedLone> compose_without_unrolling(const StepTemplate& step, 
     c.failed = true;
     return c;
   }
-  if (composed && kept < 1 &&
+  if (composed && kept < 1 && !composed_past_stop(composed->timing.end_s, known.full_speed_stop_s, c.group) &&
       !(composed = compose_slowed(*composer, step, *composer->full_order(), once, *composed, kept, c.group))) {
     c.failed = true;
     return c;
@@ -510,8 +544,8 @@ LoneColumn time_lone_column(const std::vector<StepTemplate>& templates, const st
   c.bounds = detail::lone_bounds(detail::ProgramView(templates[p].program, *c.flat), once);
   if (LoneColumns::left_out(c.bounds, known.latest_end, known.latest_forward, kept_under_comm)) return c;
   c.group.flats.push_back(c.flat);
-  if (!composed &&
-      (c.timing = composed_column(templates[p], once, c.bounds, composed_layers, c.group, kept_under_comm)))
+  if (!composed && (c.timing = composed_column(templates[p], once, c.bounds, composed_layers, c.group, kept_under_comm,
+                                               known.full_speed_stop_s)))
     return c;
   std::vector<detail::ProgramView> views{detail::ProgramView(templates[p].program, *c.flat)};
   const detail::TimelineShape shape(std::move(views), detail::PairMode::Symmetric, nullptr);
@@ -520,6 +554,7 @@ LoneColumn time_lone_column(const std::vector<StepTemplate>& templates, const st
   options.ends_of = detail::critical_program;
   options.compute_kept_under_comm = kept_under_comm;
   options.slowed_durations = &c.group.slowed;
+  stop_at_full_speed(options, known.full_speed_stop_s, c.group);
   c.timing = shape.run({once}, &c.group.ends, options).at(0);
   c.group.timed = true;
   return c;
@@ -574,9 +609,21 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   const int composed_layers = options_.composed_layers;
   SharedComposers composers(composed_layers, options_.share_composers);
   double latest_end = 0, latest_forward = 0;  // among the programs timed so far
+  const size_t columns = groups.size();
   // What the columns timed so far give a column that may be left out on its bounds; nothing (so
-  // that every column is timed) with CostOptions::leave_out_columns off.
-  auto known = [&] { return options_.leave_out_columns ? TimedSoFar{latest_end, latest_forward} : TimedSoFar{}; };
+  // that every column is timed) with CostOptions::leave_out_columns off. With compute slowed, the
+  // stop: slowed, a column only ends later, so one whose latest end at full speed is past the stop
+  // (and ends before the last) stops the pricing without being timed again.
+  auto known = [&] {
+    TimedSoFar k = options_.leave_out_columns ? TimedSoFar{latest_end, latest_forward} : TimedSoFar{};
+    if (kept_under_comm < 1 && stop_above_ms) k.full_speed_stop_s = stop_above_ms() / 1e3;
+    return k;
+  };
+  // What column v (in timing order) is known with: the last one is never stopped.
+  auto known_at = [&](size_t v, TimedSoFar k) {
+    if (v + 1 >= columns) k.full_speed_stop_s = std::numeric_limits<double>::infinity();
+    return k;
+  };
   auto left_out = [&](const std::optional<detail::LoneBounds>& bounds) {
     const TimedSoFar k = known();
     return LoneColumns::left_out(bounds, k.latest_end, k.latest_forward, kept_under_comm);
@@ -587,14 +634,14 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   // column it times alike with, left out on its bounds, or composed, without its every layer
   // unrolled. None when it is to be unrolled; `compose`, whether it is composed then (not when
   // composing it failed already).
-  auto lone_without_unrolling = [&](size_t p, bool& compose) -> std::optional<TimedGroup> {
+  auto lone_without_unrolling = [&](size_t p, bool& compose, const TimedSoFar& so_far) -> std::optional<TimedGroup> {
     if (const std::optional<size_t> q = lone.composed_alike(p)) {
       timings[p] = timings[*q];
       orders.set_copies(p, copies[*q]);
       return TimedGroup{};
     }
-    std::optional<ComposedLone> c = compose_without_unrolling(templates[p], once[p], p, orders, known(),
-                                                              composed_layers, composers, kept_under_comm);
+    std::optional<ComposedLone> c = compose_without_unrolling(templates[p], once[p], p, orders, so_far, composed_layers,
+                                                              composers, kept_under_comm);
     compose = !c;
     if (c && c->left_out) {
       timings[p] = *left_out(c->bounds);
@@ -608,8 +655,9 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   };
   // Keeps the ends of one program, `ends_of` (by its place in the group), or without
   // it of the one that ends last. `first`: the group's first timing, which a lone column timed
-  // alike with an earlier one takes from it (then nothing is kept).
-  auto time_group = [&](const std::vector<size_t>& group, bool first, std::optional<size_t> ends_of) {
+  // alike with an earlier one takes from it (then nothing is kept), with `so_far` known.
+  auto time_group = [&](const std::vector<size_t>& group, bool first, std::optional<size_t> ends_of,
+                        const TimedSoFar& so_far) {
     TimedGroup t;
     std::vector<detail::ProgramView> views;
     // Whether every unrolled order of the group is kept: the order library and the lone columns
@@ -626,7 +674,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
         }
       bool compose = true;  // once unrolled (not when composing it failed without)
       if (!flat && first)
-        if (std::optional<TimedGroup> t = lone_without_unrolling(p, compose)) return std::move(*t);
+        if (std::optional<TimedGroup> t = lone_without_unrolling(p, compose, so_far)) return std::move(*t);
       const bool known = flat != nullptr;
       if (!known) flat = orders.unrolled(p);
       const std::optional<detail::LoneBounds> bounds =
@@ -641,7 +689,8 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       t.flats.push_back(std::move(flat));
       // Timed again for the parts (not first), a column composed before is composed again.
       if (const std::optional<detail::RankTiming> timing =
-              compose ? composed_column(templates[p], once[p], bounds, composed_layers, t, kept_under_comm)
+              compose ? composed_column(templates[p], once[p], bounds, composed_layers, t, kept_under_comm,
+                                        so_far.full_speed_stop_s)
                       : std::nullopt) {
         timings[p] = *timing;
         if (first) ++programs_timed, ++columns_composed;
@@ -649,8 +698,9 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       }
     } else {
       if (mode == detail::PairMode::Symmetric)
-        if (std::optional<TimedGroup> c = composed_pipeline(templates, once, group, ends_of, composed_layers, composers,
-                                                            timings, orders, kept_under_comm)) {
+        if (std::optional<TimedGroup> c =
+                composed_pipeline(templates, once, group, ends_of, composed_layers, composers, timings, orders,
+                                  kept_under_comm, so_far.full_speed_stop_s)) {
           if (first) programs_timed += int(group.size()), columns_composed += int(group.size());
           return std::move(*c);
         }
@@ -671,13 +721,14 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
     options.slowed_durations = &t.slowed;
     if (mode == detail::PairMode::Matched && options_.time_rank_classes)
       if (std::optional<std::vector<detail::RankTiming>> times =
-              time_by_class(views, durations, ends_of, t, kept_under_comm)) {
+              time_by_class(views, durations, ends_of, t, kept_under_comm, so_far.full_speed_stop_s)) {
         for (size_t k = 0; k < group.size(); ++k)
           timings[group[k]] = (*times)[t.class_of[k]];
         if (first) programs_timed += int(t.classes);
         return t;
       }
     const detail::TimelineShape shape(std::move(views), mode, shared ? library.get() : nullptr);
+    stop_at_full_speed(options, so_far.full_speed_stop_s, t);
     if (ends_of)
       options.ends_of = [k = *ends_of](const std::vector<detail::RankTiming>&) { return k; };
     else
@@ -695,7 +746,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   // the earlier one stays ahead.)
   TimedGroup kept;
   std::optional<size_t> kept_critical;  // the program whose ends `kept` holds
-  std::vector<double> latest_ends_ms;
+  std::vector<double> latest_ends_ms, latest_full_speed_ends_ms;
   const std::vector<size_t> visit = timing_order(groups, once, mode);
   // A sample's lone columns timed side by side on threads lent (ColumnsAhead), each taken here
   // at its turn and decided on as if timed here. Declared after what its threads read, so that it
@@ -706,7 +757,8 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   if (!may_time_ahead.empty())
     ahead.emplace(may_time_ahead, kColumnsAhead, [&](size_t v, const TimedSoFar& known) {
       const size_t p = groups[visit[v]][0];
-      return time_lone_column(templates, once[p], p, orders, known, composed_layers, composers, kept_under_comm);
+      return time_lone_column(templates, once[p], p, orders, known_at(v, known), composed_layers, composers,
+                              kept_under_comm);
     });
   auto take_ahead = [&](size_t v) {
     const size_t p = groups[visit[v]][0];
@@ -731,17 +783,28 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       ahead->reach(v, known());
       ahead->lend(lend);
     }
-    TimedGroup t = ahead && may_time_ahead[v] ? take_ahead(v) : time_group(group, true, std::nullopt);
+    TimedGroup t =
+        ahead && may_time_ahead[v] ? take_ahead(v) : time_group(group, true, std::nullopt, known_at(v, known()));
+    // A group timed at full speed first ends no later than slowed: by its latest end so, known
+    // however far the pricing goes, a pruned step is told the same whatever stopped it.
+    const double full_speed_end = std::max(latest_end, t.full_speed_end_s.value_or(0.0));
     for (size_t p : group) {
       latest_end = std::max(latest_end, timings[p].end_s);
       latest_forward = std::max(latest_forward, timings[p].forward_end_s);
     }
     latest_ends_ms.push_back(latest_end * 1e3);
-    if (stop_above_ms && v + 1 < visit.size() && latest_ends_ms.back() > stop_above_ms()) {
+    if (kept_under_comm < 1)
+      latest_full_speed_ends_ms.push_back((t.full_speed_end_s ? full_speed_end : latest_end) * 1e3);
+    WF_ASSERT(!t.at_full_speed || v + 1 < visit.size(), "the last column is not stopped at full speed");
+    if (t.at_full_speed || (stop_above_ms && v + 1 < visit.size() && latest_ends_ms.back() > stop_above_ms())) {
       CostBreakdown stopped;
       stopped.step_ms = latest_ends_ms.back();
       stopped.latest_ends_ms = std::move(latest_ends_ms);
+      stopped.latest_full_speed_ends_ms = std::move(latest_full_speed_ends_ms);
       stopped.stopped = true;
+      stopped.stopped_at_full_speed = t.at_full_speed;
+      WF_LOG_DEBUG("cost", "step of {} timed ranks: stopped after {} of {} groups{}, {} programs timed",
+                   templates.size(), v + 1, visit.size(), t.at_full_speed ? " at full speed" : "", programs_timed);
       stopped.programs_timed = programs_timed;
       stopped.columns_composed = columns_composed;
       return stopped;
@@ -760,7 +823,8 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
       return std::find(g.begin(), g.end(), critical) != g.end();
     });
     const size_t k = size_t(std::find(in->begin(), in->end(), critical) - in->begin());
-    if (kept_critical != critical || kept.ends[kept.in_shape(k)].empty()) kept = time_group(*in, false, k);
+    if (kept_critical != critical || kept.ends[kept.in_shape(k)].empty())
+      kept = time_group(*in, false, k, TimedSoFar{});
     if (!kept.flats[k])  // composed without its every layer unrolled
       kept.flats[k] = std::make_shared<const FlatStep>(unroll_flat(templates[critical]));
     WF_ASSERT(kept.flats[k]->size() == kept.ends[kept.in_shape(k)].size(), "the parts read an end of every op");
@@ -778,6 +842,7 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
   WF_LOG_DEBUG("cost", "step of {} timed ranks: {} programs timed, {} of them composed from a few layers",
                templates.size(), programs_timed, columns_composed);
   cost.latest_ends_ms = std::move(latest_ends_ms);
+  cost.latest_full_speed_ends_ms = std::move(latest_full_speed_ends_ms);
   kept = TimedGroup{};  // release the unrolled orders before the rest is read off the templates
   library.reset();
   orders.clear();

@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -130,6 +131,14 @@ class TimelineShape {
     // by op, or by template op; detail::lengthened), of the programs whose ends `op_ends`
     // receives (the others left empty).
     std::vector<std::vector<double>>* slowed_durations = nullptr;
+    // Receives the programs' latest end (s) at full speed, a lower bound of the slowed one: ops
+    // only last longer slowed, and an op ends no earlier when what it waits for ends later.
+    double* full_speed_end_s = nullptr;
+    // With compute slowed: when that latest end at full speed is past this, the programs are not
+    // timed again; the full-speed timings (and ends) are returned and `*stopped_at_full_speed` is
+    // set. A pricing that stops above a step needs no more of a column that passes it so.
+    double full_speed_stop_s = std::numeric_limits<double>::infinity();
+    bool* stopped_at_full_speed = nullptr;
   };
   // `duration[p][i]`: seconds op i of the p-th program lasts. One entry per program. A pairing that
   // cannot be honoured (an end that is never posted) falls back to starting the waiting op on its

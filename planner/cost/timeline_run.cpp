@@ -350,7 +350,13 @@ std::vector<RankTiming> TimelineShape::run(const std::vector<std::vector<double>
   if (timeline.unfold())
     return TimelineShape(impl_->unfolded, impl_->mode, nullptr, false).run(duration, op_ends, options);
   if (options.called_off) *options.called_off = timeline.called_off();
-  if (!slowed) {
+  double full_speed_end = 0;
+  for (const RankTiming& t : times)
+    full_speed_end = std::max(full_speed_end, t.end_s);
+  if (options.full_speed_end_s) *options.full_speed_end_s = full_speed_end;
+  const bool stop_at_full_speed = slowed && full_speed_end > options.full_speed_stop_s;
+  if (stop_at_full_speed && options.stopped_at_full_speed) *options.stopped_at_full_speed = true;
+  if (!slowed || stop_at_full_speed) {
     if (op_ends)
       *op_ends = timeline.take_ends(options.ends_of ? std::optional<size_t>(options.ends_of(times)) : std::nullopt);
     return times;
@@ -366,6 +372,9 @@ std::vector<RankTiming> TimelineShape::run(const std::vector<std::vector<double>
                                      options.compute_kept_under_comm, &added[p]);
   RunOptions again = options;
   again.compute_kept_under_comm = 1;
+  again.full_speed_end_s = nullptr;
+  again.full_speed_stop_s = std::numeric_limits<double>::infinity();
+  again.stopped_at_full_speed = nullptr;
   size_t called_off_again = 0;
   again.called_off = &called_off_again;
   std::vector<RankTiming> slowed_times = run(slowed_durations, op_ends, again);

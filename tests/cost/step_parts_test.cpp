@@ -172,6 +172,39 @@ TEST(StepParts, TimelineRunAddsTheSlowdownToTheRanksEnd) {
   EXPECT_DOUBLE_EQ(slowed[1].end_s, 1);              // the receiver computes nothing
 }
 
+// The same run keeps its latest end at full speed (2 s) and, stopped past it at full speed below
+// that, is not timed slowed: the full-speed timings come back, flagged; a stop at or above it
+// changes nothing.
+TEST(StepParts, TimelineRunStopsAtFullSpeedPastTheStop) {
+  RankProgram sender, receiver;
+  sender.rank = 0;
+  receiver.rank = 1;
+  sender.add(compute_op());
+  sender.add(send_op(1));
+  receiver.add(recv_op(0));
+  const std::vector<const RankProgram*> programs{&sender, &receiver};
+  const detail::TimelineShape shape(programs, detail::PairMode::Matched);
+  const std::vector<std::vector<double>> duration{{2, 1}, {1}};
+  detail::TimelineShape::RunOptions options;
+  options.compute_kept_under_comm = 0.6;
+  const std::vector<detail::RankTiming> slowed = shape.run(duration, nullptr, options);
+  for (const double stop : {1.5, 2.0, 2.2}) {
+    SCOPED_TRACE(stop);
+    double full_speed_end = -1;
+    bool stopped = false;
+    options.full_speed_end_s = &full_speed_end;
+    options.full_speed_stop_s = stop;
+    options.stopped_at_full_speed = &stopped;
+    std::vector<std::vector<double>> ends;
+    const std::vector<detail::RankTiming> times = shape.run(duration, &ends, options);
+    EXPECT_DOUBLE_EQ(full_speed_end, 2);
+    EXPECT_EQ(stopped, stop < 2);
+    EXPECT_DOUBLE_EQ(times[0].end_s, stop < 2 ? 2 : slowed[0].end_s);
+    EXPECT_DOUBLE_EQ(times[0].slowdown_s, stop < 2 ? 0 : slowed[0].slowdown_s);
+    EXPECT_DOUBLE_EQ(ends[0][0], stop < 2 ? 2 : slowed[0].end_s);
+  }
+}
+
 TEST(StepParts, SumToTheStepForEveryStrategyAndScope) {
   const Topology topology = testing::switch_nodes(2, 4);
   Workload w = testing::mha_workload(4096, 8, 64, /*causal=*/true);

@@ -455,20 +455,33 @@ TEST(StepShortcuts, SampledColumnsThatCannotEndLastAreNotTimed) {
 
 // Stopped above a step, a pricing has timed the first columns of the whole pricing, in the same
 // order, up to the first whose latest end passes the stop; a stop it never passes before the last
-// column changes nothing.
+// column changes nothing. With compute slowed by communication, a column that passes the stop at
+// full speed (it only ends later slowed) stops the pricing without its slowed timing: its latest
+// end is then the whole pricing's at full speed.
 TEST(StepShortcuts, StoppedPricingsTimeTheFirstColumnsOfTheWholeOne) {
   const Topology topology = testing::switch_nodes(2, 8, 450);
   CostOptions options;
   options.max_timed_ranks = 8;
+  ASSERT_TRUE(options.comm_slowdown);
   const CostModel model(topology, Calibration::defaults(), options);
   const Plan plan = uneven_sampled_ring(topology);
   const CostBreakdown whole = model.evaluate_step(plan);
   const std::vector<double>& ends = whole.latest_ends_ms;
+  const std::vector<double>& full_speed = whole.latest_full_speed_ends_ms;
   ASSERT_EQ(ends.size(), 8u);
+  ASSERT_EQ(full_speed.size(), ends.size());
   EXPECT_FALSE(whole.stopped);
   EXPECT_TRUE(std::is_sorted(ends.begin(), ends.end()));
   EXPECT_EQ(ends.back(), whole.step_ms);
-  for (const double stop : {0.5 * ends.front(), ends.front(), 0.5 * (ends.front() + ends.back())}) {
+  std::vector<double> stops = {0.5 * ends.front(), ends.front(), 0.5 * (ends.front() + ends.back())};
+  for (size_t k = 0; k < ends.size(); ++k) {
+    EXPECT_LE(full_speed[k], ends[k]);
+    // Between a column's latest end at full speed and slowed, where no earlier one passes it.
+    if (full_speed[k] < ends[k] && (k == 0 || ends[k - 1] < full_speed[k]))
+      stops.push_back(0.5 * (std::max(full_speed[k], k == 0 ? 0.0 : ends[k - 1]) + ends[k]));
+  }
+  int at_full_speed = 0, slowed = 0;
+  for (const double stop : stops) {
     const CostBreakdown stopped = model.evaluate_step(plan, [stop] { return stop; });
     const size_t first_past = size_t(std::upper_bound(ends.begin(), ends.end(), stop) - ends.begin());
     SCOPED_TRACE(fmt::format("stop {} ms, first past it {}", stop, first_past));
@@ -478,9 +491,18 @@ TEST(StepShortcuts, StoppedPricingsTimeTheFirstColumnsOfTheWholeOne) {
       continue;
     }
     EXPECT_TRUE(stopped.stopped);
-    EXPECT_EQ(stopped.latest_ends_ms, std::vector<double>(ends.begin(), ends.begin() + std::ptrdiff_t(first_past) + 1));
-    EXPECT_EQ(stopped.step_ms, ends[first_past]);
+    const bool passed_at_full_speed = full_speed[first_past] > stop;
+    EXPECT_EQ(stopped.stopped_at_full_speed, passed_at_full_speed);
+    (passed_at_full_speed ? at_full_speed : slowed) += 1;
+    std::vector<double> expected(ends.begin(), ends.begin() + std::ptrdiff_t(first_past) + 1);
+    if (passed_at_full_speed) expected.back() = full_speed[first_past];
+    EXPECT_EQ(stopped.latest_ends_ms, expected);
+    EXPECT_EQ(stopped.latest_full_speed_ends_ms,
+              std::vector<double>(full_speed.begin(), full_speed.begin() + std::ptrdiff_t(first_past) + 1));
+    EXPECT_EQ(stopped.step_ms, expected.back());
   }
+  EXPECT_GT(at_full_speed, 0);
+  EXPECT_GT(slowed, 0);
   const CostBreakdown unstopped = model.evaluate_step(plan, [&] { return whole.step_ms; });
   EXPECT_FALSE(unstopped.stopped);
   expect_same_cost(unstopped, whole);
@@ -512,7 +534,9 @@ TEST(StepShortcuts, ColumnsTimedOnLentThreadsGiveTheSamePricing) {
       const CostBreakdown stopped = model.evaluate_step(
           plan, [stop] { return stop; }, lend);
       EXPECT_TRUE(stopped.stopped);
+      EXPECT_EQ(stopped.stopped_at_full_speed, stopped_alone.stopped_at_full_speed);
       EXPECT_EQ(stopped.latest_ends_ms, stopped_alone.latest_ends_ms);
+      EXPECT_EQ(stopped.latest_full_speed_ends_ms, stopped_alone.latest_full_speed_ends_ms);
       EXPECT_EQ(stopped.programs_timed, stopped_alone.programs_timed);
     };
     for (const int threads : {1, 3}) {

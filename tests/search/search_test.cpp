@@ -415,10 +415,11 @@ TEST(StepSearch, BoundsNeverPruneTheBestStepWithComputeSlowedByCommunication) {
 // candidate priced, memory checked) finds no step below a pruned candidate's bound, and each
 // strategy's best step among those the search priced is its best of all; on three threads the
 // same candidates are priced and pruned, for the same reasons. On 32 GPUs sampled at 8 ranks,
-// some pricings stop at a column past the step to beat (CostModel::evaluate_step); under ZeRO 3
+// some pricings stop at a column past the step to beat (CostModel::evaluate_step), some on its
+// latest end with compute at full speed (not timed slowed); under ZeRO 3
 // some candidates are pruned on their synchronisation stream's bound before any timing.
 TEST(StepSearch, SampledBoundsAndStrategyBestsAgreeWithPricingEveryCandidate) {
-  int timed_pruned = 0, columns_pruned = 0, sync_pruned = 0;
+  int timed_pruned = 0, columns_pruned = 0, sync_pruned = 0, full_speed_pruned = 0;
   for (const auto& [nodes, sample, zero] : {std::tuple{2, 4, 1}, std::tuple{4, 8, 1}, std::tuple{4, 8, 3}}) {
     SCOPED_TRACE(fmt::format("{} nodes, {} ranks timed, ZeRO {}", nodes, sample, zero));
     const Topology topology = Topology::load("dgx-h100", nodes);
@@ -450,12 +451,16 @@ TEST(StepSearch, SampledBoundsAndStrategyBestsAgreeWithPricingEveryCandidate) {
         timed_pruned += c.reason.find("alone takes") != std::string::npos;
         sync_pruned += c.reason.find("synchronisation alone takes") != std::string::npos;
         // Pruned while its columns were timed: the latest end of its first columns, as the whole
-        // pricing times them, short of the last.
+        // pricing times them (with the last one's compute at full speed where the reason says
+        // so), short of the last.
         if (c.reason.find("of its timed") != std::string::npos) {
           ++columns_pruned;
-          const auto last = full.latest_ends_ms.end() - 1;
-          EXPECT_NE(std::find(full.latest_ends_ms.begin(), last, c.cost.step_ms), last)
-              << c.describe_params() << ": " << c.reason;
+          const bool at_full_speed = c.reason.find("at full speed") != std::string::npos;
+          full_speed_pruned += at_full_speed;
+          const std::vector<double>& ends = at_full_speed ? full.latest_full_speed_ends_ms : full.latest_ends_ms;
+          ASSERT_FALSE(ends.empty()) << c.describe_params() << ": " << c.reason;
+          const auto last = ends.end() - 1;
+          EXPECT_NE(std::find(ends.begin(), last, c.cost.step_ms), last) << c.describe_params() << ": " << c.reason;
         }
         continue;
       }
@@ -476,6 +481,7 @@ TEST(StepSearch, SampledBoundsAndStrategyBestsAgreeWithPricingEveryCandidate) {
   }
   EXPECT_GT(timed_pruned, 0);
   EXPECT_GT(columns_pruned, 0);
+  EXPECT_GT(full_speed_pruned, 0);
   EXPECT_GT(sync_pruned, 0);
 }
 

@@ -161,10 +161,18 @@ struct CostBreakdown {
   // the order they were timed: a sample's columns (pipeline columns) one by one, otherwise one
   // group of every timed rank. Non-decreasing, the last one the step once every group is timed.
   std::vector<double> latest_ends_ms;
+  // Step scope, with compute slowed by communication (else empty): the same with each group's own
+  // compute at full speed (a lower bound of latest_ends_ms, equal to it for groups taken from
+  // others or left out), known whatever the stop: a group whose latest end at full speed is
+  // already past the stop stops the pricing without being timed slowed. Empty where every
+  // program is timed together.
+  std::vector<double> latest_full_speed_ends_ms;
   // Step scope: timing stopped before the last group, its latest end past the stop asked for
   // (evaluate_step's stop_above_ms); step_ms is then that latest end, a lower bound of the step,
-  // and the other figures are not filled.
+  // and the other figures are not filled. `stopped_at_full_speed`: the last group passed it at
+  // full speed, and the last of latest_ends_ms is that of latest_full_speed_ends_ms.
   bool stopped = false;
+  bool stopped_at_full_speed = false;
   Prediction to_prediction() const;
 };
 
@@ -270,11 +278,13 @@ class CostModel {
   // The whole step of `plan` (its scope must be Step): the timed ranks' step templates unrolled to
   // every layer and timed (docs/cost-model.md). Where it times several groups of programs (a
   // sample's columns), it stops once the latest end among those timed exceeds `stop_above_ms()`
-  // (read after each group; another thread may lower it meanwhile) with groups left
-  // (CostBreakdown::stopped): the search needs no more of a step that cannot beat the best ones.
-  // The groups are timed in one order whatever the stop, so a stopped pricing's latest ends are
-  // the first ones of the whole pricing's. Threads from `lend` time a sample's columns side by
-  // side; the result is the same with or without them.
+  // (read before and after each group, also by the threads lent; another thread may lower it
+  // meanwhile, never raise it) with groups left (CostBreakdown::stopped): the search needs no
+  // more of a step that cannot beat the best ones. The groups are timed in one order whatever
+  // the stop, so a stopped pricing's latest ends are the first ones of the whole pricing's, but
+  // for the last when a group passed the stop at full speed (then the whole pricing's
+  // latest_full_speed_ends_ms). Threads from `lend` time a sample's columns side by side; the
+  // result is the same with or without them.
   CostBreakdown evaluate_step(const Plan& plan, const std::function<double()>& stop_above_ms = {},
                               const ThreadLender& lend = {}) const;
   // A lower bound of evaluate_step(plan).step_ms without timing: the busiest timed rank's compute
