@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <future>
 #include <limits>
@@ -427,16 +428,23 @@ struct Searcher {
   }
 
   // Prices one candidate in full, unless (heuristic) its bound already exceeds `best_step`.
-  void price(Work& w, double& best_step) {
+  // `in_full`: the candidate already priced in full on a copy (and whether that succeeded).
+  void price(Work& w, double& best_step, std::optional<std::pair<Work, bool>> in_full = std::nullopt) {
     if (!w.priced) return;
     Candidate& c = w.candidate;
-    if (mode == SearchMode::Heuristic && w.lower_bound > best_step) {
+    if (prunable_on_bound(w, best_step)) {
       c.pruned = true;
       c.reason = fmt::format("not fully timed: its first rank alone takes {:.2f} ms", w.lower_bound);
+    } else if (in_full) {
+      w = std::move(in_full->first);
+      if (!in_full->second) return;
     } else if (!price_in_full(w)) {
       return;
     }
     settle(w, best_step);
+  }
+  bool prunable_on_bound(const Work& w, double best_step) const {
+    return mode == SearchMode::Heuristic && w.lower_bound > best_step;
   }
 
   // Every timed rank built and timed under every order; false when the builders refuse the plan.
@@ -463,29 +471,80 @@ struct Searcher {
 
   // A screened-out candidate whose estimate beats the best priced plan is priced after all, the
   // most promising first, until none is left: the ranking never shows an unpriced estimate below
-  // the plan it chose.
+  // the plan it chose. The best step only falls, so those priced are the first ones by estimate
+  // (ties in enumeration order) up to the first whose estimate does not beat it. With threads the
+  // next ones are bounded and priced ahead, each on a copy (rescued_copy), and taken in that order
+  // as one thread takes them: a copy priced ahead and pruned at its turn after all is taken as
+  // bounded, and copies past the last one taken are dropped.
   void rescue_screened() {
-    for (;;) {  // each round prices one more candidate, so this ends
-      double best_step = std::numeric_limits<double>::infinity();
-      for (const Work& w : work)
-        if (w.priced && w.candidate.feasible && !w.candidate.pruned)
-          best_step = std::min(best_step, w.candidate.cost.step_ms);
-      Work* next = nullptr;
-      for (Work& w : work)
-        if (w.candidate.screened && w.candidate.feasible && w.estimate < best_step &&
-            (!next || w.estimate < next->estimate))
-          next = &w;
-      if (next == nullptr) return;
-      Work& w = *next;
-      w.candidate.screened = false;
-      w.priced = true;
-      w.candidate.pruned = false;
-      w.candidate.feasible = false;
-      w.candidate.reason.clear();
-      w.candidate.cost = CostBreakdown{};
-      bound(w);
-      price(w, best_step);
+    const auto started = std::chrono::steady_clock::now();
+    std::vector<Work*> screened;
+    for (Work& w : work)
+      if (w.candidate.screened && w.candidate.feasible) screened.push_back(&w);
+    std::stable_sort(screened.begin(), screened.end(),
+                     [](const Work* a, const Work* b) { return a->estimate < b->estimate; });
+    double best_step = std::numeric_limits<double>::infinity();
+    for (const Work& w : work)
+      if (w.priced && w.candidate.feasible && !w.candidate.pruned)
+        best_step = std::min(best_step, w.candidate.cost.step_ms);
+    std::atomic<double> best_now{best_step};  // read by the copies ahead
+    const size_t window = size_t(std::max(1, options.threads));
+    std::optional<detail::WorkerThreads> workers;
+    if (window > 1) workers.emplace(int(window));
+    std::map<size_t, std::future<RescuedCopy>> ahead;  // by position in `screened`
+    size_t next = 0, rescued = 0;                      // the first position not started
+    auto start_more = [&](size_t k) {
+      for (next = std::max(next, k); workers && next < screened.size() && ahead.size() < window; ++next) {
+        if (!(screened[next]->estimate < best_now.load())) return;
+        ahead.emplace(next, workers->submit([this, start = *screened[next], &best_now]() mutable {
+          return rescued_copy(std::move(start), best_now.load());
+        }));
+      }
+    };
+    in_parallel = workers.has_value();  // reject() defers its warning: a copy may be dropped
+    for (; rescued < screened.size() && screened[rescued]->estimate < best_step; ++rescued) {
+      Work& w = *screened[rescued];
+      start_more(rescued);
+      RescuedCopy copy;
+      if (const auto it = ahead.find(rescued); it != ahead.end()) {
+        workers->wait(it->second, [&] { start_more(rescued + 1); });
+        copy = it->second.get();
+        ahead.erase(it);
+      } else {
+        copy = rescued_copy(w, best_step);
+      }
+      w = std::move(copy.bounded);
+      price(w, best_step, std::move(copy.in_full));
+      best_now.store(best_step);
+      warn_rejected(w);
     }
+    in_parallel = false;
+    ahead.clear();
+    workers.reset();  // waits for the copies still running
+    WF_LOG_DEBUG(kLog, "{} screened-out candidates priced after all ({:.3f} s)", rescued,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
+
+  // A screened-out candidate rescued: bounded, and priced in full unless its bound passes
+  // `best_step` (then price() prunes it).
+  struct RescuedCopy {
+    Work bounded;
+    std::optional<std::pair<Work, bool>> in_full;  // and whether pricing in full succeeded
+  };
+  RescuedCopy rescued_copy(Work w, double best_step) {
+    w.candidate.screened = false;
+    w.priced = true;
+    w.candidate.pruned = false;
+    w.candidate.feasible = false;
+    w.candidate.reason.clear();
+    w.candidate.cost = CostBreakdown{};
+    bound(w);
+    RescuedCopy copy{w, std::nullopt};
+    if (w.priced && !prunable_on_bound(w, best_step)) {
+      const bool full = price_in_full(w);
+      copy.in_full.emplace(std::move(w), full);
+    }
+    return copy;
   }
 
   // Whole-step search: for each checkpointing mode asked for, the lowest ZeRO stage asked for whose step memory fits

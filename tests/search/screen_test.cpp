@@ -3,6 +3,8 @@
 // their constants.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <wallfacer/cost/calibration.hpp>
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/plan/workload.hpp>
@@ -122,6 +124,52 @@ TEST(SearchScreen, NoScreenedOutEstimateBeatsTheChosenPlan) {
   everything.screen_above_gpus = 1 << 30;
   const SearchResult full = search_plans(topology, w, model, everything);
   EXPECT_DOUBLE_EQ(best, full.candidates.front().cost.step_ms);
+}
+
+// Screened-out candidates whose estimate beats the best price are priced after all in estimate
+// order, the next ones ahead on other threads: three threads rescue, price, prune and reject the
+// same candidates, with the same figures and reasons, as one thread does. The screen keeps only
+// each strategy's best-screened candidate here, so that candidates are rescued.
+TEST(SearchScreen, ThreadsRescueTheScreenedOutCandidatesOneThreadRescues) {
+  const Topology topology = Topology::load("dgx-h100", 4);
+  const Workload w = workload_of(int64_t(1) << 18);
+  const CostModel model(topology, Calibration::defaults());
+  for (const Scope scope : {Scope::Attention, Scope::Step}) {
+    SCOPED_TRACE(to_string(scope));
+    SearchOptions options;
+    options.scope = scope;
+    options.mode = SearchMode::Heuristic;
+    options.screen_above_gpus = 8;
+    options.screen_keep = 0;
+    options.screen_ties = 1;
+    const SearchResult alone = search_plans(topology, w, model, options);
+    options.threads = 3;
+    const SearchResult threaded = search_plans(topology, w, model, options);
+    ASSERT_GE(alone.best, 0);
+    EXPECT_EQ(threaded.best, alone.best);
+    ASSERT_EQ(threaded.candidates.size(), alone.candidates.size());
+    std::set<StrategyKind> strategies;
+    int priced = 0, screened_out = 0;
+    for (size_t i = 0; i < alone.candidates.size(); ++i) {
+      const Candidate& a = alone.candidates[i];
+      const Candidate& b = threaded.candidates[i];
+      SCOPED_TRACE(a.describe_params() + " " + a.describe_placement());
+      EXPECT_EQ(b.plan.strategy, a.plan.strategy);
+      EXPECT_EQ(b.describe_params(), a.describe_params());
+      EXPECT_EQ(b.describe_placement(), a.describe_placement());
+      EXPECT_EQ(b.feasible, a.feasible);
+      EXPECT_EQ(b.pruned, a.pruned);
+      EXPECT_EQ(b.screened, a.screened);
+      EXPECT_EQ(b.reason, a.reason);
+      EXPECT_EQ(b.cost.step_ms, a.cost.step_ms);
+      strategies.insert(a.plan.strategy);
+      screened_out += a.screened;
+      priced += a.feasible && !a.screened && !a.pruned;
+    }
+    EXPECT_GT(screened_out, 0);
+    // More than the one candidate a strategy the screen kept were priced: some were rescued.
+    EXPECT_GT(priced, int(strategies.size()));
+  }
 }
 
 }  // namespace
