@@ -786,25 +786,32 @@ CostBreakdown CostModel::time_step_templates(const Plan& plan, const Schedule& s
     TimedGroup t =
         ahead && may_time_ahead[v] ? take_ahead(v) : time_group(group, true, std::nullopt, known_at(v, known()));
     // A group timed at full speed first ends no later than slowed: by its latest end so, known
-    // however far the pricing goes, a pruned step is told the same whatever stopped it.
-    const double full_speed_end = std::max(latest_end, t.full_speed_end_s.value_or(0.0));
+    // however far the pricing goes, a pruned step is told the same whatever stopped it. A group
+    // not timed here (taken from another, left out) adds nothing to it.
+    const double full_speed_latest_ms = std::max(latest_end, t.full_speed_end_s.value_or(0.0)) * 1e3;
     for (size_t p : group) {
       latest_end = std::max(latest_end, timings[p].end_s);
       latest_forward = std::max(latest_forward, timings[p].forward_end_s);
     }
     latest_ends_ms.push_back(latest_end * 1e3);
-    if (kept_under_comm < 1)
-      latest_full_speed_ends_ms.push_back((t.full_speed_end_s ? full_speed_end : latest_end) * 1e3);
+    if (kept_under_comm < 1) latest_full_speed_ends_ms.push_back(full_speed_latest_ms);
     WF_ASSERT(!t.at_full_speed || v + 1 < visit.size(), "the last column is not stopped at full speed");
-    if (t.at_full_speed || (stop_above_ms && v + 1 < visit.size() && latest_ends_ms.back() > stop_above_ms())) {
+    const double stop_ms =
+        stop_above_ms && v + 1 < visit.size() ? stop_above_ms() : std::numeric_limits<double>::infinity();
+    // Past the stop at full speed, whether or not the group was timed slowed too (one timed
+    // ahead read a stop that has fallen since): the pricing stops so, as it does when the group
+    // is timed here with the stop read now.
+    const bool at_full_speed = t.at_full_speed || (kept_under_comm < 1 && full_speed_latest_ms > stop_ms);
+    if (at_full_speed) latest_ends_ms.back() = full_speed_latest_ms;
+    if (at_full_speed || latest_ends_ms.back() > stop_ms) {
       CostBreakdown stopped;
       stopped.step_ms = latest_ends_ms.back();
       stopped.latest_ends_ms = std::move(latest_ends_ms);
       stopped.latest_full_speed_ends_ms = std::move(latest_full_speed_ends_ms);
       stopped.stopped = true;
-      stopped.stopped_at_full_speed = t.at_full_speed;
+      stopped.stopped_at_full_speed = at_full_speed;
       WF_LOG_DEBUG("cost", "step of {} timed ranks: stopped after {} of {} groups{}, {} programs timed",
-                   templates.size(), v + 1, visit.size(), t.at_full_speed ? " at full speed" : "", programs_timed);
+                   templates.size(), v + 1, visit.size(), at_full_speed ? " at full speed" : "", programs_timed);
       stopped.programs_timed = programs_timed;
       stopped.columns_composed = columns_composed;
       return stopped;

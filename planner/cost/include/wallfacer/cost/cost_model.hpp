@@ -162,8 +162,8 @@ struct CostBreakdown {
   // group of every timed rank. Non-decreasing, the last one the step once every group is timed.
   std::vector<double> latest_ends_ms;
   // Step scope, with compute slowed by communication (else empty): the same with each group's own
-  // compute at full speed (a lower bound of latest_ends_ms, equal to it for groups taken from
-  // others or left out), known whatever the stop: a group whose latest end at full speed is
+  // compute at full speed, a lower bound of latest_ends_ms known whatever the stop (a group taken
+  // from another or left out adds nothing to it): a group whose latest end at full speed is
   // already past the stop stops the pricing without being timed slowed. Empty where every
   // program is timed together.
   std::vector<double> latest_full_speed_ends_ms;
