@@ -2,7 +2,8 @@
 // whatever the thread count, the first error in index order raised after the ones before it ran,
 // and worker threads that run every job they are given on their own few threads; and the batches
 // of candidates that differ only in their placement, bounded on one thread (placement_batches.hpp)
-// and whose timed bounds are taken together (step_jobs.hpp).
+// and whose timed bounds are taken together (step_jobs.hpp); and the reading of a pricing stopped
+// above a step (step_queue.hpp), which must not depend on which thread stopped it where.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -26,6 +27,7 @@
 #include "parallel.hpp"
 #include "placement_batches.hpp"
 #include "step_jobs.hpp"
+#include "step_queue.hpp"
 
 namespace wallfacer::detail {
 namespace {
@@ -227,6 +229,55 @@ TEST(StepJobs, BoundsOfPlacementsTakenTogetherAreEachPlansOwn) {
         EXPECT_EQ(jobs.bound(asked[i], [] {}), expected[asked[i]]) << asked[i];
       }
     }
+}
+
+// A pricing's latest ends by column, slowed and with that column at full speed, as the whole
+// pricing gives them; and the same pricing stopped at a higher stop than the search decides with,
+// at the column that passes it, at full speed or slowed. The search reads the same column and
+// figure from either: the full-speed one where it passes the step, which a pricing stopped there
+// at full speed knows, else the slowed one.
+TEST(StepQueue, PricingsStoppedAtFullSpeedReadAsTheWholeOne) {
+  CostBreakdown whole;
+  whole.latest_ends_ms = {10, 12, 20, 25};
+  whole.latest_full_speed_ends_ms = {9, 11.5, 18, 24};
+  auto stopped_at = [&](size_t column, bool at_full_speed) {
+    CostBreakdown c;
+    c.stopped = true;
+    c.stopped_at_full_speed = at_full_speed;
+    c.latest_ends_ms.assign(whole.latest_ends_ms.begin(), whole.latest_ends_ms.begin() + std::ptrdiff_t(column) + 1);
+    c.latest_full_speed_ends_ms.assign(whole.latest_full_speed_ends_ms.begin(),
+                                       whole.latest_full_speed_ends_ms.begin() + std::ptrdiff_t(column) + 1);
+    if (at_full_speed) c.latest_ends_ms.back() = c.latest_full_speed_ends_ms.back();
+    return c;
+  };
+  struct Case {
+    double stop_ms;
+    size_t columns;
+    double latest_ms;
+    bool at_full_speed;
+  };
+  for (const Case& expected : {Case{15, 3, 18, true}, Case{19, 3, 20, false}, Case{11, 2, 11.5, true}}) {
+    SCOPED_TRACE(expected.stop_ms);
+    const size_t column = expected.columns - 1;
+    std::vector<CostBreakdown> pricings = {whole, stopped_at(column, false)};
+    // Stopped at full speed by a stop the full-speed end passes, at most the one decided with.
+    if (whole.latest_full_speed_ends_ms[column] > expected.stop_ms) pricings.push_back(stopped_at(column, true));
+    for (const CostBreakdown& cost : pricings) {
+      const std::optional<ColumnsAbove> above = columns_above(cost, expected.stop_ms);
+      ASSERT_TRUE(above.has_value());
+      EXPECT_EQ(above->columns, expected.columns);
+      EXPECT_EQ(above->latest_ms, expected.latest_ms);
+      EXPECT_EQ(above->at_full_speed, expected.at_full_speed);
+    }
+  }
+  EXPECT_FALSE(columns_above(whole, 22).has_value());  // only the whole step passes it
+  EXPECT_EQ(pruned_reason(ColumnsAbove{3, 18, true}, false),
+            "3 of its timed ranks alone take 18.000 ms with the last one's compute at full speed, above the best step");
+  EXPECT_EQ(
+      pruned_reason(ColumnsAbove{1, 18, true}, true),
+      "1 of its timed pipeline columns alone takes 18.000 ms with its compute at full speed, above the best step");
+  EXPECT_EQ(pruned_reason(ColumnsAbove{2, 20, false}, false),
+            "2 of its timed ranks alone take 20.000 ms, above the best step");
 }
 
 }  // namespace
