@@ -278,7 +278,7 @@ class CostModel {
   // The whole step of `plan` (its scope must be Step): the timed ranks' step templates unrolled to
   // every layer and timed (docs/cost-model.md). Where it times several groups of programs (a
   // sample's columns), it stops once the latest end among those timed exceeds `stop_above_ms()`
-  // (read before and after each group, also by the threads lent; another thread may lower it
+  // (read on the calling thread before and after each group; another thread may lower it
   // meanwhile, never raise it) with groups left (CostBreakdown::stopped): the search needs no
   // more of a step that cannot beat the best ones. The groups are timed in one order whatever
   // the stop, so a stopped pricing's latest ends are the first ones of the whole pricing's, but
