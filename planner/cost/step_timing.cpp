@@ -17,6 +17,7 @@
 #include <wallfacer/schedule/step.hpp>
 #include "columns_ahead.hpp"
 #include "layer_composition.hpp"
+#include "step_columns.hpp"
 #include "step_parts.hpp"
 #include "timeline.hpp"
 #include "timeline_classes.hpp"
@@ -24,13 +25,8 @@
 namespace wallfacer {
 namespace {
 
-// How many unrolled copies of each template op a program holds (by template op).
-std::vector<uint32_t> copies_of(const std::vector<uint32_t>& origin, size_t template_ops) {
-  std::vector<uint32_t> copies(template_ops, 0);
-  for (uint32_t op : origin)
-    ++copies[op];
-  return copies;
-}
+using detail::LoneColumns;
+using detail::UnrolledOrders;
 
 // comm_volume of the unrolled programs, read off their templates: a copy sends what its template
 // op sends. Sums of integers, so equal to summing every copy.
@@ -107,64 +103,6 @@ std::vector<std::vector<size_t>> meeting_groups(const Plan& plan, const std::vec
   return groups;
 }
 
-// The sampled columns of one program timed so far (PairMode::Symmetric). A later one runs the same
-// timeline as one of them when it has the same unrolled order (the same FlatStep), ops that wait
-// and meet alike (detail::times_alike) and the same template durations, and takes its timing
-// instead: a homogeneous cluster's sampled ranks mostly price alike. A column that cannot end
-// last, nor end its forward last, is not timed at all (untimed).
-class LoneColumns {
- public:
-  LoneColumns(const std::vector<StepTemplate>& templates, const std::vector<std::vector<double>>& once)
-      : templates_(templates), once_(once) {}
-  // The program timed before that program `p` (on `flat`) times alike with, if any.
-  std::optional<size_t> timed_alike(size_t p, const FlatStep& flat) const {
-    const detail::ProgramView view(templates_[p].program, flat);
-    for (const auto& [q, seen] : timed_)
-      if (seen == &flat && once_[q] == once_[p] &&
-          detail::times_alike(detail::ProgramView(templates_[q].program, *seen), view))
-        return q;
-    return std::nullopt;
-  }
-  // Remembers `p` as timed on `flat`, which is the caller's and must outlive this.
-  void remember(size_t p, const FlatStep& flat) { timed_.emplace_back(p, &flat); }
-  // The program composed before (without every layer unrolled) that program `p` times alike with,
-  // if any: the same unrolled order, ops that wait and meet alike on the composed one's few layers,
-  // and the same durations.
-  std::optional<size_t> composed_alike(size_t p) const {
-    for (const auto& [q, few] : composed_)
-      if (once_[q] == once_[p] && same_unrolled_order(templates_[q], templates_[p]) &&
-          detail::times_alike(detail::ProgramView(templates_[q].program, *few),
-                              detail::ProgramView(templates_[p].program, *few)))
-        return q;
-    return std::nullopt;
-  }
-  // Remembers `p` as composed, its few layers' unrolled order `few`.
-  void remember_composed(size_t p, std::shared_ptr<const FlatStep> few) {
-    if (few) composed_.emplace_back(p, std::move(few));
-  }
-  // A program's timing for the step's summary when its column need not be timed: when its end is
-  // bound to come before `latest_end` and its forward's end no later than `latest_forward` (the
-  // latest among the columns timed so far; detail::lone_bounds, with `kept` below 1 of its compute
-  // slowed by communication, detail::slowed_bounds), it cannot be the critical program nor move
-  // the forward's end, and the summary reads nothing else of it but its compute at full speed,
-  // which the bounds sum as a run does. Its ends are then left at zero.
-  static std::optional<detail::RankTiming> left_out(const std::optional<detail::LoneBounds>& bounds, double latest_end,
-                                                    double latest_forward, double kept) {
-    if (!bounds || !detail::may_leave_out(detail::slowed_bounds(*bounds, kept), latest_end, latest_forward))
-      return std::nullopt;
-    detail::RankTiming timing;
-    timing.compute_forward_s = bounds->compute_forward_s;
-    timing.compute_backward_s = bounds->compute_backward_s;
-    return timing;
-  }
-
- private:
-  const std::vector<StepTemplate>& templates_;
-  const std::vector<std::vector<double>>& once_;  // template op durations, by program
-  std::vector<std::pair<size_t, const FlatStep*>> timed_;
-  std::vector<std::pair<size_t, std::shared_ptr<const FlatStep>>> composed_;
-};
-
 // Whether the groups are a sample's lone columns: one program each, timed on its own.
 bool lone_columns(const std::vector<std::vector<size_t>>& groups, detail::PairMode mode) {
   return mode == detail::PairMode::Symmetric &&
@@ -186,59 +124,6 @@ std::vector<size_t> timing_order(const std::vector<std::vector<size_t>>& groups,
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return work[a] > work[b]; });
   return order;
 }
-
-// The distinct unrolled orders of a step's timed templates (their flat steps), so that each is
-// unrolled once: a step's ranks mostly share a few, in every group alike. Keeps at most
-// `budget_bytes` of them, the first ones (CostOptions::kept_unrolled_order_bytes); past that an
-// unrolled order serves the group that needed it alone and goes with it (met again, it is
-// unrolled again). A contiguous causal ring's sampled columns all differ, and kept they were a
-// third of a large step's memory: at 1,024 GPUs 64 columns of half a million ops. Sets each
-// template's copies of its ops as it finds its order.
-class UnrolledOrders {
- public:
-  UnrolledOrders(const std::vector<StepTemplate>& templates, std::vector<std::vector<uint32_t>>& copies,
-                 size_t budget_bytes)
-      : templates_(templates), copies_(copies), budget_bytes_(budget_bytes) {}
-  // Template p's unrolled order if kept.
-  std::shared_ptr<const FlatStep> known(size_t p) {
-    for (const auto& [q, flat] : kept_)
-      if (same_unrolled_order(templates_[q], templates_[p])) {
-        copies_[p] = copies_[q];
-        return flat;
-      }
-    return nullptr;
-  }
-  // Template p's order unrolled afresh (not kept). Threads may unroll different templates at once.
-  std::shared_ptr<const FlatStep> unrolled(size_t p) {
-    auto flat = std::make_shared<const FlatStep>(unroll_flat(templates_[p]));
-    copies_[p] = copies_of(flat->origin, templates_[p].program.ops.size());
-    return flat;
-  }
-  // Keeps `flat`, template p's order, within the budget: whether it is kept.
-  bool keep(size_t p, std::shared_ptr<const FlatStep> flat) {
-    const size_t bytes = 4 * (flat->origin.size() + flat->dep_begin.size() + flat->deps.size());
-    if (bytes_ + bytes > budget_bytes_) return false;
-    bytes_ += bytes;
-    kept_.emplace_back(p, std::move(flat));
-    return true;
-  }
-  // Template p's order, and whether it is kept.
-  std::pair<std::shared_ptr<const FlatStep>, bool> of(size_t p) {
-    if (std::shared_ptr<const FlatStep> flat = known(p)) return {flat, true};
-    std::shared_ptr<const FlatStep> flat = unrolled(p);
-    const bool kept = keep(p, flat);
-    return {std::move(flat), kept};
-  }
-  // Sets template p's copies of its ops when its order is not unrolled (a composed column's).
-  void set_copies(size_t p, std::vector<uint32_t> copies) { copies_[p] = std::move(copies); }
-  void clear() { kept_.clear(); }
-
- private:
-  const std::vector<StepTemplate>& templates_;
-  std::vector<std::vector<uint32_t>>& copies_;  // by template: copies of each of its ops
-  std::vector<std::pair<size_t, std::shared_ptr<const FlatStep>>> kept_;
-  size_t budget_bytes_, bytes_ = 0;
-};
 
 // A group of programs timed together: the ends of the one asked for. Its timeline goes once run
 // (nothing reads it after), so that a column timed ahead or kept as the critical one holds only

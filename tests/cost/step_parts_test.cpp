@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
+#include <vector>
 
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/schedule/strategy.hpp>
@@ -147,20 +149,32 @@ TEST(StepParts, ComputeUnderCommunicationSplitsWaitingFromMoving) {
   EXPECT_EQ(under.slowdown_s(1), 0);
 }
 
+// One compute block on rank 0 beside its send to rank 1, timed together: the block lasts 2 s,
+// the send 1 s.
+struct ComputeBesideASend {
+  RankProgram sender, receiver;
+  std::optional<detail::TimelineShape> shape;
+  const std::vector<std::vector<double>> duration{{2, 1}, {1}};
+  ComputeBesideASend() {
+    sender.rank = 0;
+    receiver.rank = 1;
+    sender.add(compute_op());
+    sender.add(send_op(1));
+    receiver.add(recv_op(0));
+    shape.emplace(std::vector<const RankProgram*>{&sender, &receiver}, detail::PairMode::Matched);
+  }
+  ComputeBesideASend(const ComputeBesideASend&) = delete;  // the shape points at the programs
+  ComputeBesideASend& operator=(const ComputeBesideASend&) = delete;
+};
+
 // The timeline run adds each rank's slowdown to its end: one compute block of 2 s beside a send
 // that moves data for 1 s from the start (the simulator's closed form,
 // SimulatorSemantics.ComputeSlowsDownWhileTheRankCommunicates: the block ends at
 // 1 + (2 - kept x 1) s, 0.4 s later at kept = 0.6).
 TEST(StepParts, TimelineRunAddsTheSlowdownToTheRanksEnd) {
-  RankProgram sender, receiver;
-  sender.rank = 0;
-  receiver.rank = 1;
-  sender.add(compute_op());
-  sender.add(send_op(1));
-  receiver.add(recv_op(0));
-  const std::vector<const RankProgram*> programs{&sender, &receiver};
-  const detail::TimelineShape shape(programs, detail::PairMode::Matched);
-  const std::vector<std::vector<double>> duration{{2, 1}, {1}};
+  const ComputeBesideASend column;
+  const detail::TimelineShape& shape = *column.shape;
+  const std::vector<std::vector<double>>& duration = column.duration;
   detail::TimelineShape::RunOptions options;
   const std::vector<detail::RankTiming> plain = shape.run(duration, nullptr, options);
   options.compute_kept_under_comm = 0.6;
@@ -176,15 +190,9 @@ TEST(StepParts, TimelineRunAddsTheSlowdownToTheRanksEnd) {
 // that, is not timed slowed: the full-speed timings come back, flagged; a stop at or above it
 // changes nothing.
 TEST(StepParts, TimelineRunStopsAtFullSpeedPastTheStop) {
-  RankProgram sender, receiver;
-  sender.rank = 0;
-  receiver.rank = 1;
-  sender.add(compute_op());
-  sender.add(send_op(1));
-  receiver.add(recv_op(0));
-  const std::vector<const RankProgram*> programs{&sender, &receiver};
-  const detail::TimelineShape shape(programs, detail::PairMode::Matched);
-  const std::vector<std::vector<double>> duration{{2, 1}, {1}};
+  const ComputeBesideASend column;
+  const detail::TimelineShape& shape = *column.shape;
+  const std::vector<std::vector<double>>& duration = column.duration;
   detail::TimelineShape::RunOptions options;
   options.compute_kept_under_comm = 0.6;
   const std::vector<detail::RankTiming> slowed = shape.run(duration, nullptr, options);
