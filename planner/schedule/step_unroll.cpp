@@ -47,6 +47,14 @@ uint32_t variant_begin(const StepSections& s, Section section, uint32_t end) {
   }
 }
 
+// A stage receive is posted when the rank's program reaches it, after the compute before it in
+// the (interleaved) 1F1B order, not as soon as its receive stream is free (docs/step.md "1F1B"):
+// Megatron-LM's and PyTorch's pipeline schedules post a micro-batch's receive after the compute
+// before it, so it does not wait beside that compute.
+bool is_stage_receive(const Op& op) {
+  return op.kind == OpKind::Recv && op.label == StepOp::StageTransfer;
+}
+
 // Lays the template's section instances out in (interleaved) 1F1B order and copies them,
 // resolving every dependency to the instance it means (step.hpp).
 class Unroller {
@@ -294,7 +302,9 @@ class Unroller {
         if (resolved >= 0) deps_.push_back(resolved);
       }
       if (is_layer(section)) add_previous_layer_dep(i, section, micro, layer);
+      if (is_stage_receive(op) && last_compute_ >= 0) deps_.push_back(last_compute_);
       flat[i - begin] = emit(i, micro, layer, deps_);
+      if (op.stream == Stream::Compute) last_compute_ = flat[i - begin];
     }
   }
 
@@ -312,6 +322,7 @@ class Unroller {
   std::vector<int32_t> flat_;            // template op of an instance -> flat index
   std::vector<int32_t> buffer_at_;
   std::vector<int32_t> deps_;  // the op being copied
+  int32_t last_compute_ = -1;  // the flat index of the last compute op laid out so far
 };
 
 void check_layers(const StepTemplate& step, int n) {
@@ -349,11 +360,13 @@ bool same_unrolled_order(const StepTemplate& a, const StepTemplate& b) {
       a.sync_every_microbatch != b.sync_every_microbatch || a.previous_layer_deps != b.previous_layer_deps ||
       a.program.ops.size() != b.program.ops.size())
     return false;
-  // What the Unroller reads of an op: its dependencies, and whether it is a gradient
-  // synchronisation (skipped in all but the last micro-batch under ZeRO 0/1).
+  // What the Unroller reads of an op: its dependencies, whether it is a gradient synchronisation
+  // (skipped in all but the last micro-batch under ZeRO 0/1), a compute op or a stage receive.
   for (size_t i = 0; i < a.program.ops.size(); ++i) {
     const Op &p = a.program.ops[i], &q = b.program.ops[i];
     if ((p.label == StepOp::GradSync) != (q.label == StepOp::GradSync)) return false;
+    if ((p.stream == Stream::Compute) != (q.stream == Stream::Compute)) return false;
+    if (is_stage_receive(p) != is_stage_receive(q)) return false;
     if (!std::equal(a.program.deps_begin(p), a.program.deps_end(p), b.program.deps_begin(q), b.program.deps_end(q)))
       return false;
   }

@@ -79,7 +79,8 @@ std::vector<Item> interleaved_items(int p, int Pp, int v, int M) {
 // The step as a recurrence: each stage runs its items in order on its compute stream; a chunk's
 // forward starts once the model chunk before it (on the previous stage, or the last stage for the
 // first stage's later chunks) has sent its output, a backward once the model chunk after it has
-// sent its gradient. `message` is one stage message's time.
+// sent its gradient; a stage posts the receive an item needs once it has finished the item before.
+// `message` is one stage message's time.
 double interleaved_step_s(const std::vector<ChunkTimes>& stages, int v, int M, int layers_per_chunk, double message) {
   const int Pp = int(stages.size()), chunks = Pp * v;
   std::vector<std::vector<double>> fwd(size_t(chunks), std::vector<double>(size_t(M), -1)), bwd = fwd;
@@ -98,7 +99,9 @@ double interleaved_step_s(const std::vector<ChunkTimes>& stages, int v, int M, i
         if (!it.backward && c > 0) ready = fwd[size_t(c - 1)][size_t(it.micro)];
         if (it.backward && c < chunks - 1) ready = bwd[size_t(c + 1)][size_t(it.micro)];
         if (ready < 0) break;
-        if ((!it.backward && c > 0) || (it.backward && c < chunks - 1)) ready += message;
+        // The receive is posted once the stage is free; the message moves once both ends are posted.
+        if ((!it.backward && c > 0) || (it.backward && c < chunks - 1))
+          ready = std::max(ready, free_at[size_t(p)]) + message;
         const ChunkTimes& s = stages[size_t(p)];
         double length = layers_per_chunk * (it.backward ? s.layer_backward : s.layer_forward);
         if (!it.backward) length += (it.chunk == 0 ? s.prologue : 0) + (it.chunk == v - 1 ? s.head : 0);

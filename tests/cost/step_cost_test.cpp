@@ -131,7 +131,8 @@ StageTimes stage_times(const StepTemplate& t, ComputeTimer& timer, const TokenSe
 
 // The 1F1B pipeline as a recurrence over items: stage p runs its items in 1F1B order, a forward
 // after the previous stage's forward of the same micro-batch has arrived, a backward after the
-// next stage's backward has (docs/step.md). `message` is one stage message's transfer time.
+// next stage's backward has; a stage posts the receive an item needs once it has finished the item
+// before (docs/step.md). `message` is one stage message's transfer time.
 double one_forward_one_backward_s(const std::vector<StageTimes>& stages, int M, double message) {
   const int Pp = int(stages.size());
   std::vector<std::vector<double>> fwd(size_t(Pp), std::vector<double>(size_t(M), -1)), bwd = fwd;
@@ -153,13 +154,13 @@ double one_forward_one_backward_s(const std::vector<StageTimes>& stages, int M, 
     for (int p = 0; p < Pp; ++p)
       while (next[size_t(p)] < order[size_t(p)].size()) {
         const auto [backward, j] = order[size_t(p)][next[size_t(p)]];
-        double ready = 0;
-        if (!backward && p > 0)
-          ready = fwd[size_t(p - 1)][size_t(j)] < 0 ? -1 : fwd[size_t(p - 1)][size_t(j)] + message;
-        if (backward && p < Pp - 1)
-          ready = bwd[size_t(p + 1)][size_t(j)] < 0 ? -1 : bwd[size_t(p + 1)][size_t(j)] + message;
-        if (ready < 0) break;
-        const double start = std::max(free_at[size_t(p)], ready);
+        double sent = 0;
+        const bool received = (!backward && p > 0) || (backward && p < Pp - 1);
+        if (!backward && p > 0) sent = fwd[size_t(p - 1)][size_t(j)];
+        if (backward && p < Pp - 1) sent = bwd[size_t(p + 1)][size_t(j)];
+        if (sent < 0) break;
+        // The receive is posted once the stage is free; the message moves once both ends are posted.
+        const double start = std::max(free_at[size_t(p)], sent) + (received ? message : 0);
         free_at[size_t(p)] = start + (backward ? stages[size_t(p)].backward : stages[size_t(p)].forward);
         (backward ? bwd : fwd)[size_t(p)][size_t(j)] = free_at[size_t(p)];
         ++next[size_t(p)];

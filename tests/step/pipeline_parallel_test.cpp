@@ -115,6 +115,36 @@ TEST(PipelineParallel, StagesRunOneForwardOneBackward) {
   }
 }
 
+// Frameworks post a stage receive when the rank's program reaches it (Megatron-LM's and PyTorch's
+// 1F1B schedules): every stage receive after the rank's first compute waits for the compute op
+// just before it in the rank's order, and so never waits beside that compute.
+TEST(PipelineParallel, StageReceivesArePostedAfterTheComputeBeforeThem) {
+  for (const auto& [M, v] : std::vector<std::pair<int, int>>{{1, 1}, {4, 1}, {4, 2}}) {
+    Workload w = pp_workload(M);
+    w.batch = M;
+    const Plan plan = testing::hand_plan(StrategyKind::Ulysses,
+                                         {.sequence_parallel = 2, .pipeline_parallel = 2, .virtual_stages = v}, w);
+    const Schedule step = StepBuilder(plan).build();
+    ASSERT_TRUE(check_schedule(plan, step).ok) << "M = " << M << ", v = " << v;
+    int receives = 0;
+    for (const RankProgram& p : step.ranks) {
+      int32_t last_compute = -1;
+      for (size_t i = 0; i < p.ops.size(); ++i) {
+        const Op& op = p.ops[i];
+        if (op.kind == OpKind::Recv && op.label == StepOp::StageTransfer && last_compute >= 0) {
+          ++receives;
+          EXPECT_NE(std::find(p.deps_begin(op), p.deps_end(op), last_compute), p.deps_end(op))
+              << "rank " << p.rank << " op " << i << ", M = " << M << ", v = " << v;
+        }
+        if (op.stream == Stream::Compute) last_compute = int32_t(i);
+      }
+    }
+    // Each of the 2 stage ranks of a stage boundary receives the activations and the gradients of
+    // v M chunk items per boundary crossing, less the first stage's first forward: at least M.
+    EXPECT_GE(receives, 2 * M) << "M = " << M << ", v = " << v;
+  }
+}
+
 // Elements of every gradient synchronisation of rank 0, whichever group.
 int64_t synchronised_elements(const Plan& plan) {
   const RankProgram p = StepBuilder(plan).build({0}).ranks.front();
