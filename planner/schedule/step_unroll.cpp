@@ -47,12 +47,19 @@ uint32_t variant_begin(const StepSections& s, Section section, uint32_t end) {
   }
 }
 
-// A stage receive is posted when the rank's program reaches it, after the compute before it in
-// the (interleaved) 1F1B order, not as soon as its receive stream is free (docs/step.md "1F1B"):
-// Megatron-LM's and PyTorch's pipeline schedules post a micro-batch's receive after the compute
-// before it, so it does not wait beside that compute.
-bool is_stage_receive(const Op& op) {
-  return op.kind == OpKind::Recv && op.label == StepOp::StageTransfer;
+// A receive is posted when the rank's program reaches it, after the compute op before it in the
+// unrolled (interleaved 1F1B) order, not as soon as its receive stream is free (docs/step.md
+// "Receives"). The frameworks post a receive where their program issues it: Megatron-LM's and
+// PyTorch's pipeline schedules after the compute before a micro-batch's item, ring attention
+// (Transformer Engine's and PyTorch's context parallelism, ring-flash-attention) the next step's
+// K,V right before the current step's block. Posted as soon as the stream is free, a receive
+// would wait beside compute that runs before its data can be sent (the next layer's ring during
+// the whole layer before it), which the cost model and the simulator slow. A ring's dK,dV
+// accumulator is posted after the block before it, as the implementations post its hop; they run
+// the hop beside the next block and add the received sum after it, where here the next block
+// accumulates into it in place and waits for it (docs/step.md "Receives").
+bool is_receive(const Op& op) {
+  return op.kind == OpKind::Recv;
 }
 
 // Lays the template's section instances out in (interleaved) 1F1B order and copies them,
@@ -302,7 +309,7 @@ class Unroller {
         if (resolved >= 0) deps_.push_back(resolved);
       }
       if (is_layer(section)) add_previous_layer_dep(i, section, micro, layer);
-      if (is_stage_receive(op) && last_compute_ >= 0) deps_.push_back(last_compute_);
+      if (is_receive(op) && last_compute_ >= 0) deps_.push_back(last_compute_);
       flat[i - begin] = emit(i, micro, layer, deps_);
       if (op.stream == Stream::Compute) last_compute_ = flat[i - begin];
     }
@@ -361,12 +368,12 @@ bool same_unrolled_order(const StepTemplate& a, const StepTemplate& b) {
       a.program.ops.size() != b.program.ops.size())
     return false;
   // What the Unroller reads of an op: its dependencies, whether it is a gradient synchronisation
-  // (skipped in all but the last micro-batch under ZeRO 0/1), a compute op or a stage receive.
+  // (skipped in all but the last micro-batch under ZeRO 0/1), a compute op or a receive.
   for (size_t i = 0; i < a.program.ops.size(); ++i) {
     const Op &p = a.program.ops[i], &q = b.program.ops[i];
     if ((p.label == StepOp::GradSync) != (q.label == StepOp::GradSync)) return false;
     if ((p.stream == Stream::Compute) != (q.stream == Stream::Compute)) return false;
-    if (is_stage_receive(p) != is_stage_receive(q)) return false;
+    if (is_receive(p) != is_receive(q)) return false;
     if (!std::equal(a.program.deps_begin(p), a.program.deps_end(p), b.program.deps_begin(q), b.program.deps_end(q)))
       return false;
   }

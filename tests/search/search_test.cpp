@@ -415,12 +415,13 @@ TEST(StepSearch, BoundsNeverPruneTheBestStepWithComputeSlowedByCommunication) {
 // candidate priced, memory checked) finds no step below a pruned candidate's bound, and each
 // strategy's best step among those the search priced is its best of all; on three threads the
 // same candidates are priced and pruned, for the same reasons. On 32 GPUs sampled at 8 ranks,
-// some pricings stop at a column past the step to beat (CostModel::evaluate_step), some on its
-// latest end with compute at full speed (not timed slowed); under ZeRO 3
+// some pricings stop at a column past the step to beat (CostModel::evaluate_step); on 64, some on
+// its latest end with compute at full speed (not timed slowed); under ZeRO 3
 // some candidates are pruned on their synchronisation stream's bound before any timing.
 TEST(StepSearch, SampledBoundsAndStrategyBestsAgreeWithPricingEveryCandidate) {
   int timed_pruned = 0, columns_pruned = 0, sync_pruned = 0, full_speed_pruned = 0;
-  for (const auto& [nodes, sample, zero] : {std::tuple{2, 4, 1}, std::tuple{4, 8, 1}, std::tuple{4, 8, 3}}) {
+  for (const auto& [nodes, sample, zero] :
+       {std::tuple{2, 4, 1}, std::tuple{4, 8, 1}, std::tuple{4, 8, 3}, std::tuple{8, 8, 1}}) {
     SCOPED_TRACE(fmt::format("{} nodes, {} ranks timed, ZeRO {}", nodes, sample, zero));
     const Topology topology = Topology::load("dgx-h100", nodes);
     Workload w = small_step_workload();

@@ -115,33 +115,37 @@ TEST(PipelineParallel, StagesRunOneForwardOneBackward) {
   }
 }
 
-// Frameworks post a stage receive when the rank's program reaches it (Megatron-LM's and PyTorch's
-// 1F1B schedules): every stage receive after the rank's first compute waits for the compute op
-// just before it in the rank's order, and so never waits beside that compute.
-TEST(PipelineParallel, StageReceivesArePostedAfterTheComputeBeforeThem) {
-  for (const auto& [M, v] : std::vector<std::pair<int, int>>{{1, 1}, {4, 1}, {4, 2}}) {
+// Frameworks post a receive where their program issues it (Megatron-LM's and PyTorch's 1F1B
+// schedules, ring attention's next K,V before the current block): every receive after the rank's
+// first compute waits for the compute op just before it in the rank's order, stage messages and
+// the strategy's ring alike, and so never waits beside that compute.
+TEST(PipelineParallel, ReceivesArePostedAfterTheComputeBeforeThem) {
+  for (const auto& [kind, M, v] : std::vector<std::tuple<StrategyKind, int, int>>{
+           {StrategyKind::Ring, 1, 1}, {StrategyKind::Ring, 4, 1}, {StrategyKind::Ulysses, 4, 2}}) {
+    SCOPED_TRACE(fmt::format("{}, M = {}, v = {}", to_string(kind), M, v));
     Workload w = pp_workload(M);
     w.batch = M;
-    const Plan plan = testing::hand_plan(StrategyKind::Ulysses,
-                                         {.sequence_parallel = 2, .pipeline_parallel = 2, .virtual_stages = v}, w);
+    const Plan plan =
+        testing::hand_plan(kind, {.sequence_parallel = 2, .pipeline_parallel = 2, .virtual_stages = v}, w);
     const Schedule step = StepBuilder(plan).build();
-    ASSERT_TRUE(check_schedule(plan, step).ok) << "M = " << M << ", v = " << v;
-    int receives = 0;
+    ASSERT_TRUE(check_schedule(plan, step).ok);
+    int stage_receives = 0, ring_receives = 0;
     for (const RankProgram& p : step.ranks) {
       int32_t last_compute = -1;
       for (size_t i = 0; i < p.ops.size(); ++i) {
         const Op& op = p.ops[i];
-        if (op.kind == OpKind::Recv && op.label == StepOp::StageTransfer && last_compute >= 0) {
-          ++receives;
+        if (op.kind == OpKind::Recv && last_compute >= 0) {
+          ++(op.label == StepOp::StageTransfer ? stage_receives : ring_receives);
           EXPECT_NE(std::find(p.deps_begin(op), p.deps_end(op), last_compute), p.deps_end(op))
-              << "rank " << p.rank << " op " << i << ", M = " << M << ", v = " << v;
+              << "rank " << p.rank << " op " << i;
         }
         if (op.stream == Stream::Compute) last_compute = int32_t(i);
       }
     }
-    // Each of the 2 stage ranks of a stage boundary receives the activations and the gradients of
-    // v M chunk items per boundary crossing, less the first stage's first forward: at least M.
-    EXPECT_GE(receives, 2 * M) << "M = " << M << ", v = " << v;
+    // Each stage boundary carries the activations and the gradients of every micro-batch; the
+    // ring passes K,V (and dK,dV) in every layer.
+    EXPECT_GE(stage_receives, 2 * M);
+    if (kind == StrategyKind::Ring) EXPECT_GE(ring_receives, 2 * w.layers * M);
   }
 }
 
