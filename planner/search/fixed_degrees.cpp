@@ -1,22 +1,47 @@
 // Checks of the degrees a search is asked to fix (fixed_degrees.hpp).
 #include "fixed_degrees.hpp"
 
+#include <algorithm>
+#include <vector>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <wallfacer/core/errors.hpp>
 
 namespace wallfacer::detail {
+namespace {
 
-// A single tensor or pipeline degree asked for that cannot split the GPUs (or the layers) leaves
-// nothing to search: say so rather than list no candidate.
-void check_fixed_degrees(const SearchOptions& options, const Workload& workload, int ranks) {
-  if (options.tensor_degrees.size() == 1 && ranks % options.tensor_degrees.front() != 0)
-    throw InputError(
-        "--tp", 0,
-        fmt::format("tensor parallel degree {} does not divide the {} GPUs", options.tensor_degrees.front(), ranks));
-  if (options.pipeline_degrees.size() != 1) return;
-  const int Pp = options.pipeline_degrees.front();
-  const int T = options.tensor_degrees.size() == 1 ? options.tensor_degrees.front() : 1;
+// The one degree a flag fixes, or 0 where the search tries several.
+int fixed(const std::vector<int>& degrees) {
+  return degrees.size() == 1 ? degrees.front() : 0;
+}
+
+std::string sequences(int batch) {
+  return fmt::format("{} sequence{}", batch, batch == 1 ? "" : "s");
+}
+
+void check_tensor(const SearchOptions& options, const Workload& workload, int ranks) {
+  const int T = fixed(options.tensor_degrees);
+  if (T == 0) return;
+  if (ranks % T != 0)
+    throw InputError("--tp", 0, fmt::format("tensor parallel degree {} does not divide the {} GPUs", T, ranks));
+  // Megatron-style tensor parallelism gives each slice whole heads, query and key/value alike.
+  if (workload.heads % T != 0 || workload.kv_heads % T != 0) {
+    std::vector<int> fitting;
+    for (int t = 1; t <= workload.kv_heads; ++t)
+      if (workload.heads % t == 0 && workload.kv_heads % t == 0 && ranks % t == 0) fitting.push_back(t);
+    throw InputError("--tp", 0,
+                     fmt::format("tensor parallel degree {} does not divide the model's {} heads and {} kv heads "
+                                 "(each tensor slice takes whole heads); degrees that do on {} GPUs: {}",
+                                 T, workload.heads, workload.kv_heads, ranks, fmt::join(fitting, ", ")));
+  }
+}
+
+void check_pipeline(const SearchOptions& options, const Workload& workload, int ranks) {
+  const int Pp = fixed(options.pipeline_degrees);
+  if (Pp == 0) return;
+  const int T = std::max(1, fixed(options.tensor_degrees));
   if (ranks % (T * Pp) != 0)
     throw InputError("--pp", 0,
                      fmt::format("{} pipeline stages{} do not divide the {} GPUs", Pp,
@@ -24,6 +49,55 @@ void check_fixed_degrees(const SearchOptions& options, const Workload& workload,
   if (workload.layers % Pp != 0)
     throw InputError("--pp", 0,
                      fmt::format("{} pipeline stages do not divide the model's {} layers", Pp, workload.layers));
+}
+
+// Each data-parallel replica trains whole sequences of the batch on its own share of the GPUs.
+void check_data(const SearchOptions& options, const Workload& workload, int ranks) {
+  const int D = options.data_parallel;
+  if (D <= 0) return;
+  if (workload.batch % D != 0)
+    throw InputError("--dp", 0,
+                     fmt::format("data parallel degree {} needs a batch that splits into {} replicas of whole "
+                                 "sequences, but the batch is {} (try --batch {})",
+                                 D, D, sequences(workload.batch), (workload.batch + D - 1) / D * D));
+  const int T = std::max(1, fixed(options.tensor_degrees)), Pp = std::max(1, fixed(options.pipeline_degrees));
+  if (ranks % (int64_t(D) * T * Pp) != 0) {
+    const std::string around = T * Pp > 1 ? fmt::format(" with{}{}", T > 1 ? fmt::format(" {} tensor slices", T) : "",
+                                                        Pp > 1 ? fmt::format(" {} pipeline stages", Pp) : "")
+                                          : "";
+    throw InputError("--dp", 0, fmt::format("data parallel degree {}{} does not divide the {} GPUs", D, around, ranks));
+  }
+}
+
+// Interleaved 1F1B needs pipeline stages whose layers split into the virtual stages.
+void check_virtual_stages(const SearchOptions& options, const Workload& workload) {
+  const int v = fixed(options.virtual_stages);
+  if (v <= 1) return;
+  if (options.scope != Scope::Step)
+    throw InputError("--vpp", 0,
+                     fmt::format("{} virtual stages per pipeline rank need a whole-step search (--scope step)", v));
+  std::vector<int> stages;
+  for (int Pp : options.pipeline_degrees)
+    if (Pp > 1) stages.push_back(Pp);
+  if (stages.empty())
+    throw InputError("--vpp", 0,
+                     fmt::format("{} virtual stages per pipeline rank need pipeline stages, and the search tries "
+                                 "none (--pp {}); pass --pp 2 or more, or --pp auto on more than one node",
+                                 v, fmt::join(options.pipeline_degrees, ",")));
+  if (std::none_of(stages.begin(), stages.end(), [&](int Pp) { return workload.layers % (Pp * v) == 0; }))
+    throw InputError("--vpp", 0,
+                     fmt::format("{} virtual stages per pipeline rank do not divide the model's {} layers over "
+                                 "any of the pipeline degrees searched ({})",
+                                 v, workload.layers, fmt::join(stages, ", ")));
+}
+
+}  // namespace
+
+void check_fixed_degrees(const SearchOptions& options, const Workload& workload, int ranks) {
+  check_tensor(options, workload, ranks);
+  check_pipeline(options, workload, ranks);
+  check_data(options, workload, ranks);
+  check_virtual_stages(options, workload);
 }
 
 }  // namespace wallfacer::detail
