@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <regex>
 #include <vector>
 
@@ -41,7 +42,11 @@ const CLI::App& command_of(const CLI::App& app) {
 }
 
 std::string command_name(const CLI::App& app, const CLI::App& command) {
-  return &command == &app ? app.get_name() : app.get_name() + " " + command.get_name();
+  // A nested command ("topo import") is named with every command above it.
+  std::string name;
+  for (const CLI::App* c = &command; c != nullptr && c != &app; c = c->get_parent())
+    name = " " + c->get_name() + name;
+  return app.get_name() + name;
 }
 
 // The flag's long name with dashes ("--search"), or its positional name.
@@ -52,11 +57,13 @@ std::string flag_name(const CLI::Option& option) {
 }
 
 // A value the flag accepts: the first choice that is not the default, else the default, else
-// one that fits the type.
+// one that fits the type. A default of several words ("the network preset's") describes where the
+// value comes from and is no value to pass.
 std::string example_value(const CLI::Option& option, const std::vector<std::string>& choices) {
   for (const std::string& c : choices)
     if (c != option.get_default_str()) return c;
-  if (!option.get_default_str().empty()) return option.get_default_str();
+  const std::string default_value = option.get_default_str();
+  if (!default_value.empty() && default_value.find(' ') == std::string::npos) return default_value;
   const std::string type = option.get_type_name();
   if (type.find("INT") != std::string::npos || type.find("UINT") != std::string::npos) return "8";
   if (type.find("FLOAT") != std::string::npos) return "0.5";
@@ -115,14 +122,27 @@ std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& err
     return unknown_flag(app, command, flag != extras.end() ? *flag : extras.front());
   }
   if (std::regex_search(text, m, std::regex("^(\\S+) is required")) ||
-      std::regex_search(text, m, std::regex("^(--\\S+): \\d+ required")))
-    if (const CLI::Option* option = command.get_option_no_throw(m[1].str()))
-      return fmt::format(
-          "{}: error: {} is required: {}\n  example: {} {}\n", name, flag_name(*option), option->get_description(),
-          name,
-          (option->get_lnames().empty() ? "" : flag_name(*option) + " ") +
-              (option->get_description().find("Plan file") != std::string::npos ? std::string("plan.yaml")
-                                                                                : example_value(*option, {})));
+      std::regex_search(text, m, std::regex("^(--\\S+): \\d+ required"))) {
+    // A misspelt flag (--target for --to) leaves the one meant unset: name the misspelt one.
+    // CLI11 keeps a word no command knows with the command above it.
+    for (const std::string& word : app.remaining(true))
+      if (word.rfind("-", 0) == 0) return unknown_flag(app, command, word);
+    if (const CLI::Option* option = command.get_option_no_throw(m[1].str())) {
+      // A flag checked against a set shows it in its type name ("TEXT:{a,b}"): offer one of them.
+      std::smatch set;
+      const std::string type = option->get_type_name();
+      const std::vector<std::string> choices = std::regex_search(type, set, std::regex("\\{(.*)\\}"))
+                                                   ? split_choices(set[1].str())
+                                                   : std::vector<std::string>{};
+      std::string about = option->get_description();
+      std::transform(about.begin(), about.end(), about.begin(), [](unsigned char c) { return std::tolower(c); });
+      const std::string value =
+          about.find("plan file") != std::string::npos ? "plan.yaml" : example_value(*option, choices);
+      return fmt::format("{}: error: {} is required: {}\n  example: {} {}{}\n", name, flag_name(*option),
+                         option->get_description(), name, option->get_lnames().empty() ? "" : flag_name(*option) + " ",
+                         value);
+    }
+  }
   // CLI11 words a value it cannot convert as "Could not convert: --seq = abc".
   const std::string conversion = std::regex_replace(text, std::regex("^Could not convert: (--[A-Za-z0-9-]+) = (.*)$"),
                                                     "$1: Could not convert: $2");

@@ -69,7 +69,7 @@ void add_workload_flags(CLI::App* app, WorkloadFlags& flags) {
   app->add_option("--microbatches", o.microbatches,
                   "Micro-batches per step M: each data-parallel replica runs its sequences as M micro-batches "
                   "(gradient accumulation; the 1F1B pipeline schedule with --pp) (default: 1)")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->group(group);
   app->add_option("--grad-comm-dtype", o.grad_comm_dtype,
                   "The dtype gradients are reduced in: fp32 (Megatron-LM and NeMo under bf16, torchtitan's FSDP), "

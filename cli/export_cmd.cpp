@@ -76,7 +76,9 @@ void register_export_command(CLI::App& app) {
   std::vector<std::string> names;
   for (ExportTarget t : all_export_targets())
     names.emplace_back(to_string(t));
-  cmd->add_option("--to", flags->target, fmt::format("target: {}", fmt::join(names, ", ")))->required();
+  cmd->add_option("--to", flags->target, fmt::format("target: {}", fmt::join(names, ", ")))
+      ->required()
+      ->check(CLI::IsMember(names));
   cmd->add_option("-o,--out", flags->out, "file to write")->default_str("stdout");
   cmd->add_option("--topology", flags->topology, "topology preset or file the plan was made for")
       ->default_str("the plan's topology name");

@@ -18,6 +18,7 @@
 #include <wallfacer/topology/import.hpp>
 #include <wallfacer/topology/topology.hpp>
 #include "commands.hpp"
+#include "common.hpp"
 
 namespace wallfacer::cli {
 namespace {
@@ -146,7 +147,7 @@ void register_import(CLI::App& topo) {
       ->default_str("from the XML's PCI device id or sm");
   cmd->add_option("--nic-Gbps", flags->options.nic_Gbps, "NIC rate when the input gives none")
       ->default_str("the network preset's")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_at_least(0, false));
   cmd->add_option("--name", flags->options.name, "topology name")->default_str("the input's file name");
   cmd->add_option("-o,--out", flags->out, "topology file to write")->default_str("stdout");
   cmd->callback([flags] {
