@@ -439,6 +439,7 @@ void explain(Ranked& ranked, const CostModel& model, double budget_GiB, int jobs
 }
 
 int run_plan(const PlanFlags& flags) {
+  if (!flags.out.empty()) check_file_writable(flags.out);  // before the search, not after it
   const Workload workload = resolve(flags.workload);
   const Topology topology = load(flags.topology);
   const Calibration calibration =

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include <wallfacer/core/atomic_file.hpp>
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/cost/calibration.hpp>
 #include <wallfacer/plan/plan.hpp>
@@ -129,6 +130,7 @@ void print_summary(const SimulateFlags& flags, const Plan& plan, const Topology&
 }
 
 void run(const SimulateFlags& flags) {
+  if (!flags.trace_path.empty()) check_file_writable(flags.trace_path);  // before the replay, not after it
   Plan plan = read_plan_file(flags.plan_path);
   Topology topology = plan_topology(plan, flags.plan_path, flags.topology, flags.topology_option->count() > 0);
   check_plan_against_topology(plan, topology, flags.plan_path);

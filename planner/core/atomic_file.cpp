@@ -159,4 +159,15 @@ void write_file_atomically(const std::string& path, const std::function<void(std
   }
 }
 
+void check_file_writable(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::file_status target = fs::status(path, error);
+  if (fs::exists(target) && !fs::is_regular_file(target)) return;
+  const fs::path parent = fs::path(path).parent_path();
+  const std::string directory = parent.empty() ? "." : parent.string();
+  if (!fs::is_directory(directory, error)) fail(path, "creating a file in its directory", ENOENT);
+  if (::access(directory.c_str(), W_OK | X_OK) != 0) fail(path, "creating a file in its directory", errno);
+}
+
 }  // namespace wallfacer

@@ -16,4 +16,9 @@ namespace wallfacer {
 // and the system's reason when any step fails (the temporary file is then removed).
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
 
+// Throws the InputError write_file_atomically would throw for `path` when its directory is missing
+// or not writable: a command checks its output paths before a long search or simulation rather
+// than after it. An existing target that is not a regular file (/dev/stdout) passes.
+void check_file_writable(const std::string& path);
+
 }  // namespace wallfacer
