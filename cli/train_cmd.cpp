@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <vector>
 
 #include <wallfacer/core/errors.hpp>
@@ -74,7 +75,16 @@ train::RecallTaskSpec recall_spec(const TrainFlags& flags, int64_t seq) {
   spec.curriculum_copies = flags.recall_curriculum_copies;
   spec.curriculum_steps = flags.recall_curriculum_steps;
   spec.curriculum_length = flags.recall_curriculum_length;
-  train::validate(spec);
+  try {
+    train::validate(spec);
+  } catch (const InputError& e) {
+    // The task names its fields ('key_len'); each but the plan's sequence length comes from a flag
+    // (--recall-key-len).
+    std::smatch field;
+    const std::string message = e.message();
+    if (!std::regex_search(message, field, std::regex("'([a-z_]+)'")) || field[1] == "seq_len") throw;
+    throw InputError("--recall-" + std::regex_replace(field[1].str(), std::regex("_"), "-"), 0, message);
+  }
   return spec;
 }
 

@@ -38,18 +38,22 @@ int64_t block_len(const RecallTaskSpec& spec) {
 void validate_fields(const RecallTaskSpec& spec) {
   if (spec.seq_len < 1 || spec.seq_len > kMaxSeqLen)
     bad_field("seq_len", spec.seq_len, fmt::format("1 to {}", kMaxSeqLen));
-  if (spec.pairs < 1 || spec.pairs > spec.seq_len) bad_field("pairs", spec.pairs, "at least 1 (and below seq_len)");
-  if (spec.key_len < 1 || spec.key_len > spec.seq_len) bad_field("key_len", spec.key_len, "at least 1");
-  if (spec.value_len < 1 || spec.value_len > spec.seq_len) bad_field("value_len", spec.value_len, "at least 1");
+  if (spec.pairs < 1 || spec.pairs > spec.seq_len)
+    bad_field("pairs", spec.pairs, fmt::format("1 to the sequence length ({})", spec.seq_len));
+  if (spec.key_len < 1 || spec.key_len > spec.seq_len)
+    bad_field("key_len", spec.key_len, fmt::format("1 to the sequence length ({})", spec.seq_len));
+  if (spec.value_len < 1 || spec.value_len > spec.seq_len)
+    bad_field("value_len", spec.value_len, fmt::format("1 to the sequence length ({})", spec.seq_len));
   if (spec.min_distance < 0 || spec.min_distance > spec.seq_len)
-    bad_field("min_distance", spec.min_distance, "0 or more (and at most seq_len)");
+    bad_field("min_distance", spec.min_distance, fmt::format("0 to the sequence length ({})", spec.seq_len));
   if (spec.filler_symbols < 1 || spec.filler_symbols > kRecallFillerSymbols)
     bad_field("filler_symbols", spec.filler_symbols, fmt::format("1 to {}", kRecallFillerSymbols));
   if (spec.curriculum_copies < 1 || spec.curriculum_copies > spec.seq_len)
-    bad_field("curriculum_copies", spec.curriculum_copies, "at least 1 (and below seq_len)");
+    bad_field("curriculum_copies", spec.curriculum_copies, fmt::format("1 to the sequence length ({})", spec.seq_len));
   if (spec.curriculum_steps < 0) bad_field("curriculum_steps", spec.curriculum_steps, "0 or more");
   if (spec.curriculum_length < 0 || spec.curriculum_length > spec.seq_len)
-    bad_field("curriculum_length", spec.curriculum_length, "0 (none) or 1 to seq_len");
+    bad_field("curriculum_length", spec.curriculum_length,
+              fmt::format("0 (none) or 1 to the sequence length ({})", spec.seq_len));
   // Keys of a sample are distinct: 26^key_len must reach pairs.
   int64_t keys = 1;
   for (int64_t i = 0; i < spec.key_len && keys < spec.pairs; ++i)

@@ -55,6 +55,9 @@ if(TARGET wallfacer)
                            ${_wf} train --plan ${_train_dir}/zigzag2.yaml --data ${_train_dir}/no_such_file.txt)
   wallfacer_train_cli_test(train_cli_recall_too_short train_plan_zigzag2 2 "recall task: 'seq_len' is 128"
                            ${_wf} train --plan ${_train_dir}/zigzag2.yaml --recall-pairs 20 --recall-key-len 3)
+  wallfacer_train_cli_test(train_cli_recall_pairs_named train_plan_zigzag2 2
+                           "--recall-pairs: error: recall task: 'pairs' is 1000, expected 1 to the sequence length [(]128[)]"
+                           ${_wf} train --plan ${_train_dir}/zigzag2.yaml --recall-pairs 1000)
   wallfacer_train_cli_test(train_cli_recall_curriculum_window train_plan_zigzag2 2 "'curriculum_length' is 16"
                            ${_wf} train --plan ${_train_dir}/zigzag2.yaml --recall-curriculum-length 16
                            --recall-curriculum-copies 8 --recall-curriculum-steps 10)
