@@ -249,25 +249,103 @@ TEST_F(CliFaults, HugeSizesAreRefusedBeforeAllocating) {
 namespace wallfacer {
 namespace {
 
-// A tensor or pipeline degree that cannot split the GPUs or the layers is named, not answered by
-// an empty ranking.
+// A tensor, pipeline or data parallel degree, or a count of virtual stages, that cannot split the
+// GPUs, the heads, the layers or the batch is named, not answered by an empty ranking.
 TEST(CliDegrees, DegreesThatDoNotDivideAreNamed) {
   struct Case {
     const char* flags;
     const char* message;
   };
-  for (const Case& c : {Case{"--gpus 16 --pp 3", "--pp: error: 3 pipeline stages do not divide the 16 GPUs"},
-                        Case{"--gpus 16 --pp 4 --tp 8",
-                             "--pp: error: 4 pipeline stages of 8 tensor slices do not "
-                             "divide the 16 GPUs"},
-                        Case{"--gpus 16 --pp 16 --tp 1 --layers 30",
-                             "--pp: error: 16 pipeline stages do not divide the model's 30 layers"},
-                        Case{"--gpus 12 --tp 8", "--tp: error: tensor parallel degree 8 does not divide the 12 GPUs"},
-                        Case{"--gpus 16 --pp x", "--pp: error: expects 'auto' or a degree of at least 1, got 'x'"}}) {
+  for (const Case& c :
+       {Case{"--gpus 16 --pp 3", "--pp: error: 3 pipeline stages do not divide the 16 GPUs"},
+        Case{"--gpus 16 --pp 4 --tp 8",
+             "--pp: error: 4 pipeline stages of 8 tensor slices do not "
+             "divide the 16 GPUs"},
+        Case{"--gpus 16 --pp 16 --tp 1 --layers 30",
+             "--pp: error: 16 pipeline stages do not divide the model's 30 layers"},
+        Case{"--gpus 12 --tp 8", "--tp: error: tensor parallel degree 8 does not divide the 12 GPUs"},
+        Case{"--gpus 16 --pp x", "--pp: error: expects 'auto' or a degree of at least 1, got 'x'"},
+        // Llama-3-8B has 8 kv heads: 16 tensor slices cannot each take whole heads.
+        Case{"--gpus 16 --tp 16",
+             "--tp: error: tensor parallel degree 16 does not divide the model's 32 heads and 8 kv "
+             "heads (each tensor slice takes whole heads); degrees that do on 16 GPUs: 1, 2, 4, 8"},
+        Case{"--gpus 12 --tp 3 --model gpt-7b",
+             "--tp: error: tensor parallel degree 3 does not divide the model's 32 heads and 32 kv "
+             "heads (each tensor slice takes whole heads); degrees that do on 12 GPUs: 1, 2, 4"},
+        Case{"--gpus 16 --dp 2",
+             "--dp: error: data parallel degree 2 needs a batch that splits into 2 replicas of whole "
+             "sequences, but the batch is 1 sequence (try --batch 2)"},
+        Case{"--gpus 16 --dp 4 --batch 6",
+             "--dp: error: data parallel degree 4 needs a batch that splits into 4 replicas of whole "
+             "sequences, but the batch is 6 sequences (try --batch 8)"},
+        Case{"--gpus 16 --dp 3 --batch 3", "--dp: error: data parallel degree 3 does not divide the 16 GPUs"},
+        Case{"--gpus 16 --dp 4 --batch 4 --tp 8 --pp 1",
+             "--dp: error: data parallel degree 4 with 8 tensor slices does not divide the 16 GPUs"},
+        Case{"--gpus 16 --dp 4 --batch 4 --tp 2 --pp 4",
+             "--dp: error: data parallel degree 4 with 2 tensor slices 4 pipeline stages does not "
+             "divide the 16 GPUs"},
+        Case{"--gpus 16 --vpp 2 --pp 1",
+             "--vpp: error: 2 virtual stages per pipeline rank need pipeline stages, and the search "
+             "tries none (--pp 1)"},
+        // One node: --pp auto tries a single stage only.
+        Case{"--gpus 8 --vpp 2", "--vpp: error: 2 virtual stages per pipeline rank need pipeline stages"},
+        Case{"--gpus 64 --vpp 3",
+             "--vpp: error: 3 virtual stages per pipeline rank do not divide the model's 32 layers "
+             "over any of the pipeline degrees searched (2, 4, 8)"},
+        Case{"--gpus 16 --vpp 2 --scope attention",
+             "--vpp: error: 2 virtual stages per pipeline rank need a whole-step search (--scope "
+             "step)"},
+        Case{"--microbatches 0", "wallfacer plan: error: --microbatches: must be at least 1 (got 0)"}}) {
     const auto r = test::run_cli(std::string("plan ") + c.flags, "2>&1");
     EXPECT_EQ(r.status, 2) << c.flags << ": " << r.output;
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.flags << ": " << r.output;
   }
+}
+
+}  // namespace
+}  // namespace wallfacer
+
+namespace wallfacer {
+namespace {
+
+// A nested command's errors name it whole, and a default that describes where the value comes
+// from is not offered as the example.
+TEST(CliDegrees, NestedCommandsAreNamedWhole) {
+  const auto r = test::run_cli("topo import /dev/null --nic-Gbps 0", "2>&1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("wallfacer topo import: error: --nic-Gbps: must be greater than 0 (got 0)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("example: wallfacer topo import --nic-Gbps 0.5"), std::string::npos) << r.output;
+}
+
+// An output path that cannot be written is refused before the search or the replay, not after it.
+TEST(CliDegrees, UnwritableOutputsAreRefusedFirst) {
+  auto r = test::run_cli("plan --gpus 16 --out /nonexistent-dir/plan.yaml", "2>&1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent-dir/plan.yaml: error: cannot write the file: creating a file in its "
+                          "directory failed: No such file or directory"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("whole training step"), std::string::npos) << "searched first:\n" << r.output;
+  r = test::run_cli("simulate plan.yaml --trace /nonexistent-dir/trace.json", "2>&1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent-dir/trace.json: error: cannot write the file"), std::string::npos) << r.output;
+}
+
+// A required flag left unset because its name was misspelt: the misspelt word is what is named.
+// Where it is simply missing, the example offers a value it takes.
+TEST(CliDegrees, RequiredFlagsNameTheMisspeltOneAndAValue) {
+  auto r = test::run_cli("export plan.yaml --target megatron", "2>&1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("wallfacer export: error: unknown argument '--target'"), std::string::npos) << r.output;
+  r = test::run_cli("export plan.yaml", "2>&1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("wallfacer export: error: --to is required"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("example: wallfacer export --to megatron\n"), std::string::npos) << r.output;
+  r = test::run_cli("export --to megatron", "2>&1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("example: wallfacer export plan.yaml\n"), std::string::npos) << r.output;
 }
 
 }  // namespace
