@@ -23,6 +23,10 @@
 namespace wallfacer::cli {
 namespace {
 
+std::string nodes_text(int nodes) {
+  return fmt::format("{} node{}", nodes, nodes == 1 ? "" : "s");
+}
+
 struct TopoOptions {
   std::string file;
   int nodes = 0;
@@ -97,7 +101,8 @@ void print_text(const TopoOptions& options, const Topology& topo, const Topology
   const GpuModel& gpu = topo.gpu();
   fmt::print("{}: {}\n", options.file, topo.name());
   if (!topo.description().empty()) fmt::print("  {}\n", topo.description());
-  fmt::print("GPUs: {} in {} nodes (up to {} per node)\n", topo.num_gpus(), topo.num_nodes(), topo.gpus_per_node());
+  fmt::print("GPUs: {} in {} (up to {} per node)\n", topo.num_gpus(), nodes_text(topo.num_nodes()),
+             topo.gpus_per_node());
   const std::string fp32 = gpu.peak_fp32_tflops > 0 ? fmt::format(", {:g} TFLOP/s fp32", gpu.peak_fp32_tflops) : "";
   fmt::print("GPU model: {}: {:g} TFLOP/s bf16, {:g} TFLOP/s fp16{} (dense), {:g} GiB, {:g} GB/s HBM\n", gpu.name,
              gpu.peak_bf16_tflops, gpu.peak_fp16_tflops, fp32, gpu.memory_GiB, gpu.hbm_GBps);
@@ -161,8 +166,8 @@ void register_import(CLI::App& topo) {
     } else {
       write_file_atomically(flags->out, [&](std::ostream& out) { out << result.yaml; });
       const Topology topology = Topology::parse(result.yaml, flags->out);
-      fmt::print("wrote {} ({} GPUs in {} nodes) to {}\n", topology.name(), topology.num_gpus(), topology.num_nodes(),
-                 flags->out);
+      fmt::print("wrote {} ({} GPUs in {}) to {}\n", topology.name(), topology.num_gpus(),
+                 nodes_text(topology.num_nodes()), flags->out);
     }
     exit_code() = 0;
   });
@@ -179,7 +184,7 @@ void register_topo_command(CLI::App& app) {
   add_common(*check, *check_options);
   check->callback([check_options] {
     const Topology topo = load(*check_options);
-    fmt::print("{}: ok: {} GPUs in {} nodes\n", check_options->file, topo.num_gpus(), topo.num_nodes());
+    fmt::print("{}: ok: {} GPUs in {}\n", check_options->file, topo.num_gpus(), nodes_text(topo.num_nodes()));
     exit_code() = 0;
   });
 

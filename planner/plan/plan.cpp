@@ -215,11 +215,12 @@ void check_plan_against_topology(const Plan& plan, const Topology& topology, con
       plan.topology_nodes != topology.num_nodes()) {
     const std::string given =
         plan.topology_name == topology.name() ? std::string("has") : fmt::format("is '{}' with", topology.name());
+    auto nodes = [](int n) { return fmt::format("{} node{}", n, n == 1 ? "" : "s"); };
     throw InputError(plan_source, 0,
-                     fmt::format("plan was made for topology '{}' with hash {} ({} nodes), but the given topology "
-                                 "{} hash {} ({} nodes)",
-                                 plan.topology_name, plan.topology_hash, plan.topology_nodes, given,
-                                 topology.content_hash(), topology.num_nodes()));
+                     fmt::format("plan was made for topology '{}' with hash {} ({}), but the given topology "
+                                 "{} hash {} ({})",
+                                 plan.topology_name, plan.topology_hash, nodes(plan.topology_nodes), given,
+                                 topology.content_hash(), nodes(topology.num_nodes())));
   }
   for (const RankSlot& slot : plan.ranks) {
     if (slot.gpu < 0 || slot.gpu >= topology.num_gpus())

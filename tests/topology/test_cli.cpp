@@ -59,6 +59,9 @@ TEST_F(TopoCommand, CheckPrintsTheCountsAndHonoursNodes) {
   result = run("topo check summit --nodes 16", "2>&1");
   EXPECT_EQ(result.status, 0);
   EXPECT_EQ(result.output, "summit: ok: 96 GPUs in 16 nodes\n");
+  result = run("topo check dgx-h100 --nodes 1", "2>&1");
+  EXPECT_EQ(result.status, 0);
+  EXPECT_EQ(result.output, "dgx-h100: ok: 8 GPUs in 1 node\n");
 }
 
 TEST_F(TopoCommand, ShowTextEndsWithTheHash) {

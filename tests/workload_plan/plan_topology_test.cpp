@@ -66,7 +66,7 @@ TEST(PlanTopology, OtherNodeCountIsRefused) {
   ASSERT_NE(two.content_hash(), one.content_hash());
   EXPECT_EQ(input_error_of([&] { check_plan_against_topology(plan_for(two), one, "plan.yaml"); }),
             fmt::format("plan.yaml: error: plan was made for topology 'two-node' with hash {} (2 nodes), but the "
-                        "given topology has hash {} (1 nodes)",
+                        "given topology has hash {} (1 node)",
                         two.content_hash(), one.content_hash()));
 }
 
