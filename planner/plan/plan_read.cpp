@@ -300,6 +300,12 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source) {
   plan.workload = detail::workload_from_yaml(section(source, root, "workload"), source, true);
   plan.strategy = parse_at(source, section(source, root, "strategy"), "strategy", parse_strategy);
   plan.params = read_params(source, root, plan.strategy);
+  // Pipeline stages split the model's layers; a plan of one attention layer has none to split.
+  if (plan.scope != Scope::Step && plan.params.pipeline_parallel > 1)
+    yaml::fail(source, root["params"]["pipeline_parallel"],
+               fmt::format("pipeline_parallel {} needs a plan of the whole step (scope: step); one attention layer "
+                           "has no layers to split into stages",
+                           plan.params.pipeline_parallel));
   plan.ranks = read_ranks(source, root, plan.topology_nodes);
   const StrategyParams& sp = plan.params;
   const int64_t p = int64_t(sp.sequence_parallel) * sp.data_parallel * sp.tensor_parallel * sp.pipeline_parallel;

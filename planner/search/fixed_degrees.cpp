@@ -41,6 +41,11 @@ void check_tensor(const SearchOptions& options, const Workload& workload, int ra
 void check_pipeline(const SearchOptions& options, const Workload& workload, int ranks) {
   const int Pp = fixed(options.pipeline_degrees);
   if (Pp == 0) return;
+  if (Pp > 1 && options.scope != Scope::Step)
+    throw InputError("--pp", 0,
+                     fmt::format("{} pipeline stages split the model's layers, and one attention layer (--scope "
+                                 "attention) has none to split; drop --pp or plan the whole step",
+                                 Pp));
   const int T = std::max(1, fixed(options.tensor_degrees));
   if (ranks % (T * Pp) != 0)
     throw InputError("--pp", 0,

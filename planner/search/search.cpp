@@ -139,6 +139,9 @@ std::vector<Work> enumerate_candidates(const Topology& topology, const Workload&
     for (int T : options.tensor_degrees)
       for (StrategyKind strategy : strategies) {
         if (T < 1 || Pp < 1 || ranks % (T * Pp) != 0 || workload.layers % Pp != 0) continue;
+        // Pipeline stages split the model's layers: one attention layer has none to split (every
+        // stage would compute the same blocks).
+        if (Pp > 1 && options.scope != Scope::Step) continue;
         const Workload slice = T == 1 ? workload : tensor_slice_workload(workload, T);
         if (T > 1 && !tensor_slice_fits(workload, T)) continue;
         for (StrategyParams params : enumerate_params(strategy, slice, ranks / (T * Pp))) {

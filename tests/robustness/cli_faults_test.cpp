@@ -295,6 +295,9 @@ TEST(CliDegrees, DegreesThatDoNotDivideAreNamed) {
         Case{"--gpus 16 --vpp 2 --scope attention",
              "--vpp: error: 2 virtual stages per pipeline rank need a whole-step search (--scope "
              "step)"},
+        Case{"--gpus 16 --pp 2 --scope attention",
+             "--pp: error: 2 pipeline stages split the model's layers, and one attention layer (--scope attention) "
+             "has none to split"},
         Case{"--microbatches 0", "wallfacer plan: error: --microbatches: must be at least 1 (got 0)"}}) {
     const auto r = test::run_cli(std::string("plan ") + c.flags, "2>&1");
     EXPECT_EQ(r.status, 2) << c.flags << ": " << r.output;

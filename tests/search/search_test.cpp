@@ -516,6 +516,31 @@ TEST(StepSearch, ThreadsGiveTheSameRanking) {
   }
 }
 
+// Pipeline stages split a whole step's layers: an attention search leaves them out (its stages
+// would all compute the same blocks, which the checker rejects), a step search tries them.
+TEST(Search, PipelineStagesOnlyInWholeStepSearches) {
+  const Topology topology = Topology::load("dgx-h100", 2);
+  WorkloadOverrides o;
+  o.seq = 8192;
+  o.batch = 2;
+  const Workload w = load_workload("llama-3-8b", o);
+  const CostModel model(topology, Calibration::defaults());
+  SearchOptions options;
+  options.pipeline_degrees = {1, 2};
+  options.tensor_degrees = {8};
+  for (Scope scope : {Scope::Attention, Scope::Step}) {
+    options.scope = scope;
+    const SearchResult result = search_plans(topology, w, model, options);
+    int pipelined = 0;
+    for (const Candidate& c : result.candidates)
+      pipelined += c.plan.params.pipeline_parallel > 1;
+    if (scope == Scope::Attention)
+      EXPECT_EQ(pipelined, 0);
+    else
+      EXPECT_GT(pipelined, 0);
+  }
+}
+
 // The attention search on several threads: candidates bounded and priced ahead, including ones
 // the heuristic then prunes after all (put back as they were), change nothing it reports. The
 // 64-GPU search prunes by bounds; the 2,048-GPU one screens first. At full speed: with compute

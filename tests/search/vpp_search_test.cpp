@@ -58,6 +58,7 @@ TEST(VirtualStageSearch, PlanFilesKeepTheVirtualStages) {
   w.microbatches = 2;
   Plan plan = make_plan(StrategyKind::Ulysses, {.sequence_parallel = 8, .pipeline_parallel = 2, .virtual_stages = 2}, w,
                         topology, 16);
+  plan.scope = Scope::Step;  // pipeline stages split the layers of a whole step
   std::ostringstream text;
   write_plan(plan, text);
   EXPECT_NE(text.str().find("  virtual_stages: 2\n"), std::string::npos);

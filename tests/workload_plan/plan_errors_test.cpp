@@ -143,6 +143,11 @@ TEST(PlanErrors, ParamsAndWorkload) {
   expect_rejected({"  dtype: bf16", "  dtype: int8", "unknown dtype 'int8' (bf16, fp16, fp32)"});
   expect_rejected({"  step_ms: 12345.678901234567", "  step_ms: -1", "'step_ms' must not be negative, got -1"});
   expect_rejected({"nodes: 2}", "nodes: 0}", "'nodes' must be at least 1, got 0"});
+  // Pipeline stages split a whole step's layers; the sample is one attention layer.
+  expect_rejected({"  sequence_parallel: 8\n", "  sequence_parallel: 4\n  pipeline_parallel: 2\n",
+                   "pipeline_parallel 2 needs a plan of the whole step (scope: step); one attention layer has no "
+                   "layers to split into stages",
+                   "  pipeline_parallel: 2"});
 }
 
 TEST(PlanErrors, NotAPlan) {
