@@ -52,7 +52,13 @@ void offer_nearest(const ExportFlags& flags, const Plan& plan, ExportTarget targ
   const double other = nearest->plan.prediction->step_ms;
   fmt::print(stderr, "nearest plan {} expresses: {} {} ({}), predicted {:.3f} ms", to_string(target),
              to_string(nearest->plan.strategy), nearest->describe_params(), nearest->describe_placement(), other);
-  if (own > 0) fmt::print(stderr, " against {:.3f} ms, {:+.1f}% slower", own, 100 * (other / own - 1));
+  if (own > 0) {
+    const double change = 100 * (other / own - 1);
+    fmt::print(stderr, " against {:.3f} ms, {}", own,
+               change >= 0.05    ? fmt::format("{:.1f} % slower", change)
+               : change <= -0.05 ? fmt::format("{:.1f} % faster", -change)
+                                 : std::string("as fast"));
+  }
   fmt::print(stderr, "\n");
   if (!flags.nearest_out.empty()) {
     write_text(plan_to_yaml(nearest->plan), flags.nearest_out);

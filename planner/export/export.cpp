@@ -146,6 +146,14 @@ std::vector<std::vector<int>> groups_of(const Plan& plan, GroupKind kind) {
   return out;
 }
 
+std::vector<std::vector<int>> groups_or_singletons(const Plan& plan, GroupKind kind) {
+  std::vector<std::vector<int>> out = groups_of(plan, kind);
+  if (out.empty())
+    for (const RankSlot& slot : plan.ranks)
+      out.push_back({slot.rank});
+  return out;
+}
+
 std::string describe(const Plan& plan) {
   std::string params;
   const StrategyParams& p = plan.params;

@@ -12,6 +12,9 @@ namespace wallfacer::detail {
 
 // The rank lists of the plan's groups of `kind`, in plan order ("*.rev" duplicates left out).
 std::vector<std::vector<int>> groups_of(const Plan& plan, GroupKind kind);
+// The same, or every rank alone where the plan has none of that kind (a framework's sequence
+// group of one rank: a plan without sequence parallelism, or Ulysses' side of a plain ring).
+std::vector<std::vector<int>> groups_or_singletons(const Plan& plan, GroupKind kind);
 // "usp u=2 r=2 T=4 on 16 ranks (head-first)" for headers.
 std::string describe(const Plan& plan);
 // How to start rank r on the plan's GPU with torchrun, as comment lines.

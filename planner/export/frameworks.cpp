@@ -29,6 +29,12 @@ bool rotation_of(const std::vector<int>& ring, const std::vector<int>& reference
   return rotated == ring;
 }
 
+// Without sequence parallelism every strategy computes its rank's attention alone, and any
+// framework runs that with a sequence group of one rank, whatever the plan's strategy is named.
+bool local_attention(const Plan& plan) {
+  return plan.params.sequence_parallel <= 1;
+}
+
 const char* megatron_comm_type(const Plan& plan) {
   switch (plan.strategy) {
     case StrategyKind::AllGather:
@@ -66,7 +72,8 @@ std::string placement_comment(const Plan& plan) {
 }  // namespace
 
 ExportCheck check_megatron(const Plan& plan) {
-  switch (plan.strategy) {
+  // Megatron-LM runs attention alone with a context-parallel size of 1.
+  switch (local_attention(plan) ? StrategyKind::Zigzag : plan.strategy) {
     case StrategyKind::WallFacer:
       return {false,
               "Megatron-LM's context parallelism runs one ring per group (p2p), an all-gather, an all-to-all or "
@@ -163,7 +170,7 @@ std::string write_transformer_engine(const Plan& plan) {
 }
 
 ExportCheck check_deepspeed(const Plan& plan) {
-  if (plan.strategy != StrategyKind::Ulysses)
+  if (plan.strategy != StrategyKind::Ulysses && !local_attention(plan))
     return {false, fmt::format("DeepSpeed-Ulysses runs Ulysses alone (an all-to-all over heads); the plan runs {}",
                                to_string(plan.strategy))};
   return {true, ""};
@@ -172,7 +179,7 @@ ExportCheck check_deepspeed(const Plan& plan) {
 std::string write_deepspeed(const Plan& plan) {
   std::string out = python_groups_prelude(plan);
   out += fmt::format("SEQUENCE_PARALLEL_SIZE = {}\nULYSSES_GROUPS = {}\n\n", plan.params.sequence_parallel,
-                     list_text(groups_of(plan, GroupKind::AllToAll)));
+                     list_text(groups_or_singletons(plan, GroupKind::AllToAll)));
   out +=
       "from deepspeed.sequence.layer import DistributedAttention\n\n"
       "sp_group = my_group(ULYSSES_GROUPS)\n"
@@ -181,6 +188,7 @@ std::string write_deepspeed(const Plan& plan) {
 }
 
 ExportCheck check_usp(const Plan& plan) {
+  if (local_attention(plan)) return {true, ""};
   switch (plan.strategy) {
     case StrategyKind::Usp:
     case StrategyKind::Ulysses:
@@ -199,17 +207,9 @@ std::string write_usp(const Plan& plan) {
   const int u = plan.strategy == StrategyKind::Usp       ? ulysses_degree(p)
                 : plan.strategy == StrategyKind::Ulysses ? p.sequence_parallel
                                                          : 1;
-  std::vector<std::vector<int>> ulysses = groups_of(plan, GroupKind::AllToAll);
-  std::vector<std::vector<int>> rings = groups_of(plan, GroupKind::Ring);
   // One rank alone is a group too: yunchang needs both groups on every rank.
-  auto singletons = [&] {
-    std::vector<std::vector<int>> out;
-    for (const RankSlot& slot : plan.ranks)
-      out.push_back({slot.rank});
-    return out;
-  };
-  if (ulysses.empty()) ulysses = singletons();
-  if (rings.empty()) rings = singletons();
+  const std::vector<std::vector<int>> ulysses = groups_or_singletons(plan, GroupKind::AllToAll);
+  const std::vector<std::vector<int>> rings = groups_or_singletons(plan, GroupKind::Ring);
   const bool zigzag =
       plan.strategy == StrategyKind::Zigzag || (plan.strategy == StrategyKind::Usp && plan.workload.causal);
   // yunchang's use_ulysses_low: Ulysses groups on consecutive sequence-parallel ranks.
@@ -234,6 +234,7 @@ std::string write_usp(const Plan& plan) {
 }
 
 ExportCheck check_ring_flash_attn(const Plan& plan) {
+  if (local_attention(plan)) return {true, ""};
   switch (plan.strategy) {
     case StrategyKind::Ring:
     case StrategyKind::Zigzag:
@@ -254,7 +255,7 @@ std::string write_ring_flash_attn(const Plan& plan) {
   std::string out = python_groups_prelude(plan);
   out += fmt::format("VARIANT = \"{}\"\nRING_GROUPS = {}\n\n",
                      gather ? "llama3" : (plan.strategy == StrategyKind::Zigzag ? "zigzag" : "ring"),
-                     list_text(groups_of(plan, gather ? GroupKind::Sequence : GroupKind::Ring)));
+                     list_text(groups_or_singletons(plan, gather ? GroupKind::Sequence : GroupKind::Ring)));
   out += fmt::format("from ring_flash_attn import {}\n\ngroup = my_group(RING_GROUPS)\n", function);
   if (plan.strategy == StrategyKind::Zigzag)
     out += "# zigzag: rank i of a ring holds sequence chunks i and 2 * len(ring) - 1 - i\n";

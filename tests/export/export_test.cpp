@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <regex>
 #include <set>
@@ -281,7 +282,7 @@ TEST(Export, CommandRefusesWithTheReasonAndTheNearestPlan) {
   ASSERT_TRUE(test::cli_present());
   const std::string plan = testing::TempDir() + "export_wf.yaml";
   const test::CliResult made = test::run_cli(
-      "plan --strategy wallfacer --gpus 8 --seq 8192 --scope attention --top 1 "
+      "plan --strategy wallfacer --gpus 8 --seq 8192 --scope attention --tp 1 --top 1 "
       "--out " +
           plan,
       "2>&1");
@@ -292,7 +293,27 @@ TEST(Export, CommandRefusesWithTheReasonAndTheNearestPlan) {
             std::string::npos)
       << refused.output;
   EXPECT_NE(refused.output.find("nearest plan megatron expresses: "), std::string::npos) << refused.output;
-  EXPECT_NE(refused.output.find("slower"), std::string::npos) << refused.output;
+  // The nearest plan's step against the plan's own, in the direction it goes: faster for a plain
+  // ring, whose causal load imbalance the nearest Ulysses plan does not have.
+  const auto expect_direction = [](const std::string& output, const std::string& word) {
+    std::smatch times;
+    ASSERT_TRUE(std::regex_search(
+        output, times, std::regex("predicted ([0-9.]+) ms against ([0-9.]+) ms, ([0-9.]+) % (slower|faster)")))
+        << output;
+    const double other = std::stod(times[1].str()), own = std::stod(times[2].str());
+    if (!word.empty()) EXPECT_EQ(times[4].str(), word) << output;
+    EXPECT_EQ(times[4].str(), other > own ? "slower" : "faster") << output;
+    EXPECT_NEAR(std::stod(times[3].str()), 100 * std::abs(other / own - 1), 0.051) << output;
+  };
+  expect_direction(refused.output, "");
+  const std::string ring = testing::TempDir() + "export_ring.yaml";
+  ASSERT_EQ(
+      test::run_cli("plan --strategy ring --gpus 8 --seq 65536 --scope attention --tp 1 --top 1 --out " + ring, "2>&1")
+          .status,
+      0);
+  const test::CliResult to_ulysses = test::run_cli("export " + ring + " --to deepspeed", "2>&1");
+  EXPECT_EQ(to_ulysses.status, 1) << to_ulysses.output;
+  expect_direction(to_ulysses.output, "faster");
   const test::CliResult nearest = test::run_cli("export " + plan + " --to megatron --nearest", "2>/dev/null");
   EXPECT_EQ(nearest.status, 0);
   EXPECT_NE(nearest.output.find("--context-parallel-size "), std::string::npos) << nearest.output;
@@ -301,8 +322,40 @@ TEST(Export, CommandRefusesWithTheReasonAndTheNearestPlan) {
   EXPECT_NE(launch.output.find("rank 7=node0 slot="), std::string::npos) << launch.output;
   const test::CliResult bad = test::run_cli("export " + plan + " --to horovod", "2>&1");
   EXPECT_EQ(bad.status, 2);
-  EXPECT_NE(bad.output.find("--to: error: expected one of megatron, transformer-engine"), std::string::npos)
+  EXPECT_NE(bad.output.find("wallfacer export: error: --to: expects one of megatron, transformer-engine"),
+            std::string::npos)
       << bad.output;
+}
+
+// Without sequence parallelism a plan's attention is each rank's alone, whatever its strategy is
+// named: every framework writes it with sequence groups of one rank.
+TEST(Export, PlansWithoutSequenceParallelismGoToEveryFramework) {
+  const Topology topology = Topology::load("dgx-h100", 1);
+  Workload w = load_workload("llama-3-8b");
+  w.seq = 8192;
+  const std::pair<StrategyKind, StrategyKnobs> kinds[] = {{StrategyKind::WallFacer, WallFacerKnobs{}},
+                                                          {StrategyKind::DoubleRing, DoubleRingKnobs{}},
+                                                          {StrategyKind::Lss, NoKnobs{}}};
+  for (const auto& [kind, knobs] : kinds) {
+    const Plan plan =
+        make_plan(kind, StrategyParams{.sequence_parallel = 1, .knobs = knobs, .tensor_parallel = 8}, w, topology, 8);
+    for (ExportTarget target : all_export_targets()) {
+      const ExportCheck check = check_export(plan, target);
+      EXPECT_TRUE(check.expressible) << to_string(kind) << " to " << to_string(target) << ": " << check.reason;
+      const std::string text = export_plan(plan, target);
+      if (target == ExportTarget::Megatron) EXPECT_NE(text.find("--context-parallel-size 1\n"), std::string::npos);
+      if (target == ExportTarget::DeepSpeed || target == ExportTarget::Usp || target == ExportTarget::RingFlashAttn)
+        EXPECT_NE(text.find("[[0], [1], [2], [3], [4], [5], [6], [7]]"), std::string::npos)
+            << to_string(target) << ":\n"
+            << text;
+    }
+  }
+  // With sequence parallelism the strategy matters again.
+  const Plan teams =
+      make_plan(StrategyKind::WallFacer, StrategyParams{.sequence_parallel = 8, .knobs = WallFacerKnobs{.team = 2}}, w,
+                topology, 8);
+  EXPECT_FALSE(check_export(teams, ExportTarget::Megatron).expressible);
+  EXPECT_FALSE(check_export(teams, ExportTarget::DeepSpeed).expressible);
 }
 
 // The ring NCCL runs from the exported NCCL_GRAPH_FILEs: the nodes in the order their graphs
