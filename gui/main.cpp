@@ -15,6 +15,7 @@
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
 #include <wallfacer/gui/main_window.hpp>
+#include "arg_errors.hpp"
 
 namespace {
 
@@ -74,7 +75,8 @@ int screenshot(wallfacer::gui::MainWindow& window, const Flags& flags) {
 
 int main(int argc, char** argv) {
   Flags flags;
-  CLI::App app("wallfacer-gui: topology, plan, timeline and comparison views of wallfacer's planner and simulator");
+  CLI::App app("wallfacer-gui: topology, plan, timeline and comparison views of wallfacer's planner and simulator",
+               "wallfacer-gui");
   app.set_version_flag("--version", WALLFACER_VERSION);
   app.add_option("--topology", flags.topology, "topology preset name or file")->capture_default_str();
   app.add_option("--nodes", flags.nodes, "node count of a compact topology (0: the file's)")->capture_default_str();
@@ -104,7 +106,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version are parse "errors" with status 0; CLI11 prints them.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << wallfacer::cli::describe_parse_error(app, e);
+    return 2;
   } catch (const wallfacer::InputError& e) {
     std::cerr << e.what() << "\n";
     return 2;

@@ -24,6 +24,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/gui/compare_view.hpp>
@@ -286,6 +287,17 @@ TEST_F(GuiWindow, EveryViewsScreenshotIsANonBlankPngOfTheRequestedSize) {
     EXPECT_EQ(image.size(), QSize(900, 640)) << view;
     EXPECT_GT(distinct_colors(image), 20) << view;
   }
+}
+
+// Argument errors in the project's words and exit status 2, as wallfacer's own.
+TEST_F(GuiWindow, TheExecutableNamesABadArgument) {
+  auto [status, output] = run_gui("QT_QPA_PLATFORM=offscreen", "--nodes x");
+  EXPECT_EQ(status, 2) << output;
+  EXPECT_NE(output.find("wallfacer-gui: error: --nodes: expects a number, got 'x'"), std::string::npos) << output;
+  std::tie(status, output) = run_gui("QT_QPA_PLATFORM=offscreen", "--nodse 2");
+  EXPECT_EQ(status, 2) << output;
+  EXPECT_NE(output.find("wallfacer-gui: error: unknown argument '--nodse'; did you mean --nodes?"), std::string::npos)
+      << output;
 }
 
 TEST_F(GuiWindow, TheExecutableReportsABadFileWithItsLineAndExitStatus2) {
