@@ -94,6 +94,19 @@ void check_keys(const std::string& source, const YAML::Node& node, std::initiali
   }
 }
 
+void require_keys(const std::string& source, const YAML::Node& node, std::initializer_list<std::string_view> required,
+                  std::string_view what) {
+  expect_map(source, node, what);
+  std::vector<std::string> missing;
+  for (std::string_view key : required) {
+    const YAML::Node value = node[std::string(key)];
+    if (!value.IsDefined() || value.IsNull()) missing.push_back(fmt::format("'{}'", key));
+  }
+  if (missing.size() == 1) fail(source, node, fmt::format("missing required field {}", missing.front()));
+  if (missing.size() > 1)
+    fail(source, node, fmt::format("missing required fields {} in {}", fmt::join(missing, ", "), what));
+}
+
 static YAML::Node required(const std::string& source, const YAML::Node& parent, const std::string& key) {
   if (!parent.IsMap()) fail(source, parent, fmt::format("expected a mapping holding '{}'", key));
   YAML::Node n = parent[key];

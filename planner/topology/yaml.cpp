@@ -105,12 +105,17 @@ GpuModel read_gpu_model(const std::string& source, const YAML::Node& root) {
   const YAML::Node node = read_section(source, root, "gpu",
                                        {"model", "peak_bf16_tflops", "peak_fp16_tflops", "peak_fp8_tflops",
                                         "peak_fp32_tflops", "memory_GiB", "hbm_GBps", "source"});
+  // A device with an fp32 peak (a CPU core) may have no fp16 rate; a GPU always gives one.
+  if (node["peak_fp32_tflops"].IsDefined())
+    yaml::require_keys(source, node, {"model", "peak_bf16_tflops", "memory_GiB", "hbm_GBps"}, "'gpu'");
+  else
+    yaml::require_keys(source, node, {"model", "peak_bf16_tflops", "peak_fp16_tflops", "memory_GiB", "hbm_GBps"},
+                       "'gpu'");
   GpuModel gpu;
   gpu.name = yaml::get_string(source, node, "model");
   if (gpu.name.empty()) yaml::fail(source, node["model"], "'model' must not be empty");
   gpu.peak_bf16_tflops = read_number_at_least(source, node, "peak_bf16_tflops", 0.0);
   if (node["peak_fp32_tflops"].IsDefined()) gpu.peak_fp32_tflops = yaml::get_positive(source, node, "peak_fp32_tflops");
-  // A device with an fp32 peak (a CPU core) may have no fp16 rate; a GPU always gives one.
   if (node["peak_fp16_tflops"].IsDefined() || gpu.peak_fp32_tflops <= 0)
     gpu.peak_fp16_tflops = yaml::get_positive(source, node, "peak_fp16_tflops");
   if (node["peak_fp8_tflops"].IsDefined()) gpu.peak_fp8_tflops = yaml::get_positive(source, node, "peak_fp8_tflops");

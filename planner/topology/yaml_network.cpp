@@ -45,6 +45,7 @@ TreeShape read_tree(const std::string& source, const YAML::Node& net, const std:
                    {"type", "nodes_per_leaf", "leaf_radix", "oversubscription", "spines", "link_latency_us",
                     "uplink_latency_us", "routing", "source"},
                    "'network'");
+  yaml::require_keys(source, net, {"link_latency_us"}, "'network'");
   TreeShape tree;
   if (net["oversubscription"].IsDefined())
     tree.oversubscription = read_number_at_least(source, net, "oversubscription", 1.0);

@@ -59,6 +59,10 @@ TEST(TopologyErrors, DocumentStructure) {
                           "1000}\n",
                           "")),
             "t.yaml:1: error: missing required field 'gpu'");
+  // Every missing field of a section at once, so a hand-written file is put right in one go.
+  EXPECT_EQ(error_of(edit(kCompact, ", peak_fp16_tflops: 100, memory_GiB: 16, hbm_GBps: 1000}", "}")),
+            "t.yaml:2: error: missing required fields 'peak_fp16_tflops', 'memory_GiB', 'hbm_GBps' in 'gpu'");
+  EXPECT_EQ(error_of(edit(kCompact, ", memory_GiB: 16", "")), "t.yaml:2: error: missing required field 'memory_GiB'");
   EXPECT_EQ(error_of(edit(kCompact, "rate_Gbps: 100}", "rate_Gbps: 100, speed: 5}")),
             "t.yaml:11: error: unknown key 'speed' in 'nics' (allowed: count, rate_Gbps, bandwidth_GBps, source)");
 }

@@ -25,6 +25,10 @@ void expect_map(const std::string& source, const YAML::Node& node, std::string_v
 void check_keys(const std::string& source, const YAML::Node& node, std::initializer_list<std::string_view> allowed,
                 std::string_view what);
 void expect_sequence(const std::string& source, const YAML::Node& node, std::string_view what);
+// Throws naming every key of `required` that map `node` lacks (at the map's line), so that a
+// hand-written file is put right in one go rather than one field per run.
+void require_keys(const std::string& source, const YAML::Node& node, std::initializer_list<std::string_view> required,
+                  std::string_view what);
 
 // Typed reads; `key` is looked up in map `parent`. Missing required keys name the parent's line.
 std::string get_string(const std::string& source, const YAML::Node& parent, const std::string& key);
