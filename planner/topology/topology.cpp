@@ -8,6 +8,8 @@
 #include <boost/graph/connected_components.hpp>
 #include <cmath>
 #include <filesystem>
+#include <mutex>
+#include <set>
 
 #include <wallfacer/core/errors.hpp>
 #include <wallfacer/core/log.hpp>
@@ -125,8 +127,13 @@ Topology Topology::parse(const std::string& yaml_text, const std::string& source
   Topology topology;
   topology.impl_->source_text = yaml_text;
   topology.impl_->build(std::move(model));
-  for (const std::string& assumption : topology.assumptions())
-    WF_LOG_WARN("topology", "{}: {}", source, assumption);
+  // Once per file and assumption: a search's suggestions load the file again at other node counts.
+  static std::mutex warned_mutex;
+  static std::set<std::string> warned;
+  for (const std::string& assumption : topology.assumptions()) {
+    const std::lock_guard lock(warned_mutex);
+    if (warned.insert(source + '\n' + assumption).second) WF_LOG_WARN("topology", "{}: {}", source, assumption);
+  }
   WF_LOG_DEBUG("topology", "{}: {} GPUs in {} nodes, {} devices, {} links, hash {}", source, topology.num_gpus(),
                topology.num_nodes(), topology.devices().size(), topology.links().size(), topology.content_hash());
   return topology;

@@ -315,7 +315,16 @@ node:
   nics: {count: 8, rate_Gbps: 400}
 network: {type: single_switch, link_latency_us: 0.35}
 )";
-  const Topology topo = Topology::parse(text, "m.yaml");
+  // The assumption is a warning once per file, however often it is read (a search's suggestions
+  // read it again at other node counts); it stays in every topology's assumptions().
+  testing::internal::CaptureStderr();
+  const Topology topo = Topology::parse(text, "warned-once.yaml");
+  const Topology again = Topology::parse(text, "warned-once.yaml", 4);
+  const std::string warned = testing::internal::GetCapturedStderr();
+  const std::string warning = "warned-once.yaml: no 'pcie' section";
+  EXPECT_NE(warned.find(warning), std::string::npos) << warned;
+  EXPECT_EQ(warned.find(warning), warned.rfind(warning)) << warned;
+  EXPECT_EQ(again.assumptions(), topo.assumptions());
   ASSERT_EQ(topo.assumptions().size(), 1u);
   EXPECT_NE(topo.assumptions()[0].find("8 PCIe switches (1 GPU and 1 NIC each) under 2 CPU sockets"), std::string::npos)
       << topo.assumptions()[0];
