@@ -67,10 +67,13 @@ void check_data(const SearchOptions& options, const Workload& workload, int rank
                                  D, D, sequences(workload.batch), (workload.batch + D - 1) / D * D));
   const int T = std::max(1, fixed(options.tensor_degrees)), Pp = std::max(1, fixed(options.pipeline_degrees));
   if (ranks % (int64_t(D) * T * Pp) != 0) {
-    const std::string around = T * Pp > 1 ? fmt::format(" with{}{}", T > 1 ? fmt::format(" {} tensor slices", T) : "",
-                                                        Pp > 1 ? fmt::format(" {} pipeline stages", Pp) : "")
-                                          : "";
-    throw InputError("--dp", 0, fmt::format("data parallel degree {}{} does not divide the {} GPUs", D, around, ranks));
+    std::vector<std::string> around;
+    if (T > 1) around.push_back(fmt::format("{} tensor slices", T));
+    if (Pp > 1) around.push_back(fmt::format("{} pipeline stages", Pp));
+    throw InputError(
+        "--dp", 0,
+        fmt::format("data parallel degree {}{} does not divide the {} GPUs", D,
+                    around.empty() ? "" : " with " + fmt::format("{}", fmt::join(around, " and ")), ranks));
   }
 }
 

@@ -282,7 +282,7 @@ TEST(CliDegrees, DegreesThatDoNotDivideAreNamed) {
         Case{"--gpus 16 --dp 4 --batch 4 --tp 8 --pp 1",
              "--dp: error: data parallel degree 4 with 8 tensor slices does not divide the 16 GPUs"},
         Case{"--gpus 16 --dp 4 --batch 4 --tp 2 --pp 4",
-             "--dp: error: data parallel degree 4 with 2 tensor slices 4 pipeline stages does not "
+             "--dp: error: data parallel degree 4 with 2 tensor slices and 4 pipeline stages does not "
              "divide the 16 GPUs"},
         Case{"--gpus 16 --vpp 2 --pp 1",
              "--vpp: error: 2 virtual stages per pipeline rank need pipeline stages, and the search "
