@@ -69,30 +69,33 @@ std::string placement_comment(const Plan& plan) {
   return "\n" + launch_note(plan);
 }
 
+// Why Megatron-LM cannot run the plan's strategy, or "" (attention alone, S = 1, it runs with a
+// context-parallel size of 1).
+std::string megatron_strategy_refusal(const Plan& plan) {
+  if (local_attention(plan)) return "";
+  switch (plan.strategy) {
+    case StrategyKind::WallFacer:
+      return "Megatron-LM's context parallelism runs one ring per group (p2p), an all-gather, an all-to-all or "
+             "a2a+p2p; WallFacer's teams of C GPUs with C^2 concurrent sub-rings have no cp_comm_type";
+    case StrategyKind::DoubleRing:
+      return "Megatron-LM has no double ring: its a2a+p2p hierarchy is Ulysses x ring, not LoongTrain's inner and "
+             "outer rings of windows";
+    case StrategyKind::Lss:
+      return "Megatron-LM has no LSS Transformer attention";
+    case StrategyKind::Ring:
+      if (plan.workload.causal)
+        return "Megatron-LM always splits a causal sequence into 2 x CP chunks balanced as zigzag; the plan's ring "
+               "on contiguous chunks is not what it runs";
+      return "";
+    default:
+      return "";
+  }
+}
+
 }  // namespace
 
 ExportCheck check_megatron(const Plan& plan) {
-  // Megatron-LM runs attention alone with a context-parallel size of 1.
-  switch (local_attention(plan) ? StrategyKind::Zigzag : plan.strategy) {
-    case StrategyKind::WallFacer:
-      return {false,
-              "Megatron-LM's context parallelism runs one ring per group (p2p), an all-gather, an all-to-all or "
-              "a2a+p2p; WallFacer's teams of C GPUs with C^2 concurrent sub-rings have no cp_comm_type"};
-    case StrategyKind::DoubleRing:
-      return {false,
-              "Megatron-LM has no double ring: its a2a+p2p hierarchy is Ulysses x ring, not LoongTrain's inner and "
-              "outer rings of windows"};
-    case StrategyKind::Lss:
-      return {false, "Megatron-LM has no LSS Transformer attention"};
-    case StrategyKind::Ring:
-      if (plan.workload.causal)
-        return {false,
-                "Megatron-LM always splits a causal sequence into 2 x CP chunks balanced as zigzag; the plan's ring "
-                "on contiguous chunks is not what it runs"};
-      break;
-    default:
-      break;
-  }
+  if (std::string why = megatron_strategy_refusal(plan); !why.empty()) return {false, std::move(why)};
   const int tp = plan.params.tensor_parallel, cp = plan.params.sequence_parallel, dp = plan.params.data_parallel;
   const int a2a = plan.strategy == StrategyKind::Usp ? ulysses_degree(plan.params) : 0;
   const std::vector<std::vector<int>> reference = megatron_groups(tp, cp, dp, a2a);
