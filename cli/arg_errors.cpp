@@ -83,6 +83,30 @@ std::vector<std::string> split_choices(const std::string& set) {
   return out;
 }
 
+std::string lowercase(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+  return text;
+}
+
+// The one flag whose description names `word` ("target" in --to's "target: megatron, ..."): the
+// one whose description starts with it, else the one that has it as a whole word; "" when none or
+// several do.
+std::string flag_described_by(const CLI::App& command, const std::string& word) {
+  if (word.size() < 4) return "";
+  const std::regex starts("^" + word + "([^a-z0-9]|$)"), whole("(^|[^a-z0-9])" + word + "([^a-z0-9]|$)");
+  for (const std::regex* pattern : {&starts, &whole}) {
+    std::vector<std::string> found;
+    for (const CLI::Option* option : command.get_options()) {
+      const std::string flag = flag_name(*option);
+      if (flag.rfind("--", 0) == 0 && std::regex_search(lowercase(option->get_description()), *pattern))
+        found.push_back(flag);
+    }
+    if (found.size() == 1) return found.front();
+    if (found.size() > 1) return "";
+  }
+  return "";
+}
+
 std::string unknown_flag(const CLI::App& app, const CLI::App& command, const std::string& what) {
   const std::string name = command_name(app, command);
   std::string best;
@@ -93,6 +117,12 @@ std::string unknown_flag(const CLI::App& app, const CLI::App& command, const std
     // A flag cut short (--zero for --zero-stage) is nearer than any few edits.
     const size_t d = what.size() > 3 && flag.rfind(what, 0) == 0 ? 0 : edit_distance(flag, what);
     if (d < best_distance) best_distance = d, best = flag;
+  }
+  // Else a flag named by another word for what it sets (--target for --to).
+  if (best.empty() && what.rfind("--", 0) == 0) {
+    const std::string word = lowercase(what.substr(2));
+    if (std::all_of(word.begin(), word.end(), [](unsigned char c) { return std::isalnum(c); }))
+      best = flag_described_by(command, word);
   }
   return fmt::format("{}: error: unknown argument '{}'{}\n  `{} --help` lists what it takes\n", name, what,
                      best.empty() ? "" : fmt::format("; did you mean {}?", best), name);
@@ -134,10 +164,9 @@ std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& err
       const std::vector<std::string> choices = std::regex_search(type, set, std::regex("\\{(.*)\\}"))
                                                    ? split_choices(set[1].str())
                                                    : std::vector<std::string>{};
-      std::string about = option->get_description();
-      std::transform(about.begin(), about.end(), about.begin(), [](unsigned char c) { return std::tolower(c); });
-      const std::string value =
-          about.find("plan file") != std::string::npos ? "plan.yaml" : example_value(*option, choices);
+      const std::string value = lowercase(option->get_description()).find("plan file") != std::string::npos
+                                    ? "plan.yaml"
+                                    : example_value(*option, choices);
       return fmt::format("{}: error: {} is required: {}\n  example: {} {}{}\n", name, flag_name(*option),
                          option->get_description(), name, option->get_lnames().empty() ? "" : flag_name(*option) + " ",
                          value);

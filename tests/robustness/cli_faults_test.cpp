@@ -341,7 +341,13 @@ TEST(CliDegrees, UnwritableOutputsAreRefusedFirst) {
 TEST(CliDegrees, RequiredFlagsNameTheMisspeltOneAndAValue) {
   auto r = test::run_cli("export plan.yaml --target megatron", "2>&1");
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("wallfacer export: error: unknown argument '--target'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("wallfacer export: error: unknown argument '--target'; did you mean --to?"),
+            std::string::npos)
+      << r.output;
+  // The word a flag's description starts with names it too (--seq: "Sequence length N in tokens").
+  r = test::run_cli("plan --sequence 4096", "2>&1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown argument '--sequence'; did you mean --seq?"), std::string::npos) << r.output;
   r = test::run_cli("export plan.yaml", "2>&1");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("wallfacer export: error: --to is required"), std::string::npos) << r.output;
