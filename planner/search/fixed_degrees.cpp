@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include <wallfacer/core/errors.hpp>
+#include "enumerate.hpp"
 
 namespace wallfacer::detail {
 namespace {
@@ -26,11 +27,10 @@ void check_tensor(const SearchOptions& options, const Workload& workload, int ra
   if (T == 0) return;
   if (ranks % T != 0)
     throw InputError("--tp", 0, fmt::format("tensor parallel degree {} does not divide the {} GPUs", T, ranks));
-  // Megatron-style tensor parallelism gives each slice whole heads, query and key/value alike.
-  if (workload.heads % T != 0 || workload.kv_heads % T != 0) {
+  if (!tensor_slice_fits(workload, T)) {
     std::vector<int> fitting;
     for (int t = 1; t <= workload.kv_heads; ++t)
-      if (workload.heads % t == 0 && workload.kv_heads % t == 0 && ranks % t == 0) fitting.push_back(t);
+      if (tensor_slice_fits(workload, t) && ranks % t == 0) fitting.push_back(t);
     throw InputError("--tp", 0,
                      fmt::format("tensor parallel degree {} does not divide the model's {} heads and {} kv heads "
                                  "(each tensor slice takes whole heads); degrees that do on {} GPUs: {}",

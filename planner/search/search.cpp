@@ -21,6 +21,7 @@
 #include <wallfacer/core/log.hpp>
 #include <wallfacer/schedule/strategy.hpp>
 #include <wallfacer/topology/topology.hpp>
+#include "enumerate.hpp"
 #include "fixed_degrees.hpp"
 #include "orders.hpp"
 #include "parallel.hpp"
@@ -89,82 +90,6 @@ void check_memory(Candidate& c, double budget_GiB) {
   if (c.cost.memory.total_GiB <= budget_GiB) return;
   c.feasible = false;
   c.reason = fmt::format("needs {:.1f} GiB > {:.1f} GiB budget", c.cost.memory.total_GiB, budget_GiB);
-}
-
-// The workload one tensor slice sees, and whether the heads split T ways.
-Workload tensor_slice_workload(Workload w, int T) {
-  w.heads /= T;
-  w.kv_heads /= T;
-  w.hidden = int64_t(w.heads) * w.head_dim;
-  return w;
-}
-bool tensor_slice_fits(const Workload& w, int T) {
-  return w.heads % T == 0 && w.kv_heads % T == 0;
-}
-
-// Interleaved 1F1B (docs/step.md): a step search takes every pipelined candidate again with each
-// further count of virtual stages that divides its stage's layers and whose Pp divides its
-// micro-batches, under the same rules.
-void add_virtual_stages(std::vector<Work>& work, const SearchOptions& options, int ranks,
-                        const std::string& dtype_problem) {
-  if (options.scope != Scope::Step) return;
-  const size_t plain = work.size();
-  for (size_t i = 0; i < plain; ++i)
-    for (int v : options.virtual_stages) {
-      const Plan& p = work[i].candidate.plan;
-      const int Pp = p.params.pipeline_parallel;
-      if (!work[i].priced || v <= 1 || Pp <= 1) continue;
-      if (p.workload.layers % (Pp * v) != 0 || p.workload.microbatches % Pp != 0) continue;
-      Work w;
-      w.index = work.size();
-      w.candidate.plan = p;
-      w.candidate.plan.params.virtual_stages = v;
-      const Feasibility rules = check_feasible(p.strategy, w.candidate.plan.params, p.workload, ranks);
-      w.candidate.reason = !rules.ok ? rules.reason : dtype_problem;
-      w.priced = w.candidate.reason.empty();
-      work.push_back(std::move(w));
-    }
-}
-
-std::vector<Work> enumerate_candidates(const Topology& topology, const Workload& workload, const SearchOptions& options,
-                                       int ranks) {
-  std::string dtype_problem = dtype_issue(topology.gpu(), workload.dtype);
-  if (dtype_problem.empty() && workload.fp8_linear && topology.gpu().peak_fp8_tflops <= 0)
-    dtype_problem = fmt::format("{} has no fp8 peak in topology '{}' (peak_fp8_tflops); drop --fp8-linear",
-                                topology.gpu().name, topology.name());
-  std::vector<StrategyKind> strategies =
-      options.strategy ? std::vector<StrategyKind>{*options.strategy} : all_strategies();
-  std::vector<Work> work;
-  for (int Pp : options.pipeline_degrees)
-    for (int T : options.tensor_degrees)
-      for (StrategyKind strategy : strategies) {
-        if (T < 1 || Pp < 1 || ranks % (T * Pp) != 0 || workload.layers % Pp != 0) continue;
-        // Pipeline stages split the model's layers: one attention layer has none to split (every
-        // stage would compute the same blocks).
-        if (Pp > 1 && options.scope != Scope::Step) continue;
-        const Workload slice = T == 1 ? workload : tensor_slice_workload(workload, T);
-        if (T > 1 && !tensor_slice_fits(workload, T)) continue;
-        for (StrategyParams params : enumerate_params(strategy, slice, ranks / (T * Pp))) {
-          params.tensor_parallel = T;
-          params.pipeline_parallel = Pp;
-          if (options.sequence_parallel > 0 && params.sequence_parallel != options.sequence_parallel) continue;
-          if (options.data_parallel > 0 && params.data_parallel != options.data_parallel) continue;
-          Work w;
-          w.index = work.size();
-          w.candidate.plan.strategy = strategy;
-          w.candidate.plan.params = params;
-          w.candidate.plan.workload = workload;
-          if (Pp > 1 && options.auto_microbatches)
-            w.candidate.plan.workload.microbatches = std::max(1, workload.batch / params.data_parallel);
-          w.candidate.plan.topology_name = topology.name();
-          const Feasibility rules = check_feasible(strategy, params, w.candidate.plan.workload, ranks);
-          w.candidate.reason = !rules.ok ? rules.reason : dtype_problem;
-          w.priced = w.candidate.reason.empty();
-          work.push_back(std::move(w));
-        }
-      }
-  add_virtual_stages(work, options, ranks, dtype_problem);
-  return work;
 }
 
 struct Searcher {
@@ -820,7 +745,12 @@ SearchResult search_plans(const Topology& topology, const Workload& workload, co
   Searcher s{topology, workload, model, options, ranks, mode, detail::NodeOrders(topology, ranks), {}, 0, {}};
   s.orders = detail::choose_orders(s.node_orders, mode, options);
   s.budget_GiB = options.memory_budget_fraction * topology.gpu().memory_GiB;
-  s.work = enumerate_candidates(topology, workload, options, ranks);
+  for (Candidate& candidate : detail::enumerate_candidates(topology, workload, options, ranks)) {
+    Work& w = s.work.emplace_back();
+    w.index = s.work.size() - 1;
+    w.priced = candidate.reason.empty();
+    w.candidate = std::move(candidate);
+  }
   WF_LOG_INFO(kLog, "{} candidates, {} node-local orders, {} mode", s.work.size(), s.orders.size(),
               mode == SearchMode::Exhaustive ? "exhaustive" : "heuristic");
   const bool screening = mode == SearchMode::Heuristic && ranks > options.screen_above_gpus;
