@@ -156,16 +156,6 @@ TEST(Layouts, Zigzag2DSplitsEachChunkIntoUlyssesPieces) {
   EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 48);
 }
 
-TEST(Layouts, SplitRowsKeepsOrderAndSizes) {
-  const TokenSet set{{10, 13}, {0, 4}};
-  const auto pieces = detail::split_rows(set, 3);
-  ASSERT_EQ(pieces.size(), 3u);
-  EXPECT_EQ(pieces[0], (TokenSet{{10, 13}}));
-  EXPECT_EQ(pieces[1], (TokenSet{{0, 2}}));
-  EXPECT_EQ(pieces[2], (TokenSet{{2, 4}}));
-  EXPECT_EQ(detail::split_rows({{0, 2}}, 4).size(), 2u);
-}
-
 TEST(Layouts, IntersectKeepsFirstOperandOrder) {
   EXPECT_EQ(detail::intersect(TokenSet{{10, 20}, {0, 5}}, TokenSet{{3, 12}}), (TokenSet{{10, 12}, {3, 5}}));
   EXPECT_TRUE(detail::intersect(TokenSet{{0, 5}}, TokenSet{{5, 9}}).empty());

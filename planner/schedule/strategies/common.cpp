@@ -211,25 +211,6 @@ TokenSet intersect(const TokenSet& a, const TokenSet& b) {
   return canonical(std::move(out));
 }
 
-std::vector<TokenSet> split_rows(const TokenSet& set, int pieces) {
-  const int64_t total = token_count(set);
-  const int n = int(std::min<int64_t>(std::max(1, pieces), std::max<int64_t>(1, total)));
-  std::vector<TokenSet> out(static_cast<size_t>(n));
-  size_t range = 0;
-  int64_t offset = 0;  // tokens of set[range] already handed out
-  for (int p = 0; p < n; ++p) {
-    int64_t want = contiguous_range(total, n, p).size();
-    while (want > 0 && range < set.size()) {
-      const int64_t take = std::min(want, set[range].size() - offset);
-      out[size_t(p)].push_back({set[range].begin + offset, set[range].begin + offset + take});
-      offset += take;
-      want -= take;
-      if (offset == set[range].size()) ++range, offset = 0;
-    }
-  }
-  return out;
-}
-
 // ---- heads -----------------------------------------------------------------------------------
 
 HeadRange split_heads(int heads, int parts, int index) {

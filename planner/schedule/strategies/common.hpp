@@ -121,9 +121,6 @@ using wallfacer::is_canonical;
 TokenSet concat(const TokenSet& a, const TokenSet& b);
 // Tokens of a that are also in b, in a's row order.
 TokenSet intersect(const TokenSet& a, const TokenSet& b);
-// Cuts a token list into `pieces` consecutive row pieces of near-equal size (no empty piece;
-// fewer pieces when the set is smaller).
-std::vector<TokenSet> split_rows(const TokenSet& set, int pieces);
 
 // ---- heads -----------------------------------------------------------------------------------
 // Part `index` of `parts` equal head ranges (heads % parts == 0).

@@ -3,7 +3,7 @@
 // ring of c = S / u members cut into c / w windows of w (docs/algorithms.md §3, §4, §6, §7):
 //   ring        u = 1, w = c = S, contiguous tokens
 //   zigzag      u = 1, w = c = S, zigzag tokens
-//   ulysses     u = S, c = 1, contiguous tokens, the full-sequence compute cut into tiles
+//   ulysses     u = S, c = 1, contiguous tokens, one block over the whole sequence
 //   usp         u x r, w = c = r, zigzag-2D tokens when causal
 //   double-ring u x c, windows of w, zigzag-2D tokens when causal
 // Logical sequence rank s = x * u + v (context index x, Ulysses index v), so Ulysses groups are
@@ -25,7 +25,6 @@ struct ContextConfig {
   int c = 1;                       // context ring members
   int w = 1;                       // window (inner ring) length; w == c is a flat ring
   bool zigzag = false;             // zigzag-2D token layout (else contiguous, uneven sizes allowed)
-  int tiles = 1;                   // compute tiles per side of each step's block (Ulysses)
   bool ring_groups = true;         // emit context-ring groups (not for plain Ulysses)
   std::string ring_name = "ring";  // flat context-ring group name ("ring", "ring<v>" when u > 1)
   std::string kv_flow = "kv-ring", dkv_flow = "dkv-ring";  // flat-ring flow-set names

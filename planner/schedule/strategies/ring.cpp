@@ -267,11 +267,9 @@ std::vector<FlowSet> context_flow_sets(const ContextConfig& cfg, const Plan& pla
 
 void context_forward(ProgramBuilder& b, const ContextConfig& cfg, ContextRank& r) {
   MemberTokens block_of(cfg, b.plan().workload.seq);
-  const auto q_tiles = split_rows(block_of(r.x), cfg.tiles);
+  const TokenSet& own = block_of(r.x);
   kv_loop(b, cfg, r, kForwardKv, block_of, [&](int step, int, int, int32_t kv, const TokenSet& keys) {
-    for (const auto& k_tile : split_rows(keys, cfg.tiles))
-      for (const auto& q_tile : q_tiles)
-        b.attn_fwd(r.q, kv, r.acc, q_tile, k_tile, r.q_heads, step);
+    b.attn_fwd(r.q, kv, r.acc, own, keys, r.q_heads, step);
   });
 }
 
@@ -279,7 +277,6 @@ int32_t context_backward(ProgramBuilder& b, const ContextConfig& cfg, ContextRan
   const Windows win = windows_of(cfg);
   MemberTokens block_of(cfg, b.plan().workload.seq);
   const TokenSet& own = block_of(r.x);
-  const auto q_tiles = split_rows(own, cfg.tiles);
   // Two accumulators alternate along the ring (one receives while the other is computed on);
   // without a ring one suffices.
   int32_t dkv[2] = {-1, -1};
@@ -287,9 +284,7 @@ int32_t context_backward(ProgramBuilder& b, const ContextConfig& cfg, ContextRan
     dkv[i] = b.buffer(fmt::format("dkv.{}", i), kDKV, r.kv_heads, r.kv_capacity, true);
   kv_loop(b, cfg, r, kBackwardKv, block_of, [&](int step, int j, int i, int32_t kv, const TokenSet& keys) {
     const int32_t acc = dkv[step % 2];
-    for (const auto& k_tile : split_rows(keys, cfg.tiles))
-      for (const auto& q_tile : q_tiles)
-        b.attn_bwd(r.q, kv, r.dq, acc, q_tile, k_tile, r.q_heads, step);
+    b.attn_bwd(r.q, kv, r.dq, acc, own, keys, r.q_heads, step);
     if (cfg.c == 1) return;
     // The accumulator goes where this block is computed next; after c hops it is home.
     const bool leaves_window = i + 1 == win.w;

@@ -1,6 +1,8 @@
 // DeepSpeed-Ulysses (docs/algorithms.md §4): all-to-all sequence -> head, full attention over all N
 // tokens for h / S heads, all-to-all back. The context engine with u = S and a single context
-// member; the N x N compute is cut into tiles so each op stays a sensible kernel call.
+// member. Each pass is one attention call over the whole sequence, as DeepSpeed-Ulysses makes one
+// FlashAttention call: the cost model prices an op at its own shape and mask, so cutting the pass
+// into tiles would price kernel calls the framework never makes.
 #include <fmt/format.h>
 
 #include "strategies/common.hpp"
@@ -9,19 +11,11 @@
 
 namespace wallfacer::detail {
 
-namespace {
-
-// Query and key tiles per side: 4 x 4 blocks (10 under a causal mask) per pass.
-constexpr int kUlyssesTiles = 4;
-
-}  // namespace
-
 ContextConfig ulysses_config(const StrategyParams& params) {
   ContextConfig cfg;
   cfg.u = std::max(1, params.sequence_parallel);
   cfg.c = cfg.w = 1;
   cfg.zigzag = false;
-  cfg.tiles = kUlyssesTiles;
   cfg.ring_groups = false;
   return cfg;
 }

@@ -69,8 +69,8 @@ RankProgram build_context_rank(const ContextConfig& cfg, const Plan& plan, int r
                                BuildMode mode) {
   ProgramBuilder b(plan, rank, pool, mode);
   b.set_diagonal_as_one_block(true);
-  // Per context step: a forward and a backward block per pair of tiles and up to six transfers.
-  b.reserve_ops(size_t(cfg.c) * (8 + 2 * cfg.tiles * cfg.tiles) + 32, size_t(cfg.c) * 6);
+  // Per context step: a forward and a backward block and up to six transfers.
+  b.reserve_ops(size_t(cfg.c) * 10 + 32, size_t(cfg.c) * 6);
   const Workload& w = plan.workload;
   const int s = b.replica().local;
   ContextRank r;
