@@ -61,6 +61,34 @@ TEST_P(RingForward, MatchesThePipelinedClosedForm) {
 INSTANTIATE_TEST_SUITE_P(Throughputs, RingForward, ::testing::Values(100.0, 1000.0, 1e9));
 
 // Paper accounting (Eqs. 4-7): per-GPU forward P2P volume, rounds and collectives.
+// DeepSpeed-Ulysses computes each pass as one FlashAttention call over the whole sequence for its
+// h / S heads. On a calibration whose rate grows with the block (100 TFLOP/s at 1K tokens, 400 at
+// 8K) that call runs at the 8K rate, so the plan prices as on a constant 400 TFLOP/s: a pass cut
+// into smaller blocks would be priced slower.
+TEST(ClosedForms, UlyssesPassIsOneCallAtTheWholeSequenceRate) {
+  const int S = 4;
+  const Topology topology = testing::switch_nodes(1, S);
+  const Workload w = testing::mha_workload(8192, 8, 64, /*causal=*/false);
+  const Plan plan = make_plan(StrategyKind::Ulysses, params_for(StrategyKind::Ulysses, w, S), w, topology, S);
+  const Schedule schedule = build_schedule(plan);
+  const CostModel growing(topology, Calibration::parse(R"(keep_defaults: false
+points:
+  - {gpu: TestGPU, op: forward, block_tokens: 1024, tflops: 100}
+  - {gpu: TestGPU, op: forward, block_tokens: 8192, tflops: 400}
+  - {gpu: TestGPU, op: backward, block_tokens: 1024, tflops: 100}
+  - {gpu: TestGPU, op: backward, block_tokens: 8192, tflops: 400}
+)",
+                                                       "growing.yaml"));
+  const CostBreakdown cost = growing.evaluate(plan, schedule);
+  const CostBreakdown at_400 = CostModel(topology, constant_throughput(400)).evaluate(plan, schedule);
+  EXPECT_NEAR(cost.forward_ms, at_400.forward_ms, 1e-9 * at_400.forward_ms);
+  EXPECT_NEAR(cost.backward_ms, at_400.backward_ms, 1e-9 * at_400.backward_ms);
+  // The call itself: 4·N²·(h/S)·d FLOPs forward, 2.5 times as many backward, at 400 TFLOP/s.
+  const double call = 4.0 * w.batch * double(w.seq) * double(w.seq) * (w.heads / S) * w.head_dim / 400e12;
+  EXPECT_GE(cost.forward_ms * 1e-3, call);
+  EXPECT_GE(cost.backward_ms * 1e-3, 2.5 * call);
+}
+
 TEST(ClosedForms, RingPointToPointVolumeAndRounds) {
   const int P = 8;
   const Topology topology = testing::switch_nodes(1, P);
