@@ -377,8 +377,20 @@ struct ComposedLone {
   TimedGroup group;
 };
 
+// A column's bounds once it is composed at full speed: the ends so composed are its ends at full
+// speed, the tightest upper bounds of them. Slowed, its timeline ends at most what slowing its
+// compute adds after (each end is a longest path of durations, and lengthening ops lengthens a
+// path by at most what they gain), which is what detail::slowed_bounds adds to any upper bound.
+// The forward's bound keeps its premise: it is the end's unless the forward runs first.
+void tighten_bounds(detail::LoneBounds& bounds, const detail::RankTiming& full_speed) {
+  const bool forward_first = bounds.forward_end_s < bounds.end_s;
+  bounds.end_s = std::min(bounds.end_s, full_speed.end_s);
+  bounds.forward_end_s = forward_first ? std::min(bounds.forward_end_s, full_speed.forward_end_s) : bounds.end_s;
+}
+
 // `kept` below 1: compute slowed by communication (compose_slowed, on its every layer unrolled
-// for the slowdown; left out on the bounds of that, detail::slowed_bounds).
+// for the slowdown; left out on the bounds of that, detail::slowed_bounds, and once composed at full speed on those
+// of its timeline so slowed).
 std::optional<ComposedLone> compose_without_unrolling(const StepTemplate& step, const std::vector<double>& once,
                                                       size_t p, UnrolledOrders& orders, const TimedSoFar& known,
                                                       int composed_layers, SharedComposers& composers, double kept) {
@@ -394,10 +406,16 @@ std::optional<ComposedLone> compose_without_unrolling(const StepTemplate& step, 
     c.failed = true;
     return c;
   }
-  if (composed && kept < 1 && !composed_past_stop(composed->timing.end_s, known.full_speed_stop_s, c.group) &&
-      !(composed = compose_slowed(*composer, step, *composer->full_order(), once, *composed, kept, c.group))) {
-    c.failed = true;
-    return c;
+  if (composed && kept < 1 && !composed_past_stop(composed->timing.end_s, known.full_speed_stop_s, c.group)) {
+    // Composed at full speed, the column may be left out on its timeline's ends, far tighter than
+    // its bounds where much of its time is waiting: a light rank of a causal ring.
+    tighten_bounds(*c.bounds, composed->timing);
+    c.left_out = LoneColumns::left_out(c.bounds, known.latest_end, known.latest_forward, kept).has_value();
+    if (!c.left_out &&
+        !(composed = compose_slowed(*composer, step, *composer->full_order(), once, *composed, kept, c.group))) {
+      c.failed = true;
+      return c;
+    }
   }
   orders.set_copies(p, composer->copies());
   if (c.left_out) return c;

@@ -572,8 +572,8 @@ void expect_slowed_priced_as_every_layer(int stages) {
 }
 
 // A sample's lone columns left out on their bounds (CostOptions::leave_out_columns), slowed by
-// communication or at full speed: the step, its parts and the busiest work equal those of timing
-// every column, with fewer columns timed.
+// communication or at full speed, and slowed also on their ends composed at full speed: the step,
+// its parts and the busiest work equal those of timing every column, with fewer columns timed.
 TEST(LayerComposition, ColumnsLeftOutOnTheirBoundsPriceAsTimingEveryColumn) {
   const Topology topology = testing::switch_nodes(2, 4, 450);
   int plans = 0;
@@ -593,7 +593,9 @@ TEST(LayerComposition, ColumnsLeftOutOnTheirBoundsPriceAsTimingEveryColumn) {
       left += a.programs_timed < b.programs_timed;
       ++plans;
     });
-    EXPECT_GT(left, 5) << "slowdown " << slowdown;
+    // Slowed, a column composed at full speed is also left out on its composed ends (a far tighter
+    // bound than its serial sums): 18 plans time fewer columns here, 6 on the bounds alone.
+    EXPECT_GT(left, slowdown ? 12 : 5) << "slowdown " << slowdown;
   }
   EXPECT_GT(plans, 80);
 }
