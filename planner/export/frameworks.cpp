@@ -75,6 +75,9 @@ std::string megatron_strategy_refusal(const Plan& plan) {
   if (local_attention(plan)) return "";
   switch (plan.strategy) {
     case StrategyKind::WallFacer:
+      if (team_size(plan.params) == 1)
+        return "WallFacer with C = 1 is one ring whose backward passes the queries and their dQ while dK,dV stay "
+               "(pass-Q); Megatron-LM's p2p context parallelism passes K,V and dK,dV around the ring";
       return "Megatron-LM's context parallelism runs one ring per group (p2p), an all-gather, an all-to-all or "
              "a2a+p2p; WallFacer's teams of C GPUs with C^2 concurrent sub-rings have no cp_comm_type";
     case StrategyKind::DoubleRing:

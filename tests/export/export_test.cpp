@@ -179,6 +179,11 @@ TEST(Export, MegatronRefusesWhatItCannotRunAndSaysWhy) {
   const Plan wallfacer = plan_of(StrategyKind::WallFacer, 16, 1, 1, WallFacerKnobs{4, TeamPlacement::CollectIntra});
   EXPECT_FALSE(check_export(wallfacer, ExportTarget::Megatron).expressible);
   EXPECT_NE(check_export(wallfacer, ExportTarget::Megatron).reason.find("WallFacer's teams"), std::string::npos);
+  // With teams of one, no team collectives remain: what Megatron-LM lacks is the pass-Q backward.
+  const Plan one_ring = plan_of(StrategyKind::WallFacer, 8, 1, 1, WallFacerKnobs{1, TeamPlacement::CollectIntra});
+  const std::string why = check_export(one_ring, ExportTarget::Megatron).reason;
+  EXPECT_NE(why.find("pass-Q"), std::string::npos) << why;
+  EXPECT_EQ(why.find("teams"), std::string::npos) << why;
   EXPECT_THROW((void)export_plan(wallfacer, ExportTarget::TransformerEngine), InputError);
   EXPECT_NE(check_export(plan_of(StrategyKind::Ring, 16, 1, 1), ExportTarget::Megatron).reason.find("zigzag"),
             std::string::npos);
@@ -289,8 +294,7 @@ TEST(Export, CommandRefusesWithTheReasonAndTheNearestPlan) {
   ASSERT_EQ(made.status, 0) << made.output;
   const test::CliResult refused = test::run_cli("export " + plan + " --to megatron", "2>&1");
   EXPECT_EQ(refused.status, 1) << refused.output;
-  EXPECT_NE(refused.output.find("megatron cannot express this plan: Megatron-LM's context parallelism"),
-            std::string::npos)
+  EXPECT_NE(refused.output.find("megatron cannot express this plan: WallFacer with C = 1"), std::string::npos)
       << refused.output;
   EXPECT_NE(refused.output.find("nearest plan megatron expresses: "), std::string::npos) << refused.output;
   // The nearest plan's step against the plan's own, in the direction it goes: faster for a plain
