@@ -389,8 +389,8 @@ void tighten_bounds(detail::LoneBounds& bounds, const detail::RankTiming& full_s
 }
 
 // `kept` below 1: compute slowed by communication (compose_slowed, on its every layer unrolled
-// for the slowdown; left out on the bounds of that, detail::slowed_bounds, and once composed at full speed on those
-// of its timeline so slowed).
+// for the slowdown; left out on the bounds of that, detail::slowed_bounds, and, once composed at
+// full speed, on those of its composed timeline so slowed).
 std::optional<ComposedLone> compose_without_unrolling(const StepTemplate& step, const std::vector<double>& once,
                                                       size_t p, UnrolledOrders& orders, const TimedSoFar& known,
                                                       int composed_layers, SharedComposers& composers, double kept) {
