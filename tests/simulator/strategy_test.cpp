@@ -80,6 +80,11 @@ TEST(SimulatorStrategies, CostModelAgreesOnForwardAndWholeStep) {
         AgreementCase{StrategyKind::Lss, 8, true}}) {
     SCOPED_TRACE(describe(c));
     Agreement a = compare(c);
+    // docs/simulator.md's table "Against the cost model" is this output.
+    fmt::print(
+        "{:<36} forward {:.3f} / {:.3f}, backward {:.3f} / {:.3f}, step {:.3f} / {:.3f} ms (cost model / simulator)\n",
+        describe(c), a.analytic.forward_ms, a.simulated.forward_ms, a.analytic.backward_ms, a.simulated.backward_ms,
+        a.analytic.step_ms, a.simulated.step_ms);
     EXPECT_NEAR(a.analytic.forward_ms, a.simulated.forward_ms, 0.05 * a.simulated.forward_ms);
     EXPECT_NEAR(a.analytic.step_ms, a.simulated.step_ms, 0.05 * a.simulated.step_ms);
   }
