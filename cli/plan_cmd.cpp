@@ -17,6 +17,7 @@
 #include <wallfacer/check/checker.hpp>
 #include <wallfacer/core/atomic_file.hpp>
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/text.hpp>
 #include <wallfacer/cost/cost_model.hpp>
 #include <wallfacer/schedule/step.hpp>
 #include <wallfacer/schedule/strategy.hpp>
@@ -331,9 +332,9 @@ void print_table(const Ranked& ranked, const Workload& workload, const Topology&
                  Scope scope) {
   const auto& candidates = ranked.result.candidates;
   const bool with_sim = !ranked.simulated_ms.empty();
-  fmt::print("{} ({} layers) on {} ({} node{}, {} GPUs used): seq {} tokens, batch {}, {}, {}\n", workload.model,
-             workload.layers, topology.name(), topology.num_nodes(), topology.num_nodes() == 1 ? "" : "s", gpus,
-             workload.seq, workload.batch, to_string(workload.dtype), workload.causal ? "causal" : "full mask");
+  fmt::print("{} ({} layers) on {} ({}, {} GPUs used): seq {} tokens, batch {}, {}, {}\n", workload.model,
+             workload.layers, topology.name(), counted(topology.num_nodes(), "node"), gpus, workload.seq,
+             workload.batch, to_string(workload.dtype), workload.causal ? "causal" : "full mask");
   if (scope == Scope::Step)
     fmt::print("whole training step: ZeRO {}, {} checkpointing, {} MiB gradient buckets\n", workload.zero_stage,
                to_string(workload.checkpointing), workload.grad_bucket_MiB);

@@ -13,6 +13,7 @@
 
 #include <wallfacer/core/atomic_file.hpp>
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/text.hpp>
 #include <wallfacer/cost/calibration.hpp>
 #include <wallfacer/plan/plan.hpp>
 #include <wallfacer/simulator/simulator.hpp>
@@ -88,8 +89,8 @@ Spread spread(const std::vector<RankStats>& ranks, Field field) {
 }
 
 void print_summary(const SimulateFlags& flags, const Plan& plan, const Topology& topology, const SimResult& r) {
-  fmt::print("simulated {} on {} ({} node{}), {} ranks, network model {}\n", to_string(plan.strategy), topology.name(),
-             topology.num_nodes(), topology.num_nodes() == 1 ? "" : "s", plan.num_ranks(), flags.network_model);
+  fmt::print("simulated {} on {} ({}), {} ranks, network model {}\n", to_string(plan.strategy), topology.name(),
+             counted(topology.num_nodes(), "node"), plan.num_ranks(), flags.network_model);
   const bool all_layers = r.layers == plan.workload.layers;
   if (plan.scope == Scope::Step && !r.composed_from.empty())
     fmt::print(

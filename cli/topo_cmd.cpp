@@ -14,6 +14,7 @@
 
 #include <wallfacer/core/atomic_file.hpp>
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/text.hpp>
 #include <wallfacer/core/yaml_util.hpp>
 #include <wallfacer/topology/import.hpp>
 #include <wallfacer/topology/topology.hpp>
@@ -22,10 +23,6 @@
 
 namespace wallfacer::cli {
 namespace {
-
-std::string nodes_text(int nodes) {
-  return fmt::format("{} node{}", nodes, nodes == 1 ? "" : "s");
-}
 
 struct TopoOptions {
   std::string file;
@@ -101,7 +98,7 @@ void print_text(const TopoOptions& options, const Topology& topo, const Topology
   const GpuModel& gpu = topo.gpu();
   fmt::print("{}: {}\n", options.file, topo.name());
   if (!topo.description().empty()) fmt::print("  {}\n", topo.description());
-  fmt::print("GPUs: {} in {} (up to {} per node)\n", topo.num_gpus(), nodes_text(topo.num_nodes()),
+  fmt::print("GPUs: {} in {} (up to {} per node)\n", topo.num_gpus(), counted(topo.num_nodes(), "node"),
              topo.gpus_per_node());
   const std::string fp32 = gpu.peak_fp32_tflops > 0 ? fmt::format(", {:g} TFLOP/s fp32", gpu.peak_fp32_tflops) : "";
   fmt::print("GPU model: {}: {:g} TFLOP/s bf16, {:g} TFLOP/s fp16{} (dense), {:g} GiB, {:g} GB/s HBM\n", gpu.name,
@@ -167,7 +164,7 @@ void register_import(CLI::App& topo) {
       write_file_atomically(flags->out, [&](std::ostream& out) { out << result.yaml; });
       const Topology topology = Topology::parse(result.yaml, flags->out);
       fmt::print("wrote {} ({} GPUs in {}) to {}\n", topology.name(), topology.num_gpus(),
-                 nodes_text(topology.num_nodes()), flags->out);
+                 counted(topology.num_nodes(), "node"), flags->out);
     }
     exit_code() = 0;
   });
@@ -184,7 +181,7 @@ void register_topo_command(CLI::App& app) {
   add_common(*check, *check_options);
   check->callback([check_options] {
     const Topology topo = load(*check_options);
-    fmt::print("{}: ok: {} GPUs in {}\n", check_options->file, topo.num_gpus(), nodes_text(topo.num_nodes()));
+    fmt::print("{}: ok: {} GPUs in {}\n", check_options->file, topo.num_gpus(), counted(topo.num_nodes(), "node"));
     exit_code() = 0;
   });
 

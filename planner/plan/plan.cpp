@@ -8,6 +8,7 @@
 #include <utility>
 
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/text.hpp>
 #include <wallfacer/topology/topology.hpp>
 
 namespace wallfacer {
@@ -215,12 +216,11 @@ void check_plan_against_topology(const Plan& plan, const Topology& topology, con
       plan.topology_nodes != topology.num_nodes()) {
     const std::string given =
         plan.topology_name == topology.name() ? std::string("has") : fmt::format("is '{}' with", topology.name());
-    auto nodes = [](int n) { return fmt::format("{} node{}", n, n == 1 ? "" : "s"); };
     throw InputError(plan_source, 0,
                      fmt::format("plan was made for topology '{}' with hash {} ({}), but the given topology "
                                  "{} hash {} ({})",
-                                 plan.topology_name, plan.topology_hash, nodes(plan.topology_nodes), given,
-                                 topology.content_hash(), nodes(topology.num_nodes())));
+                                 plan.topology_name, plan.topology_hash, counted(plan.topology_nodes, "node"), given,
+                                 topology.content_hash(), counted(topology.num_nodes(), "node")));
   }
   for (const RankSlot& slot : plan.ranks) {
     if (slot.gpu < 0 || slot.gpu >= topology.num_gpus())

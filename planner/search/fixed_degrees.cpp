@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include <wallfacer/core/errors.hpp>
+#include <wallfacer/core/text.hpp>
 #include "enumerate.hpp"
 
 namespace wallfacer::detail {
@@ -16,10 +17,6 @@ namespace {
 // The one degree a flag fixes, or 0 where the search tries several.
 int fixed(const std::vector<int>& degrees) {
   return degrees.size() == 1 ? degrees.front() : 0;
-}
-
-std::string sequences(int batch) {
-  return fmt::format("{} sequence{}", batch, batch == 1 ? "" : "s");
 }
 
 void check_tensor(const SearchOptions& options, const Workload& workload, int ranks) {
@@ -64,7 +61,7 @@ void check_data(const SearchOptions& options, const Workload& workload, int rank
     throw InputError("--dp", 0,
                      fmt::format("data parallel degree {} needs a batch that splits into {} replicas of whole "
                                  "sequences, but the batch is {} (try --batch {})",
-                                 D, D, sequences(workload.batch), (workload.batch + D - 1) / D * D));
+                                 D, D, counted(workload.batch, "sequence"), (workload.batch + D - 1) / D * D));
   const int T = std::max(1, fixed(options.tensor_degrees)), Pp = std::max(1, fixed(options.pipeline_degrees));
   if (ranks % (int64_t(D) * T * Pp) != 0) {
     std::vector<std::string> around;
